@@ -1,0 +1,49 @@
+// Raw per-transaction records and their summary (nearest-rank percentiles).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "node.h"
+
+namespace txn {
+
+struct TxnRecord {
+  uint64_t txn_id = 0;
+  uint32_t type = 0;
+  bool crt = false;
+  TimeUs start_us = 0;     // first attempt, monotonic, relative to the client's run start
+  TimeUs latency_us = 0;   // first attempt -> commit (or give-up)
+  uint32_t attempts = 0;
+  bool committed = false;
+};
+
+// Nearest-rank percentile of an ascending-sorted vector: sorted[ceil(p/100*n)-1].
+// p in (0, 100]. Throws std::invalid_argument for empty input or p out of range.
+double percentile_nearest_rank(const std::vector<double>& sorted, double p);
+
+struct ClassSummary {
+  uint64_t committed = 0;
+  uint64_t given_up = 0;
+  uint64_t attempts = 0;    // over committed + given up
+  double p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0, p999_ms = 0, mean_ms = 0;
+};
+
+struct Summary {
+  double window_start_s = 0, window_end_s = 0;
+  double throughput_tps = 0;      // committed txns completing inside the window / window length
+  ClassSummary irt, crt, all;
+  uint64_t aborted_attempts = 0;  // attempts that did not commit (retries + give-ups)
+};
+
+// Window = [warmup, duration - cooldown]. Latency percentiles use committed
+// txns that *started* in the window; throughput counts commits that
+// *completed* in it.
+Summary summarize(const std::vector<TxnRecord>& recs, double duration_s, double warmup_s,
+                  double cooldown_s);
+std::string summary_json(const Summary& s);
+// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status
+std::string records_csv(const std::vector<TxnRecord>& recs,
+                        const std::vector<std::string>& type_names);
+
+}  // namespace txn

@@ -1,0 +1,60 @@
+// Workloads: in-memory shard storage, transaction generators and the
+// deterministic piece executor. Protocol code only sees this interface.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "txn.pb.h"
+
+namespace txn {
+
+using Vars = google::protobuf::Map<std::string, Value>;
+
+// Everything a shard replica stores. Implementations are deterministic:
+// replicas that execute the same pieces in the same order end identical.
+class ShardStore {
+ public:
+  virtual ~ShardStore() = default;
+  // Digest of the complete state (order-independent of hash-map iteration).
+  virtual std::string digest() const = 0;
+  // JSON object with the aggregates the consistency checker needs plus
+  // "digest" and row counts (docs/checker.md).
+  virtual std::string dump_json() const = 0;
+};
+
+// What a client needs to know to generate transactions.
+struct ClientContext {
+  uint32_t home_shard = 0;
+  uint32_t client_index = 0;      // index of this coordinator among all coordinators of the home shard
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual std::string name() const = 0;
+  // Populate one shard's tables (deterministic for (config, shard)).
+  virtual std::unique_ptr<ShardStore> load(uint32_t shard) const = 0;
+  // Generate the next transaction for a closed-loop coordinator. Sets type,
+  // crt (classified from the generated keys), home_shard and pieces.
+  // txn_id is left for the caller.
+  virtual TxnRequest generate(std::mt19937_64& rng, const ClientContext& ctx) const = 0;
+  // Execute one piece against its shard. `vars` holds args already merged
+  // with the transaction's known variables (inputs are guaranteed present);
+  // the piece's produced variables are written into `out`.
+  // Deterministic: same store state + same inputs => same effects and outputs.
+  virtual void execute(ShardStore& store, const Piece& piece, const Vars& vars,
+                       Vars* out) const = 0;
+  // Human-readable name of a transaction type (for raw records).
+  virtual std::string type_name(uint32_t type) const = 0;
+  virtual uint32_t n_types() const = 0;
+};
+
+// tpcc | tpca, configured from the deployment. Throws ConfigError for an unknown name.
+std::unique_ptr<Workload> make_workload(const Deployment& d);
+
+}  // namespace txn
