@@ -63,7 +63,7 @@ struct ClientConfig {
 
 struct DastConfig {
   double sync_interval_ms = 5;      // intra-region clock sync period
-  double anticipation_margin_ms = 5;
+  double anticipation_margin_ms = 0;  // added to the measured decision delay
   double ewma_alpha = 0.2;
 };
 

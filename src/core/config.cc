@@ -1,0 +1,398 @@
+// Deployment file parsing and validation (docs/deploy-schema.md).
+#include "config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace txn {
+namespace {
+
+[[noreturn]] void fail(const std::string& key, const std::string& what) {
+  throw ConfigError(key + ": " + what);
+}
+
+std::string show(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "null";
+}
+
+template <class T>
+T as(const YAML::Node& n, const std::string& key, const char* type) {
+  if (!n.IsScalar()) fail(key, std::string("expected ") + type + ", got " + show(n));
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(key, std::string("expected ") + type + ", got " + show(n));
+  }
+}
+
+double num(const YAML::Node& n, const std::string& key) {
+  double v = as<double>(n, key, "a number");
+  if (!std::isfinite(v)) fail(key, "expected a finite number, got " + show(n));
+  return v;
+}
+int64_t integer(const YAML::Node& n, const std::string& key) {
+  return as<int64_t>(n, key, "an integer");
+}
+std::string str(const YAML::Node& n, const std::string& key) {
+  return as<std::string>(n, key, "a string");
+}
+
+// Rejects keys not in `allowed`.
+void check_keys(const YAML::Node& m, const std::string& where,
+                const std::set<std::string>& allowed) {
+  if (!m.IsMap()) fail(where, "expected a mapping, got " + show(m));
+  for (const auto& kv : m) {
+    std::string k = kv.first.Scalar();
+    if (!allowed.count(k)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail(where.empty() ? k : where + "." + k, "unknown key (allowed: " + list + ")");
+    }
+  }
+}
+
+void range(const std::string& key, double v, double lo, double hi) {
+  if (!(v >= lo && v <= hi)) {
+    std::ostringstream o;
+    o << v << " out of range [" << lo << ", " << hi << "]";
+    fail(key, o.str());
+  }
+}
+
+bool mode_needs_manager(const std::string& mode) { return mode == "dast" || mode == "slog"; }
+
+}  // namespace
+
+TimeUs LinkModel::one_way_us(uint32_t a, uint32_t b) const {
+  if (a >= rtt_ms.size() || b >= rtt_ms[a].size()) return 0;
+  return static_cast<TimeUs>(std::llround(rtt_ms[a][b] * 1000.0 / 2.0));
+}
+
+const NodeInfo& Deployment::node(NodeId id) const {
+  if (id >= nodes.size()) throw ConfigError("node id " + std::to_string(id) + " out of range");
+  return nodes[id];
+}
+
+const NodeInfo* Deployment::find(const std::string& n) const {
+  for (const auto& x : nodes)
+    if (x.name == n) return &x;
+  return nullptr;
+}
+
+NodeId Deployment::replica_id(uint32_t shard, uint32_t replica) const {
+  for (const auto& x : nodes)
+    if (x.kind == NodeKind::Replica && x.shard == shard && x.replica == replica) return x.id;
+  throw ConfigError("no replica " + std::to_string(replica) + " of shard " +
+                    std::to_string(shard));
+}
+
+NodeId Deployment::manager_id(uint32_t region) const {
+  for (const auto& x : nodes)
+    if (x.kind == NodeKind::Manager && x.region == region) return x.id;
+  throw ConfigError("no manager for region " + std::to_string(region));
+}
+
+std::vector<NodeId> Deployment::replicas_of(uint32_t shard) const {
+  std::vector<NodeId> out(replicas, UINT32_MAX);
+  for (const auto& x : nodes)
+    if (x.kind == NodeKind::Replica && x.shard == shard && x.replica < replicas)
+      out[x.replica] = x.id;
+  std::vector<NodeId> r;
+  for (NodeId id : out)
+    if (id != UINT32_MAX) r.push_back(id);
+  return r;
+}
+
+std::vector<NodeId> Deployment::sites_of_region(uint32_t region) const {
+  std::vector<NodeId> r;
+  for (const auto& x : nodes)
+    if (x.kind == NodeKind::Replica && x.region == region) r.push_back(x.id);
+  return r;
+}
+
+std::vector<NodeId> Deployment::clients() const {
+  std::vector<NodeId> r;
+  for (const auto& x : nodes)
+    if (x.kind == NodeKind::Client) r.push_back(x.id);
+  return r;
+}
+
+void validate(const Deployment& d) {
+  static const std::set<std::string> modes = {"dast", "janus", "tapir", "slog"};
+  if (!modes.count(d.mode)) fail("mode", "'" + d.mode + "' unknown (expected dast|janus|tapir|slog)");
+  range("regions", d.regions, 1, 64);
+  if (d.mode == "slog" && d.regions < 3) fail("regions", "slog needs regions >= 3");
+  range("shards_per_region", d.shards_per_region, 1, 1024);
+  if (d.replicas != 3) fail("replicas", std::to_string(d.replicas) + " unsupported (expected 3)");
+
+  const auto& l = d.link;
+  if (l.mechanism != "app" && l.mechanism != "netem" && l.mechanism != "none")
+    fail("link.mechanism", "'" + l.mechanism + "' unknown (expected app|netem|none)");
+  std::string dim = std::to_string(d.regions) + "x" + std::to_string(d.regions);
+  if (l.rtt_ms.size() != d.regions)
+    fail("link.rtt_ms", "expected " + dim + " matrix, got " + std::to_string(l.rtt_ms.size()) + " rows");
+  for (size_t i = 0; i < l.rtt_ms.size(); ++i) {
+    if (l.rtt_ms[i].size() != d.regions)
+      fail("link.rtt_ms", "expected " + dim + " matrix, row " + std::to_string(i) + " has " +
+                              std::to_string(l.rtt_ms[i].size()) + " entries");
+    for (size_t j = 0; j < l.rtt_ms[i].size(); ++j)
+      if (!(l.rtt_ms[i][j] >= 0))
+        fail("link.rtt_ms", "entry [" + std::to_string(i) + "][" + std::to_string(j) +
+                                "] must be >= 0");
+  }
+  if (!(l.jitter_ms >= 0)) fail("link.jitter_ms", "must be >= 0");
+
+  const auto& w = d.workload;
+  if (!(w.scale > 0)) fail("workload.scale", "must be > 0");
+  if (w.mix.size() != 5) fail("workload.mix", "expected 5 weights, got " + std::to_string(w.mix.size()));
+  double sum = 0;
+  for (double m : w.mix) {
+    if (!(m >= 0)) fail("workload.mix", "weights must be >= 0");
+    sum += m;
+  }
+  if (!(sum > 0)) fail("workload.mix", "weights must have a positive sum");
+  if (w.payment_crt_rate != -1 && (w.payment_crt_rate < 0 || w.payment_crt_rate > 100))
+    fail("workload.payment_crt_rate", std::to_string(w.payment_crt_rate) + " out of range (expected -1 or 0..100)");
+  range("workload.remote_item_prob", w.remote_item_prob, 0, 1);
+  range("workload.remote_customer_prob", w.remote_customer_prob, 0, 1);
+  range("workload.by_name_prob", w.by_name_prob, 0, 1);
+  range("workload.zipf", w.zipf, 0, 1);
+  if (w.tpca_rows < 1) fail("workload.tpca_rows", "must be >= 1");
+  range("workload.tpca_crt_ratio", w.tpca_crt_ratio, 0, 1);
+
+  const auto& c = d.client;
+  if (c.n_concurrent < 1) fail("client.n_concurrent", "must be >= 1");
+  if (!(c.duration_s > 0)) fail("client.duration_s", "must be > 0");
+  if (!(c.warmup_s >= 0)) fail("client.warmup_s", "must be >= 0");
+  if (!(c.cooldown_s >= 0)) fail("client.cooldown_s", "must be >= 0");
+  if (!(c.drain_timeout_s > 0)) fail("client.drain_timeout_s", "must be > 0");
+  if (!(c.warmup_s + c.cooldown_s < c.duration_s))
+    fail("client.warmup_s", "warmup_s + cooldown_s must be < duration_s");
+  if (c.retry_limit < 1) fail("client.retry_limit", "must be >= 1");
+
+  if (!(d.dast.sync_interval_ms > 0)) fail("dast.sync_interval_ms", "must be > 0");
+  range("dast.ewma_alpha", d.dast.ewma_alpha, 0, 1);
+
+  // Nodes.
+  if (d.nodes.empty()) fail("nodes", "no nodes listed");
+  std::set<std::string> names, addrs;
+  std::set<std::pair<uint32_t, uint32_t>> reps;  // (shard, replica)
+  std::vector<int> managers(d.regions, 0);
+  for (size_t i = 0; i < d.nodes.size(); ++i) {
+    const auto& n = d.nodes[i];
+    std::string key = "nodes[" + std::to_string(i) + "]";
+    if (n.id != i) fail(key, "id " + std::to_string(n.id) + " does not match position");
+    if (n.name.empty()) fail(key + ".name", "must not be empty");
+    if (!names.insert(n.name).second) fail(key + ".name", "duplicate name '" + n.name + "'");
+    if (n.host.empty()) fail(key + ".host", "must not be empty");
+    if (n.port == 0) fail(key + ".port", "0 out of range [1, 65535]");
+    std::string a = n.host + ":" + std::to_string(n.port);
+    if (!addrs.insert(a).second) fail(key + ".port", "duplicate host:port " + a + " (node " + n.name + ")");
+    if (n.region >= d.regions)
+      fail(key + ".region", std::to_string(n.region) + " out of range [0, " + std::to_string(d.regions - 1) + "]");
+    if (n.kind != NodeKind::Manager) {
+      uint32_t lo = n.region * d.shards_per_region, hi = lo + d.shards_per_region;
+      if (n.shard < lo || n.shard >= hi)
+        fail(key + ".shard", "shard of " + n.name + " not in region " + std::to_string(n.region) +
+                                 " (expected 0.." + std::to_string(d.shards_per_region - 1) + ")");
+    }
+    if (n.kind == NodeKind::Replica) {
+      if (n.replica >= d.replicas)
+        fail(key + ".replica", std::to_string(n.replica) + " out of range [0, " + std::to_string(d.replicas - 1) + "]");
+      if (!reps.insert({n.shard, n.replica}).second)
+        fail(key + ".replica", "duplicate replica " + std::to_string(n.replica) + " of shard " +
+                                   std::to_string(n.shard));
+    } else if (n.kind == NodeKind::Manager) {
+      if (++managers[n.region] > 1) fail(key, "second manager for region " + std::to_string(n.region));
+    }
+  }
+  for (uint32_t s = 0; s < d.n_shards(); ++s)
+    for (uint32_t r = 0; r < d.replicas; ++r)
+      if (!reps.count({s, r}))
+        fail("nodes", "shard " + std::to_string(s % d.shards_per_region) + " of region " +
+                          std::to_string(s / d.shards_per_region) + " has no replica " + std::to_string(r));
+  if (mode_needs_manager(d.mode))
+    for (uint32_t r = 0; r < d.regions; ++r)
+      if (!managers[r]) fail("nodes", "region " + std::to_string(r) + " has no manager (mode " + d.mode + " needs one)");
+}
+
+Deployment parse_deployment(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError("yaml syntax error at line " + std::to_string(e.mark.line + 1) + ", column " +
+                      std::to_string(e.mark.column + 1) + ": " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(std::string("yaml: ") + e.what());
+  }
+  if (!root.IsMap()) throw ConfigError("deployment file: expected a mapping at top level");
+  check_keys(root, "", {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link",
+                        "workload", "client", "dast", "runtime", "nodes"});
+  Deployment d;
+  if (root["name"]) d.name = str(root["name"], "name");
+  if (root["mode"]) d.mode = str(root["mode"], "mode");
+  auto u32 = [](const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi) {
+    int64_t v = integer(n, key);
+    if (v < lo || v > hi)
+      fail(key, std::to_string(v) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return static_cast<uint32_t>(v);
+  };
+  if (root["regions"]) d.regions = u32(root["regions"], "regions", 1, 64);
+  if (root["shards_per_region"]) d.shards_per_region = u32(root["shards_per_region"], "shards_per_region", 1, 1024);
+  if (root["replicas"]) d.replicas = u32(root["replicas"], "replicas", 1, 16);
+  if (root["seed"]) d.seed = as<uint64_t>(root["seed"], "seed", "a non-negative integer");
+
+  if (auto l = root["link"]) {
+    check_keys(l, "link", {"mechanism", "rtt_ms", "jitter_ms"});
+    if (l["mechanism"]) d.link.mechanism = str(l["mechanism"], "link.mechanism");
+    if (l["jitter_ms"]) d.link.jitter_ms = num(l["jitter_ms"], "link.jitter_ms");
+    if (auto m = l["rtt_ms"]) {
+      if (!m.IsSequence()) fail("link.rtt_ms", "expected a list of rows, got " + show(m));
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (!m[i].IsSequence()) fail("link.rtt_ms", "row " + std::to_string(i) + " is not a list");
+        std::vector<double> row;
+        for (size_t j = 0; j < m[i].size(); ++j)
+          row.push_back(num(m[i][j], "link.rtt_ms[" + std::to_string(i) + "][" + std::to_string(j) + "]"));
+        d.link.rtt_ms.push_back(row);
+      }
+    }
+  }
+  if (d.link.rtt_ms.empty()) fail("link.rtt_ms", "missing (expected an RxR matrix)");
+
+  if (auto w = root["workload"]) {
+    check_keys(w, "workload", {"name", "scale", "mix", "payment_crt_rate", "remote_item_prob",
+                               "remote_customer_prob", "by_name_prob", "zipf", "tpca_rows",
+                               "tpca_crt_ratio"});
+    auto& c = d.workload;
+    if (w["name"]) c.name = str(w["name"], "workload.name");
+    if (w["scale"]) c.scale = num(w["scale"], "workload.scale");
+    if (auto m = w["mix"]) {
+      if (!m.IsSequence()) fail("workload.mix", "expected a list of 5 weights, got " + show(m));
+      c.mix.clear();
+      for (size_t i = 0; i < m.size(); ++i) c.mix.push_back(num(m[i], "workload.mix"));
+    }
+    if (w["payment_crt_rate"]) c.payment_crt_rate = static_cast<int>(integer(w["payment_crt_rate"], "workload.payment_crt_rate"));
+    if (w["remote_item_prob"]) c.remote_item_prob = num(w["remote_item_prob"], "workload.remote_item_prob");
+    if (w["remote_customer_prob"]) c.remote_customer_prob = num(w["remote_customer_prob"], "workload.remote_customer_prob");
+    if (w["by_name_prob"]) c.by_name_prob = num(w["by_name_prob"], "workload.by_name_prob");
+    if (w["zipf"]) c.zipf = num(w["zipf"], "workload.zipf");
+    if (w["tpca_rows"]) c.tpca_rows = integer(w["tpca_rows"], "workload.tpca_rows");
+    if (w["tpca_crt_ratio"]) c.tpca_crt_ratio = num(w["tpca_crt_ratio"], "workload.tpca_crt_ratio");
+  }
+  if (auto c = root["client"]) {
+    check_keys(c, "client", {"n_concurrent", "duration_s", "warmup_s", "cooldown_s",
+                             "drain_timeout_s", "retry_limit"});
+    auto& k = d.client;
+    if (c["n_concurrent"]) k.n_concurrent = u32(c["n_concurrent"], "client.n_concurrent", 1, 100000);
+    if (c["duration_s"]) k.duration_s = num(c["duration_s"], "client.duration_s");
+    if (c["warmup_s"]) k.warmup_s = num(c["warmup_s"], "client.warmup_s");
+    if (c["cooldown_s"]) k.cooldown_s = num(c["cooldown_s"], "client.cooldown_s");
+    if (c["drain_timeout_s"]) k.drain_timeout_s = num(c["drain_timeout_s"], "client.drain_timeout_s");
+    if (c["retry_limit"]) k.retry_limit = u32(c["retry_limit"], "client.retry_limit", 1, 1000000);
+  }
+  if (auto x = root["dast"]) {
+    check_keys(x, "dast", {"sync_interval_ms", "anticipation_margin_ms", "ewma_alpha"});
+    if (x["sync_interval_ms"]) d.dast.sync_interval_ms = num(x["sync_interval_ms"], "dast.sync_interval_ms");
+    if (x["anticipation_margin_ms"]) d.dast.anticipation_margin_ms = num(x["anticipation_margin_ms"], "dast.anticipation_margin_ms");
+    if (x["ewma_alpha"]) d.dast.ewma_alpha = num(x["ewma_alpha"], "dast.ewma_alpha");
+  }
+  if (auto x = root["runtime"]) {  // read by the runtime (runtime/process.h); validated here
+    check_keys(x, "runtime", {"connect_timeout_s"});
+    if (x["connect_timeout_s"] && !(num(x["connect_timeout_s"], "runtime.connect_timeout_s") > 0))
+      fail("runtime.connect_timeout_s", "must be > 0");
+  }
+
+  auto nodes = root["nodes"];
+  if (!nodes) fail("nodes", "missing");
+  if (!nodes.IsSequence()) fail("nodes", "expected a list, got " + show(nodes));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::string key = "nodes[" + std::to_string(i) + "]";
+    const auto& y = nodes[i];
+    check_keys(y, key, {"name", "kind", "region", "shard", "replica", "host", "port"});
+    NodeInfo n;
+    n.id = static_cast<NodeId>(i);
+    for (const char* req : {"name", "kind", "region", "host", "port"})
+      if (!y[req]) fail(key + "." + req, "missing");
+    n.name = str(y["name"], key + ".name");
+    std::string kind = str(y["kind"], key + ".kind");
+    if (kind == "replica") n.kind = NodeKind::Replica;
+    else if (kind == "manager") n.kind = NodeKind::Manager;
+    else if (kind == "client") n.kind = NodeKind::Client;
+    else fail(key + ".kind", "'" + kind + "' unknown (expected replica|manager|client)");
+    n.region = u32(y["region"], key + ".region", 0, d.regions - 1);
+    if (n.kind != NodeKind::Manager) {
+      if (!y["shard"]) fail(key + ".shard", "missing");
+      int64_t s = integer(y["shard"], key + ".shard");
+      if (s < 0 || s >= d.shards_per_region)
+        fail(key + ".shard", std::to_string(s) + " not in region " + std::to_string(n.region) +
+                                 " (expected 0.." + std::to_string(d.shards_per_region - 1) + ")");
+      n.shard = n.region * d.shards_per_region + static_cast<uint32_t>(s);
+    }
+    if (n.kind == NodeKind::Replica) {
+      if (!y["replica"]) fail(key + ".replica", "missing");
+      n.replica = u32(y["replica"], key + ".replica", 0, d.replicas - 1);
+    }
+    n.host = str(y["host"], key + ".host");
+    n.port = static_cast<uint16_t>(u32(y["port"], key + ".port", 1, 65535));
+    d.nodes.push_back(n);
+  }
+  validate(d);
+  return d;
+}
+
+Deployment load_deployment(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw ConfigError(path + ": cannot open deployment file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return parse_deployment(ss.str());
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": " + e.what());
+  }
+}
+
+Deployment make_local_deployment(uint32_t regions, uint32_t shards_per_region,
+                                 uint32_t clients_per_shard, uint16_t base_port) {
+  Deployment d;
+  d.regions = regions;
+  d.shards_per_region = shards_per_region;
+  d.link.rtt_ms.assign(regions, std::vector<double>(regions, 100));
+  for (uint32_t r = 0; r < regions; ++r) d.link.rtt_ms[r][r] = 5;
+  uint32_t port = base_port;
+  auto add = [&](std::string name, NodeKind kind, uint32_t region, uint32_t shard, uint32_t rep) {
+    NodeInfo n;
+    n.id = static_cast<NodeId>(d.nodes.size());
+    n.name = std::move(name);
+    n.kind = kind;
+    n.region = region;
+    n.shard = shard;
+    n.replica = rep;
+    n.host = "127.0.0.1";
+    n.port = static_cast<uint16_t>(port++);
+    d.nodes.push_back(n);
+  };
+  auto tag = [](uint32_t a, uint32_t b, uint32_t c) {
+    return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c);
+  };
+  for (uint32_t r = 0; r < regions; ++r)
+    for (uint32_t k = 0; k < shards_per_region; ++k)
+      for (uint32_t i = 0; i < d.replicas; ++i)
+        add("s" + tag(r, k, i), NodeKind::Replica, r, r * shards_per_region + k, i);
+  for (uint32_t r = 0; r < regions; ++r) add("m" + std::to_string(r), NodeKind::Manager, r, 0, 0);
+  for (uint32_t r = 0; r < regions; ++r)
+    for (uint32_t k = 0; k < shards_per_region; ++k)
+      for (uint32_t j = 0; j < clients_per_shard; ++j)
+        add("c" + tag(r, k, j), NodeKind::Client, r, r * shards_per_region + k, 0);
+  return d;
+}
+
+}  // namespace txn

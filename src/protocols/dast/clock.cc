@@ -1,0 +1,38 @@
+#include "protocols/dast/clock.h"
+
+namespace txn::dast {
+
+Ts StretchClock::fresh(TimeUs now) {
+  Ts x{now + offset_, 0, site_};
+  if (const Ts* m = min_pending(); m != nullptr && !(x < *m)) {
+    x.t = m->t - 1;  // stretch: freeze just below the oldest unresolved CRT
+    x.c = 0;
+  }
+  if (!(last_ < x)) {  // monotonic: never reissue or go back
+    x = last_;
+    x.c += 1;
+    x.site = site_;
+  }
+  last_ = x;
+  return x;
+}
+
+void StretchClock::observe(const Ts& r, TimeUs now) {
+  if (r.t > now + offset_) offset_ += r.t - (now + offset_);
+  if (last_ < r) last_ = r;
+}
+
+void StretchClock::add_pending(uint64_t txn, const Ts& ts) {
+  remove_pending(txn);
+  pending_.emplace(ts, txn);
+  pending_by_txn_.emplace(txn, ts);
+}
+
+void StretchClock::remove_pending(uint64_t txn) {
+  auto it = pending_by_txn_.find(txn);
+  if (it == pending_by_txn_.end()) return;
+  pending_.erase(it->second);
+  pending_by_txn_.erase(it);
+}
+
+}  // namespace txn::dast

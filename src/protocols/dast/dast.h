@@ -1,0 +1,164 @@
+// DAST: decentralized anticipate-and-stretch (docs/protocols/dast.md).
+#pragma once
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "protocol.h"
+#include "protocols/dast/clock.h"
+
+namespace txn::dast {
+
+// Static facts about a transaction's shape, derived from its pieces.
+struct TxnShape {
+  std::vector<uint32_t> shards;             // touched shards, ascending
+  std::set<uint32_t> regions;               // touched regions
+  std::set<uint32_t> wait_regions;          // regions with a piece whose input comes from another region
+  std::set<uint32_t> input_shards;          // shards with a piece that needs a cross-region input
+};
+// Throws BadMessage for an unusable request (no pieces, bad shard, unknown
+// input variable, or cross-region inputs in both directions).
+TxnShape analyze(const Deployment& d, const TxnRequest& txn);
+
+// One record of the execution order, kept for tests (serializability check).
+struct ExecRecord {
+  Ts ts;
+  TxnRequest txn;
+};
+
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w);
+  void start(Env& env) override;
+  void on_message(Env& env, const Envelope& msg) override;
+  void on_timer(Env& env, uint64_t id) override;
+  bool idle() const override;
+  const ShardStore& store() const override { return *store_; }
+
+  // Introspection for tests.
+  const StretchClock& clock() const { return clock_; }
+  const std::vector<ExecRecord>& exec_log() const { return exec_log_; }
+  void keep_exec_log(bool on) { keep_log_ = on; }
+  uint64_t executed() const { return n_executed_; }
+  double rtt_estimate_us(uint32_t region) const { return rtt_.at(region).value(); }
+
+ private:
+  // Replica-side entry: a transaction ordered in this shard's queue.
+  struct Entry {
+    TxnRequest txn;
+    TxnShape shape;
+    Ts ts;
+    bool crt = false;
+    bool executable = false;
+    NodeId coordinator = 0;
+    uint32_t output_replica = 0;
+    Vars vars;                      // known variables (received outputs + own outputs)
+    std::set<uint32_t> done;        // executed piece ids
+    bool holds_input_wait = false;  // D is pending here until inputs arrive
+  };
+  // Handler/coordinator-side state.
+  struct Coord {
+    TxnRequest txn;
+    TxnShape shape;
+    NodeId client = 0;
+    bool crt = false;
+    std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> acks
+    std::map<uint32_t, std::map<uint32_t, Ts>> proposals; // CRT: shard -> replica -> proposal
+    std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time (rtt samples)
+    std::set<uint32_t> rtt_sampled;
+    bool decided = false;
+    Ts decision;
+    std::set<uint32_t> results;                           // shards whose outputs arrived
+    Vars outputs;
+  };
+
+  void dispatch(Env& env, const Envelope& msg);
+  void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
+  void drain_local(Env& env);
+
+  void on_submit(Env& env, NodeId from, const ClientSubmit& m);
+  void on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m);
+  void on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m);
+  void on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m);
+  void on_noti_crt(Env& env, const ::dast::NotiCRT& m);
+  void on_remote_prepared(Env& env, const ::dast::RemotePrepared& m);
+  void on_dist_exe(Env& env, const ::dast::DistExe& m);
+  void on_noti_commit(Env& env, const ::dast::NotiCommit& m);
+  void on_send_output(Env& env, const ::dast::SendOutput& m);
+  void on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m);
+  void on_sync(Env& env, NodeId from, const ::dast::IRSync& m);
+
+  void observe(Env& env, NodeId from, const Ts& ts);
+  Entry& add_entry(const TxnRequest& txn, const Ts& ts, bool crt, bool executable,
+                   NodeId coordinator, uint32_t output_replica);
+  void rekey(Entry& e, const Ts& ts);
+  void try_execute(Env& env);
+  bool watermark_passed(Env& env, const Ts& t);
+  bool run_pieces(Env& env, Entry& e);   // true when every local piece has executed
+  void finish_entry(Env& env, Entry& e);
+  void inputs_arrived(Env& env, Entry& e);
+  void maybe_reply(Env& env, uint64_t txn_id);
+  void send_sync(Env& env);
+  double anticipate_us(const Coord& c, uint32_t region) const;
+
+  const Deployment& d_;
+  NodeId self_;
+  const NodeInfo& me_;
+  const Workload& w_;
+  std::unique_ptr<ShardStore> store_;
+  StretchClock clock_;
+  std::vector<NodeId> region_sites_;                 // other sites of my region
+  std::unordered_map<NodeId, Ts> known_clock_;
+  std::unordered_map<NodeId, TimeUs> last_clock_sent_;
+  std::map<Ts, uint64_t> queue_;                     // timestamp order of my shard
+  std::unordered_map<uint64_t, Entry> entries_;
+  std::unordered_map<uint64_t, Vars> early_vars_;    // outputs that arrived before their entry
+  std::unordered_map<uint64_t, TimeUs> released_;    // release notices seen before DistExe
+  std::unordered_map<uint64_t, Coord> coords_;
+  std::vector<DelayEstimate> rtt_;                   // coordinator: RTT to each region's prepare path
+  std::deque<Envelope> local_;
+  bool in_dispatch_ = false;
+  bool keep_log_ = false;
+  std::vector<ExecRecord> exec_log_;
+  uint64_t n_executed_ = 0;
+  TimeUs sync_interval_us_;
+};
+
+class Manager : public Node {
+ public:
+  Manager(const Deployment& d, NodeId self);
+  void start(Env& env) override {}
+  void on_message(Env& env, const Envelope& msg) override;
+  void on_timer(Env& env, uint64_t id) override {}
+  bool idle() const override { return live_.empty(); }
+
+ private:
+  struct Live {
+    Ts tr;
+    std::vector<NodeId> untouched;
+  };
+  const Deployment& d_;
+  NodeId self_;
+  uint32_t region_;
+  Ts last_{};
+  std::unordered_map<uint64_t, Live> live_;
+};
+
+class ClientDriverImpl : public ClientDriver {
+ public:
+  ClientDriverImpl(const Deployment& d, NodeId self);
+  void submit(Env& env, const TxnRequest& txn, uint32_t attempt) override;
+  void on_message(Env& env, const Envelope& msg) override;
+
+ private:
+  const Deployment& d_;
+  NodeId self_;
+};
+
+const ProtocolFactory& factory();
+
+}  // namespace txn::dast

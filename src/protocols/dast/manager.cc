@@ -1,0 +1,113 @@
+// DAST region manager: anticipates a CRT's timestamp for its region and
+// fans the CRT out to the region's sites (docs/protocols/dast.md).
+#include <set>
+
+#include "protocols/dast/dast.h"
+
+namespace txn::dast {
+
+Manager::Manager(const Deployment& d, NodeId self) : d_(d), self_(self), region_(d.node(self).region) {}
+
+void Manager::on_message(Env& env, const Envelope& msg) {
+  if (!msg.has_dast()) throw BadMessage("dast manager got a non-DAST message");
+  const auto& m = msg.dast();
+  if (m.has_prepare_crt()) {
+    const auto& p = m.prepare_crt();
+    TxnShape shape = analyze(d_, p.txn());
+    if (!shape.regions.count(region_)) throw BadMessage("PrepareCRT for a region the txn does not touch");
+    if (p.anticipate_us() < 0 || p.anticipate_us() > 60'000'000)
+      throw BadMessage("PrepareCRT anticipation out of range");
+    Ts src = from_proto(p.src());
+    // Anticipated timestamp: about when the decision will reach this region.
+    Ts tr{src.t + p.anticipate_us(), 0, self_};
+    if (tr <= last_) tr = Ts{last_.t + 1, 0, self_};
+    last_ = tr;
+    const uint64_t id = p.txn().txn_id();
+    Live& live = live_[id];
+    live.tr = tr;
+    std::set<uint32_t> touched(shape.shards.begin(), shape.shards.end());
+    for (uint32_t k = 0; k < d_.shards_per_region; ++k) {
+      uint32_t shard = region_ * d_.shards_per_region + k;
+      for (NodeId r : d_.replicas_of(shard)) {
+        Envelope e;
+        if (touched.count(shard)) {
+          auto* s = e.mutable_dast()->mutable_store_crt();
+          *s->mutable_txn() = p.txn();
+          *s->mutable_tr() = to_proto(tr);
+          s->set_coordinator(p.coordinator());
+          s->set_output_replica(p.output_replica());
+          s->set_region(region_);
+        } else {
+          auto* n = e.mutable_dast()->mutable_noti_crt();
+          n->set_txn_id(id);
+          *n->mutable_tr() = to_proto(tr);
+          live.untouched.push_back(r);
+        }
+        env.send(r, std::move(e));
+      }
+    }
+    return;
+  }
+  if (m.has_noti_wait()) {
+    const auto& w = m.noti_wait();
+    auto it = live_.find(w.txn_id());
+    if (w.release()) {
+      // A shard got its cross-region inputs: every site may pass D again.
+      for (NodeId s : d_.sites_of_region(region_)) {
+        Envelope e;
+        auto* n = e.mutable_dast()->mutable_noti_commit();
+        n->set_txn_id(w.txn_id());
+        *n->mutable_decision() = w.decision();
+        n->set_release(true);
+        env.send(s, std::move(e));
+      }
+      if (it != live_.end()) live_.erase(it);
+      return;
+    }
+    if (it == live_.end()) throw BadMessage("NotiWait for unknown txn");
+    for (NodeId s : it->second.untouched) {
+      Envelope e;
+      auto* n = e.mutable_dast()->mutable_noti_commit();
+      n->set_txn_id(w.txn_id());
+      *n->mutable_tr() = to_proto(it->second.tr);
+      *n->mutable_decision() = w.decision();
+      n->set_need_input_wait(w.need_input_wait());
+      env.send(s, std::move(e));
+    }
+    if (!w.need_input_wait()) live_.erase(it);
+    return;
+  }
+  throw BadMessage("DAST message not for a manager");
+}
+
+ClientDriverImpl::ClientDriverImpl(const Deployment& d, NodeId self) : d_(d), self_(self) {}
+
+void ClientDriverImpl::submit(Env& env, const TxnRequest& txn, uint32_t attempt) {
+  // Spread handlers over the home shard's replicas, one fixed replica per client process.
+  NodeId handler = d_.replica_id(txn.home_shard(), self_ % d_.replicas);
+  Envelope e;
+  *e.mutable_submit()->mutable_txn() = txn;
+  e.mutable_submit()->set_attempt(attempt);
+  env.send(handler, std::move(e));
+}
+
+void ClientDriverImpl::on_message(Env& env, const Envelope& msg) {
+  if (!msg.has_reply()) throw BadMessage("DAST client expects ClientReply");
+  if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed()});
+}
+
+const ProtocolFactory& factory() {
+  static const ProtocolFactory f{
+      [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<Node> {
+        return std::make_unique<Replica>(d, id, w);
+      },
+      [](const Deployment& d, NodeId id) -> std::unique_ptr<Node> {
+        return std::make_unique<Manager>(d, id);
+      },
+      [](const Deployment& d, NodeId id) -> std::unique_ptr<ClientDriver> {
+        return std::make_unique<ClientDriverImpl>(d, id);
+      }};
+  return f;
+}
+
+}  // namespace txn::dast

@@ -1,0 +1,521 @@
+// DAST replica: handler/coordinator for its clients' transactions and a
+// timestamp-ordered executor of its shard (docs/protocols/dast.md).
+#include <algorithm>
+#include <sstream>
+
+#include "protocols/dast/dast.h"
+
+namespace txn::dast {
+namespace {
+constexpr uint64_t kSyncTimer = 1;
+constexpr TimeUs kReleaseMemoryUs = 30'000'000;
+
+template <class T>
+std::string str(const T& x) {
+  std::ostringstream o;
+  o << x;
+  return o.str();
+}
+}  // namespace
+
+TxnShape analyze(const Deployment& d, const TxnRequest& txn) {
+  if (txn.pieces().empty()) throw BadMessage("txn " + str(txn.txn_id()) + " has no pieces");
+  TxnShape s;
+  std::map<std::string, uint32_t> producer;  // variable -> producing shard
+  std::set<uint32_t> shards;
+  for (const auto& p : txn.pieces()) {
+    if (p.shard() >= d.n_shards())
+      throw BadMessage("txn " + str(txn.txn_id()) + ": piece shard " + str(p.shard()) +
+                       " out of range (" + str(d.n_shards()) + " shards)");
+    shards.insert(p.shard());
+    s.regions.insert(d.region_of_shard(p.shard()));
+    for (const auto& v : p.outputs()) producer[v] = p.shard();
+  }
+  if (txn.home_shard() >= d.n_shards() || !shards.count(txn.home_shard()))
+    throw BadMessage("txn " + str(txn.txn_id()) + ": home shard " + str(txn.home_shard()) +
+                     " is not touched by its pieces");
+  std::set<uint32_t> producer_regions;  // regions that feed another region
+  for (const auto& p : txn.pieces()) {
+    for (const auto& v : p.inputs()) {
+      auto it = producer.find(v);
+      if (it == producer.end())
+        throw BadMessage("txn " + str(txn.txn_id()) + ": input '" + v + "' has no producer");
+      uint32_t from = d.region_of_shard(it->second), to = d.region_of_shard(p.shard());
+      if (from != to) {
+        s.wait_regions.insert(to);
+        s.input_shards.insert(p.shard());
+        producer_regions.insert(from);
+      }
+    }
+  }
+  for (uint32_t r : s.wait_regions)
+    if (producer_regions.count(r))
+      throw BadMessage("txn " + str(txn.txn_id()) +
+                       ": cross-region value dependencies in both directions are not supported");
+  s.shards.assign(shards.begin(), shards.end());
+  return s;
+}
+
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : d_(d), self_(self), me_(d.node(self)), w_(w), store_(w.load(d.node(self).shard)),
+      clock_(self), sync_interval_us_(static_cast<TimeUs>(d.dast.sync_interval_ms * 1000)) {
+  for (NodeId s : d.sites_of_region(me_.region))
+    if (s != self) region_sites_.push_back(s);
+  const auto& rtt = d.link.rtt_ms;
+  for (uint32_t r = 0; r < d.regions; ++r) {
+    double prior = 100'000;
+    if (rtt.size() == d.regions)
+      prior = (rtt[me_.region][r] + rtt[r][r] / 2) * 1000;
+    rtt_.emplace_back(prior, d.dast.ewma_alpha);
+  }
+}
+
+void Replica::start(Env& env) {
+  env.set_timer(kSyncTimer, sync_interval_us_);
+}
+
+bool Replica::idle() const { return queue_.empty() && coords_.empty(); }
+
+void Replica::on_timer(Env& env, uint64_t id) {
+  if (id != kSyncTimer) return;
+  send_sync(env);
+  TimeUs now = env.mono_us();
+  for (auto it = released_.begin(); it != released_.end();)
+    it = now - it->second > kReleaseMemoryUs ? released_.erase(it) : std::next(it);
+  try_execute(env);
+  drain_local(env);
+  env.set_timer(kSyncTimer, sync_interval_us_);
+}
+
+void Replica::send_sync(Env& env) {
+  TimeUs now = env.mono_us();
+  Ts clock = clock_.fresh(env.now_us());
+  for (NodeId s : region_sites_) {
+    auto it = last_clock_sent_.find(s);
+    if (it != last_clock_sent_.end() && now - it->second < sync_interval_us_) continue;
+    Envelope e;
+    *e.mutable_dast()->mutable_ir_sync()->mutable_clock() = to_proto(clock);
+    last_clock_sent_[s] = now;
+    env.send(s, std::move(e));
+  }
+}
+
+void Replica::on_message(Env& env, const Envelope& msg) {
+  dispatch(env, msg);
+  drain_local(env);
+}
+
+void Replica::post(Env& env, NodeId to, Envelope msg) {
+  if (to == self_) {
+    msg.set_from(self_);
+    msg.set_to(self_);
+    local_.push_back(std::move(msg));
+  } else {
+    env.send(to, std::move(msg));
+  }
+}
+
+void Replica::drain_local(Env& env) {
+  if (in_dispatch_) return;
+  in_dispatch_ = true;
+  while (!local_.empty()) {
+    Envelope m = std::move(local_.front());
+    local_.pop_front();
+    try {
+      dispatch(env, m);
+    } catch (const BadMessage& e) {
+      env.log(std::string("bad local message: ") + e.what());
+    }
+  }
+  in_dispatch_ = false;
+}
+
+void Replica::dispatch(Env& env, const Envelope& msg) {
+  NodeId from = msg.from();
+  if (msg.has_submit()) return on_submit(env, from, msg.submit());
+  if (!msg.has_dast()) throw BadMessage("dast replica got a non-DAST message");
+  const auto& m = msg.dast();
+  switch (m.m_case()) {
+    case ::dast::Msg::kStoreIrt: return on_store_irt(env, from, m.store_irt());
+    case ::dast::Msg::kStoreIrtAck: return on_store_irt_ack(env, from, m.store_irt_ack());
+    case ::dast::Msg::kStoreCrt: return on_store_crt(env, from, m.store_crt());
+    case ::dast::Msg::kNotiCrt: return on_noti_crt(env, m.noti_crt());
+    case ::dast::Msg::kRemotePrepared: return on_remote_prepared(env, m.remote_prepared());
+    case ::dast::Msg::kDistExe: return on_dist_exe(env, m.dist_exe());
+    case ::dast::Msg::kNotiCommit: return on_noti_commit(env, m.noti_commit());
+    case ::dast::Msg::kSendOutput: return on_send_output(env, m.send_output());
+    case ::dast::Msg::kPieceResult: return on_piece_result(env, from, m.piece_result());
+    case ::dast::Msg::kIrSync: return on_sync(env, from, m.ir_sync());
+    default: throw BadMessage("DAST message without a body or not for a replica");
+  }
+}
+
+void Replica::observe(Env& env, NodeId from, const Ts& ts) {
+  if (from != self_) {
+    Ts& k = known_clock_[from];
+    if (k < ts) k = ts;
+  }
+  clock_.observe(ts, env.now_us());
+}
+
+Replica::Entry& Replica::add_entry(const TxnRequest& txn, const Ts& ts, bool crt, bool executable,
+                                   NodeId coordinator, uint32_t output_replica) {
+  if (entries_.count(txn.txn_id())) throw BadMessage("duplicate txn " + str(txn.txn_id()));
+  Entry& e = entries_[txn.txn_id()];
+  e.txn = txn;
+  e.shape = analyze(d_, txn);
+  e.ts = ts;
+  e.crt = crt;
+  e.executable = executable;
+  e.coordinator = coordinator;
+  e.output_replica = output_replica;
+  if (auto it = early_vars_.find(txn.txn_id()); it != early_vars_.end()) {
+    e.vars = it->second;
+    early_vars_.erase(it);
+  }
+  queue_[ts] = txn.txn_id();
+  return e;
+}
+
+void Replica::rekey(Entry& e, const Ts& ts) {
+  queue_.erase(e.ts);
+  e.ts = ts;
+  queue_[ts] = e.txn.txn_id();
+}
+
+// ---- handler / coordinator ---------------------------------------------------
+
+void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
+  const TxnRequest& txn = m.txn();
+  if (txn.home_shard() != me_.shard)
+    throw BadMessage("txn " + str(txn.txn_id()) + " submitted to shard " + str(me_.shard) +
+                     " but its home shard is " + str(txn.home_shard()));
+  if (coords_.count(txn.txn_id())) throw BadMessage("duplicate submit of txn " + str(txn.txn_id()));
+  TxnShape shape = analyze(d_, txn);
+  Coord& c = coords_[txn.txn_id()];
+  c.txn = txn;
+  c.shape = shape;
+  c.client = from;
+  c.crt = shape.regions.size() > 1 || *shape.regions.begin() != me_.region;
+  if (!c.crt) {
+    Ts ts = clock_.fresh(env.now_us());
+    c.acks[me_.shard] = 1;  // the handler stores it itself
+    TimeUs now = env.mono_us();
+    for (uint32_t s : shape.shards) {
+      for (NodeId r : d_.replicas_of(s)) {
+        if (r == self_) {
+          add_entry(txn, ts, false, true, self_, me_.replica);
+          continue;
+        }
+        Envelope e;
+        auto* st = e.mutable_dast()->mutable_store_irt();
+        *st->mutable_txn() = txn;
+        *st->mutable_ts() = to_proto(ts);
+        st->set_handler(self_);
+        st->set_output_replica(me_.replica);
+        last_clock_sent_[r] = now;
+        post(env, r, std::move(e));
+      }
+    }
+    try_execute(env);
+    return;
+  }
+  Ts src = clock_.fresh(env.now_us());
+  TimeUs now = env.mono_us();
+  for (uint32_t region : shape.regions) {
+    Envelope e;
+    auto* p = e.mutable_dast()->mutable_prepare_crt();
+    *p->mutable_txn() = txn;
+    *p->mutable_src() = to_proto(src);
+    p->set_anticipate_us(static_cast<int64_t>(anticipate_us(c, region)));
+    p->set_coordinator(self_);
+    p->set_output_replica(me_.replica);
+    c.prepare_sent[region] = now;
+    post(env, d_.manager_id(region), std::move(e));
+  }
+}
+
+double Replica::anticipate_us(const Coord& c, uint32_t region) const {
+  // The decision reaches region `region` about one slowest prepare round trip
+  // plus one one-way hop after the source timestamp was taken.
+  double slowest = 0;
+  for (uint32_t r : c.shape.regions) slowest = std::max(slowest, rtt_[r].value());
+  return slowest + rtt_[region].value() / 2 + d_.dast.anticipation_margin_ms * 1000;
+}
+
+void Replica::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
+  observe(env, from, from_proto(m.clock()));
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) return;  // already answered
+  it->second.acks[m.shard()]++;
+  maybe_reply(env, m.txn_id());
+}
+
+void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) throw BadMessage("RemotePrepared for unknown txn " + str(m.txn_id()));
+  Coord& c = it->second;
+  if (c.decided) return;
+  uint32_t region = d_.region_of_shard(m.shard());
+  if (!c.rtt_sampled.count(region) && c.prepare_sent.count(region)) {
+    rtt_[region].add(static_cast<double>(env.mono_us() - c.prepare_sent[region]));
+    c.rtt_sampled.insert(region);
+  }
+  c.proposals[m.shard()][m.replica()] = from_proto(m.proposal());
+  for (uint32_t s : c.shape.shards)
+    if (c.proposals[s].size() < d_.replicas) return;
+  // Every replica of every touched shard has the CRT queued: decide D = max.
+  Ts decision{};
+  for (auto& [s, reps] : c.proposals)
+    for (auto& [r, p] : reps) decision = std::max(decision, p);
+  c.decided = true;
+  c.decision = decision;
+  for (uint32_t s : c.shape.shards) {
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      auto* de = e.mutable_dast()->mutable_dist_exe();
+      de->set_txn_id(m.txn_id());
+      *de->mutable_decision() = to_proto(decision);
+      post(env, r, std::move(e));
+    }
+  }
+  for (uint32_t region2 : c.shape.regions) {
+    Envelope e;
+    auto* nw = e.mutable_dast()->mutable_noti_wait();
+    nw->set_txn_id(m.txn_id());
+    *nw->mutable_decision() = to_proto(decision);
+    nw->set_need_input_wait(c.shape.wait_regions.count(region2) != 0);
+    post(env, d_.manager_id(region2), std::move(e));
+  }
+}
+
+void Replica::on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) return;
+  Coord& c = it->second;
+  c.results.insert(m.shard());
+  for (const auto& [k, v] : m.vars()) c.outputs[k] = v;
+  maybe_reply(env, m.txn_id());
+}
+
+void Replica::maybe_reply(Env& env, uint64_t txn_id) {
+  auto it = coords_.find(txn_id);
+  if (it == coords_.end()) return;
+  Coord& c = it->second;
+  const uint32_t majority = d_.replicas / 2 + 1;
+  for (uint32_t s : c.shape.shards) {
+    if (!c.results.count(s)) return;
+    if (!c.crt && c.acks[s] < majority) return;
+  }
+  if (c.crt && !c.decided) return;
+  Envelope e;
+  auto* r = e.mutable_reply();
+  r->set_txn_id(txn_id);
+  r->set_committed(true);
+  *r->mutable_outputs() = c.outputs;
+  NodeId client = c.client;
+  coords_.erase(it);
+  env.send(client, std::move(e));
+}
+
+// ---- replica: storing and ordering -------------------------------------------
+
+void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
+  Ts ts = from_proto(m.ts());
+  if (d_.node(from).region != me_.region) throw BadMessage("StoreIRT from another region");
+  observe(env, from, ts);
+  add_entry(m.txn(), ts, false, true, m.handler(), m.output_replica());
+  Envelope e;
+  auto* a = e.mutable_dast()->mutable_store_irt_ack();
+  a->set_txn_id(m.txn().txn_id());
+  a->set_shard(me_.shard);
+  *a->mutable_clock() = to_proto(clock_.fresh(env.now_us()));
+  last_clock_sent_[m.handler()] = env.mono_us();
+  post(env, m.handler(), std::move(e));
+  try_execute(env);
+}
+
+void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
+  Ts p = from_proto(m.tr());
+  // Never accept a slot at or below what this site may already have ordered.
+  if (p <= clock_.last()) p = Ts{clock_.last().t + 1, 0, self_};
+  add_entry(m.txn(), p, true, false, m.coordinator(), m.output_replica());
+  clock_.add_pending(m.txn().txn_id(), p);
+  Envelope e;
+  auto* rp = e.mutable_dast()->mutable_remote_prepared();
+  rp->set_txn_id(m.txn().txn_id());
+  rp->set_shard(me_.shard);
+  rp->set_replica(me_.replica);
+  *rp->mutable_proposal() = to_proto(p);
+  post(env, m.coordinator(), std::move(e));
+}
+
+void Replica::on_noti_crt(Env& env, const ::dast::NotiCRT& m) {
+  if (!released_.count(m.txn_id())) clock_.add_pending(m.txn_id(), from_proto(m.tr()));
+}
+
+namespace {
+// Inputs of my pieces that no piece on my shard produces and that are not known yet.
+bool missing_external(const TxnRequest& txn, uint32_t shard, const Vars& vars) {
+  std::set<std::string> local_out;
+  for (const auto& p : txn.pieces())
+    if (p.shard() == shard)
+      for (const auto& v : p.outputs()) local_out.insert(v);
+  for (const auto& p : txn.pieces())
+    if (p.shard() == shard)
+      for (const auto& v : p.inputs())
+        if (!local_out.count(v) && !vars.count(v)) return true;
+  return false;
+}
+}  // namespace
+
+void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
+  auto it = entries_.find(m.txn_id());
+  if (it == entries_.end()) throw BadMessage("DistExe for unknown txn " + str(m.txn_id()));
+  Entry& e = it->second;
+  Ts decision = from_proto(m.decision());
+  if (decision < e.ts) throw BadMessage("DistExe decision below this replica's proposal");
+  clock_.remove_pending(m.txn_id());
+  rekey(e, decision);
+  e.executable = true;
+  if (e.shape.wait_regions.count(me_.region)) {
+    // Keep the region's clocks below D until the cross-region inputs are here,
+    // so IRTs keep ordering (and executing) before this CRT.
+    if (e.shape.input_shards.count(me_.shard)) {
+      if (missing_external(e.txn, me_.shard, e.vars)) {
+        e.holds_input_wait = true;
+        clock_.add_pending(m.txn_id(), decision);
+      } else {
+        inputs_arrived(env, e);
+      }
+    } else if (!released_.count(m.txn_id())) {
+      clock_.add_pending(m.txn_id(), decision);
+    }
+  }
+  try_execute(env);
+}
+
+void Replica::inputs_arrived(Env& env, Entry& e) {
+  e.holds_input_wait = false;
+  clock_.remove_pending(e.txn.txn_id());
+  if (me_.replica == e.output_replica) {
+    Envelope n;
+    auto* nw = n.mutable_dast()->mutable_noti_wait();
+    nw->set_txn_id(e.txn.txn_id());
+    *nw->mutable_decision() = to_proto(e.ts);
+    nw->set_release(true);
+    post(env, d_.manager_id(me_.region), std::move(n));
+  }
+}
+
+void Replica::on_noti_commit(Env& env, const ::dast::NotiCommit& m) {
+  auto it = entries_.find(m.txn_id());
+  bool own_wait = it != entries_.end() && it->second.holds_input_wait;
+  if (m.release()) {
+    released_[m.txn_id()] = env.mono_us();
+    if (!own_wait) clock_.remove_pending(m.txn_id());
+  } else if (!own_wait) {
+    clock_.remove_pending(m.txn_id());
+    if (m.need_input_wait() && !released_.count(m.txn_id()))
+      clock_.add_pending(m.txn_id(), from_proto(m.decision()));
+  }
+  try_execute(env);
+}
+
+void Replica::on_send_output(Env& env, const ::dast::SendOutput& m) {
+  auto it = entries_.find(m.txn_id());
+  if (it == entries_.end()) {
+    auto& early = early_vars_[m.txn_id()];
+    for (const auto& [k, v] : m.vars()) early[k] = v;
+    return;
+  }
+  Entry& e = it->second;
+  for (const auto& [k, v] : m.vars()) e.vars[k] = v;
+  if (e.holds_input_wait && !missing_external(e.txn, me_.shard, e.vars)) inputs_arrived(env, e);
+  try_execute(env);
+}
+
+void Replica::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
+  if (d_.node(from).region != me_.region) throw BadMessage("IRSync from another region");
+  observe(env, from, from_proto(m.clock()));
+  try_execute(env);
+}
+
+// ---- execution ------------------------------------------------------------------
+
+bool Replica::watermark_passed(Env& env, const Ts& t) {
+  for (NodeId s : region_sites_) {
+    auto it = known_clock_.find(s);
+    if (it == known_clock_.end() || !(t < it->second)) return false;
+  }
+  return t < clock_.fresh(env.now_us());
+}
+
+void Replica::try_execute(Env& env) {
+  while (!queue_.empty()) {
+    Entry& e = entries_.at(queue_.begin()->second);
+    if (!e.executable || !watermark_passed(env, e.ts) || !run_pieces(env, e)) return;
+    finish_entry(env, e);
+  }
+}
+
+bool Replica::run_pieces(Env& env, Entry& e) {
+  for (const auto& p : e.txn.pieces()) {
+    if (p.shard() != me_.shard || e.done.count(p.id())) continue;
+    Vars in = p.args();
+    for (const auto& v : p.inputs()) {
+      auto it = e.vars.find(v);
+      if (it == e.vars.end()) return false;  // blocked on a value from another shard
+      in[v] = it->second;
+    }
+    Vars out;
+    try {
+      w_.execute(*store_, p, in, &out);
+    } catch (const BadMessage& err) {
+      // Deterministic on every replica: the piece is skipped everywhere.
+      env.log("txn " + str(e.txn.txn_id()) + " piece " + str(p.id()) + ": " + err.what());
+    }
+    for (const auto& [k, v] : out) e.vars[k] = v;
+    e.done.insert(p.id());
+  }
+  return true;
+}
+
+void Replica::finish_entry(Env& env, Entry& e) {
+  const uint64_t id = e.txn.txn_id();
+  // Variables my pieces produced, forwarded to the shards that need them.
+  Vars produced;
+  for (const auto& p : e.txn.pieces())
+    if (p.shard() == me_.shard)
+      for (const auto& v : p.outputs())
+        if (auto it = e.vars.find(v); it != e.vars.end()) produced[v] = it->second;
+  std::map<uint32_t, Vars> needs;
+  for (const auto& p : e.txn.pieces()) {
+    if (p.shard() == me_.shard) continue;
+    for (const auto& v : p.inputs())
+      if (auto it = produced.find(v); it != produced.end()) needs[p.shard()][v] = it->second;
+  }
+  for (auto& [shard, vars] : needs) {
+    Envelope o;
+    auto* so = o.mutable_dast()->mutable_send_output();
+    so->set_txn_id(id);
+    so->set_from_shard(me_.shard);
+    *so->mutable_vars() = vars;
+    post(env, d_.replica_id(shard, me_.replica), std::move(o));
+  }
+  if (me_.replica == e.output_replica) {
+    Envelope r;
+    auto* pr = r.mutable_dast()->mutable_piece_result();
+    pr->set_txn_id(id);
+    pr->set_shard(me_.shard);
+    *pr->mutable_vars() = produced;
+    post(env, e.coordinator, std::move(r));
+  }
+  if (keep_log_) exec_log_.push_back(ExecRecord{e.ts, e.txn});
+  ++n_executed_;
+  if (e.holds_input_wait) clock_.remove_pending(id);
+  queue_.erase(e.ts);
+  entries_.erase(id);
+}
+
+}  // namespace txn::dast

@@ -1,0 +1,220 @@
+#include "runtime/process.h"
+
+#include <getopt.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "client/client_node.h"
+#include "core/protocol.h"
+#include "runtime/event_loop.h"
+#include "runtime/transport.h"
+
+namespace txn::runtime {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+// Exits without running destructors: gRPC threads and open streams make an
+// orderly teardown slow and fragile, and all outputs are already written.
+[[noreturn]] void quit(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
+struct Fatal {
+  int code;
+  std::string msg;
+};
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  return static_cast<bool>(f);
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+// Adds `fields` (already "k": v, ...) in front of the keys of a JSON object.
+std::string prepend_fields(const std::string& obj, const std::string& fields) {
+  size_t b = obj.find('{');
+  if (b == std::string::npos) return "{" + fields + "}";
+  size_t rest = obj.find_first_not_of(" \t\r\n", b + 1);
+  bool empty = rest != std::string::npos && obj[rest] == '}';
+  return "{" + fields + (empty ? "" : ", ") + obj.substr(b + 1);
+}
+
+int run(Role role, const char* prog, int argc, char** argv) {
+  std::string usage = std::string("usage: ") + prog + " --config FILE --name NAME " +
+                      (role == Role::Client ? "--out DIR" : "[--out DIR]");
+  std::string config, name, out = ".";
+  static const option opts[] = {{"config", required_argument, nullptr, 'c'},
+                                {"name", required_argument, nullptr, 'n'},
+                                {"out", required_argument, nullptr, 'o'},
+                                {"help", no_argument, nullptr, 'h'},
+                                {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, "", opts, nullptr)) != -1;) {
+    if (c == 'c') config = optarg;
+    else if (c == 'n') name = optarg;
+    else if (c == 'o') out = optarg;
+    else if (c == 'h') { std::cout << usage << "\n"; return 0; }
+    else throw Fatal{2, "bad argument " + std::string(argv[optind - 1]) + "\n" + usage};
+  }
+  if (optind < argc) throw Fatal{2, "unexpected argument " + std::string(argv[optind]) + "\n" + usage};
+  if (config.empty() || name.empty()) throw Fatal{2, "--config and --name are required\n" + usage};
+
+  Deployment d;
+  TransportOptions topt;
+  topt.prog = prog;
+  try {
+    d = load_deployment(config);
+    topt.connect_timeout_s = read_connect_timeout_s(config);
+  } catch (const ConfigError& e) {
+    throw Fatal{2, e.what()};
+  }
+  const NodeInfo* me = d.find(name);
+  if (!me) throw Fatal{2, "node '" + name + "' not in " + config};
+  bool is_client = me->kind == NodeKind::Client;
+  if (is_client != (role == Role::Client))
+    throw Fatal{2, "node '" + name + "' is a " + (is_client ? "client" : "server") +
+                       "; run it with " + (is_client ? "txn-client" : "txn-server")};
+
+  std::unique_ptr<Workload> w;
+  std::unique_ptr<Node> node;
+  ClientNode* client = nullptr;
+  ReplicaNode* replica = nullptr;
+  try {
+    w = make_workload(d);
+    const ProtocolFactory& f = protocol_factory(d.mode);
+    if (me->kind == NodeKind::Replica) {
+      node = f.make_replica(d, me->id, *w);
+      replica = dynamic_cast<ReplicaNode*>(node.get());
+    } else if (me->kind == NodeKind::Manager) {
+      if (!f.make_manager) throw ConfigError("mode " + d.mode + " has no region managers (node " + name + ")");
+      node = f.make_manager(d, me->id);
+    } else {
+      auto c = std::make_unique<ClientNode>(d, me->id, *w, f.make_client_driver(d, me->id));
+      client = c.get();
+      node = std::move(c);
+    }
+  } catch (const ConfigError& e) {
+    throw Fatal{2, e.what()};
+  }
+
+  EventLoop loop(d, me->id);
+  Transport transport(d, me->id, topt, [&loop](Envelope&& m) { loop.post(std::move(m)); },
+                      [&loop](const std::string& l) { loop.env().log(l); });
+  loop.set_sender([&transport](Envelope&& m) { transport.send(std::move(m)); });
+  std::string err;
+  if (!transport.listen(&err)) throw Fatal{1, err};
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  std::printf("READY %s %s:%u\n", name.c_str(), me->host.c_str(), me->port);
+  std::fflush(stdout);
+
+  using Clock = std::chrono::steady_clock;
+  bool draining = false, interrupted = false;
+  Clock::time_point drain_start, idle_since;
+  bool idle_seen = false;
+  loop.run(*node, [&] {
+    if (client) {
+      if (g_signal) interrupted = true;
+      return interrupted || client->finished();
+    }
+    if (!g_signal) return false;
+    auto now = Clock::now();
+    if (!draining) {
+      draining = true;
+      drain_start = now;
+      transport.set_draining(true);
+    }
+    if (now - drain_start >= std::chrono::seconds(10)) {
+      loop.env().log("drain: still busy after 10 s, stopping anyway");
+      return true;
+    }
+    if (!node->idle()) {
+      idle_seen = false;
+      return false;
+    }
+    if (!idle_seen) {
+      idle_seen = true;
+      idle_since = now;
+    }
+    return now - idle_since >= std::chrono::milliseconds(200);
+  });
+
+  if (client) {
+    const auto& recs = client->records();
+    std::vector<std::string> names;
+    for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
+    Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
+    std::string js = prepend_fields(summary_json(s), "\"node\": " + json_str(name) +
+                                                         ", \"n_records\": " + std::to_string(recs.size()) +
+                                                         ", \"interrupted\": " + (interrupted ? "true" : "false"));
+    if (!write_file(out + "/" + name + ".records.csv", records_csv(recs, names)) ||
+        !write_file(out + "/" + name + ".summary.json", js + "\n"))
+      throw Fatal{1, "cannot write results to " + out};
+    return interrupted ? 130 : 0;
+  }
+  if (replica) {
+    // Identify the dump; the store may already carry some of these keys.
+    std::string dump = replica->store().dump_json(), fields;
+    auto add = [&](const std::string& k, const std::string& v) {
+      if (dump.find("\"" + k + "\"") != std::string::npos) return;
+      fields += (fields.empty() ? "" : ", ") + json_str(k) + ": " + v;
+    };
+    add("node", json_str(name));
+    add("shard", std::to_string(me->shard));
+    add("replica", std::to_string(me->replica));
+    add("workload", json_str(w->name()));
+    std::string js = fields.empty() ? dump : prepend_fields(dump, fields);
+    if (!write_file(out + "/" + name + ".state.json", js + "\n"))
+      throw Fatal{1, "cannot write " + out + "/" + name + ".state.json"};
+  }
+  return 0;
+}
+
+}  // namespace
+
+double read_connect_timeout_s(const std::string& path) {
+  try {
+    YAML::Node r = YAML::LoadFile(path)["runtime"];
+    if (r && r["connect_timeout_s"]) return r["connect_timeout_s"].as<double>();
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": runtime.connect_timeout_s: " + e.what());
+  }
+  return 10;
+}
+
+int run_process(Role role, int argc, char** argv) {
+  const char* prog = role == Role::Server ? "txn-server" : "txn-client";
+  int code;
+  try {
+    code = run(role, prog, argc, argv);
+  } catch (const Fatal& f) {
+    std::fprintf(stderr, "%s: error: %s\n", prog, f.msg.c_str());
+    code = f.code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", prog, e.what());
+    code = 1;
+  }
+  quit(code);
+}
+
+}  // namespace txn::runtime

@@ -1,0 +1,132 @@
+// In-memory shard stores for TPC-C and TPC-A plus small shared helpers
+// (deterministic RNG draws, FNV-1a hashing, argument access).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/node.h"
+#include "core/workload.h"
+
+namespace txn::wl {
+
+// ---- deterministic draws (portable: no std::*_distribution) ----------------
+inline int64_t rand_int(std::mt19937_64& g, int64_t lo, int64_t hi) {  // inclusive
+  return lo + static_cast<int64_t>(g() % static_cast<uint64_t>(hi - lo + 1));
+}
+inline double rand_unit(std::mt19937_64& g) { return (g() >> 11) * (1.0 / 9007199254740992.0); }
+inline bool chance(std::mt19937_64& g, double p) { return rand_unit(g) < p; }
+inline int64_t nurand(std::mt19937_64& g, int64_t a, int64_t c, int64_t x, int64_t y) {
+  return (((rand_int(g, 0, a) | rand_int(g, x, y)) + c) % (y - x + 1)) + x;
+}
+
+// ---- FNV-1a 64 -----------------------------------------------------------------
+struct Fnv {
+  uint64_t h = 1469598103934665603ULL;
+  void bytes(const void* p, size_t n) {
+    auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ULL; }
+  }
+  void i(int64_t v) { bytes(&v, sizeof v); }
+  void s(const std::string& v) { i(static_cast<int64_t>(v.size())); bytes(v.data(), v.size()); }
+  std::string hex() const;
+};
+
+// ---- piece argument access (throws BadMessage, never crashes) ---------------------
+int64_t get_int(const Vars& v, const char* name);
+std::string get_str(const Vars& v, const char* name);
+inline Value int_value(int64_t x) { Value v; v.set_i(x); return v; }
+inline Value str_value(const std::string& x) { Value v; v.set_s(x); return v; }
+std::string money(int64_t cents);   // "123.45"
+
+// ---- TPC-C -------------------------------------------------------------------------
+// One warehouse per shard (w_id = shard). Money is int64 cents, tax in basis points.
+// d_id, c_id, i_id are 0-based; o_id is 1-based (d_next_o_id starts at orders+1).
+struct TpccSizes {
+  int32_t districts = 10, customers = 30, items = 100, orders = 30;
+};
+struct Customer {
+  int32_t last = 0;            // c_last as a number (c_id % 1000); printed as 3 digits
+  bool bad_credit = false;
+  int32_t discount_bp = 0;
+  int64_t balance = 0, ytd_payment = 0;
+  int32_t payment_cnt = 0, delivery_cnt = 0;
+  int32_t last_o_id = 0;       // most recent order (0: none)
+};
+struct Order { int32_t c_id = 0, carrier = 0, ol_cnt = 0; bool all_local = true; };
+struct OrderLine { int32_t i_id = 0, supply_w = 0, qty = 0; int64_t amount = 0; bool delivered = false; };
+struct Stock { int32_t quantity = 0, ytd = 0, order_cnt = 0, remote_cnt = 0; };
+struct History { int32_t c_id, c_d, c_w, d; int64_t amount; std::string data; };
+struct District {
+  std::string name;
+  int32_t tax_bp = 0, next_o_id = 1;
+  int64_t ytd = 0;
+};
+
+struct DistrictAgg {
+  int32_t d_id;
+  int64_t d_ytd;
+  int64_t d_next_o_id, max_o_id, max_no_o_id, min_no_o_id, no_count, sum_ol_cnt, ol_count;
+};
+
+class TpccStore : public ShardStore {
+ public:
+  TpccStore(uint32_t shard, TpccSizes sz) : shard(shard), sz(sz) {}
+  std::string digest() const override;
+  std::string dump_json() const override;
+  std::vector<DistrictAgg> aggregates() const;
+
+  uint32_t shard;
+  TpccSizes sz;
+  uint64_t executed = 0;
+  std::string w_name;
+  int32_t w_tax_bp = 0;
+  int64_t w_ytd = 0;
+  std::vector<District> district;
+  std::vector<Customer> customer;                        // index d * customers + c
+  std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> by_name;  // (d, last) -> c_ids (derived)
+  std::vector<History> history;                          // append-only, in execution order
+  std::map<std::pair<int32_t, int32_t>, Order> order;    // (d, o_id)
+  std::map<std::pair<int32_t, int32_t>, bool> new_order; // (d, o_id) -> present
+  std::map<std::array<int32_t, 3>, OrderLine> order_line;  // (d, o_id, ol_number)
+  std::vector<int64_t> item_price;                       // ITEM, replicated on every shard
+  std::vector<Stock> stock;                              // by i_id
+
+  Customer& cust(int32_t d, int32_t c) { return customer[static_cast<size_t>(d) * sz.customers + c]; }
+};
+
+// ---- TPC-A -------------------------------------------------------------------------
+struct TpcaTable {
+  std::map<int64_t, int64_t> balance;   // key -> balance (keys with key % P == shard)
+  int64_t initial_sum = 0, applied_delta = 0, applied_count = 0;
+  int64_t sum() const;
+};
+class TpcaStore : public ShardStore {
+ public:
+  explicit TpcaStore(uint32_t shard) : shard(shard) {}
+  std::string digest() const override;
+  std::string dump_json() const override;
+  static constexpr const char* kTables[3] = {"customer", "teller", "branch"};
+  uint32_t shard;
+  uint64_t executed = 0;
+  std::array<TpcaTable, 3> table;
+};
+
+std::unique_ptr<Workload> make_tpcc(const Deployment& d);
+std::unique_ptr<Workload> make_tpca(const Deployment& d);
+
+// Zipf(alpha, n) over ranks 0..n-1 (rank 0 hottest): precomputed CDF + binary search.
+class ZipfSampler {
+ public:
+  ZipfSampler(double alpha, int64_t n);   // throws ConfigError unless 0 <= alpha <= 1, n >= 1
+  int64_t operator()(std::mt19937_64& g) const;
+  double pmf(int64_t rank) const;
+  int64_t n() const { return static_cast<int64_t>(cdf_.size()); }
+ private:
+  std::vector<double> cdf_;
+};
+
+}  // namespace txn::wl

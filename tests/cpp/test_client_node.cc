@@ -1,0 +1,177 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "client/client_node.h"
+
+using namespace txn;
+
+namespace {
+
+// Virtual-time Env: a timer heap, no network.
+class FakeEnv : public Env {
+ public:
+  TimeUs now = 0;
+  std::multimap<std::pair<TimeUs, uint64_t>, uint64_t> timers;  // (at, seq) -> id
+  uint64_t seq = 0;
+  std::mt19937_64 r{1};
+  TimeUs now_us() override { return now; }
+  TimeUs mono_us() override { return now + 1000000; }  // offset: records must be relative
+  void send(NodeId, Envelope) override {}
+  void set_timer(uint64_t id, TimeUs delay) override { timers.insert({{now + delay, seq++}, id}); }
+  std::mt19937_64& rng() override { return r; }
+  NodeId self() const override { return 5; }
+  void log(const std::string&) override {}
+  // Run until no timers remain or `limit`.
+  void run(Node& n, TimeUs limit) {
+    while (!timers.empty() && timers.begin()->first.first <= limit) {
+      auto it = timers.begin();
+      now = it->first.first;
+      uint64_t id = it->second;
+      timers.erase(it);
+      n.on_timer(*this, id);
+    }
+  }
+};
+
+class FakeWorkload : public Workload {
+ public:
+  std::vector<ClientContext> seen;
+  std::string name() const override { return "fake"; }
+  std::unique_ptr<ShardStore> load(uint32_t) const override { return nullptr; }
+  TxnRequest generate(std::mt19937_64& rng, const ClientContext& ctx) const override {
+    const_cast<FakeWorkload*>(this)->seen.push_back(ctx);
+    TxnRequest t;
+    t.set_type(rng() % 2);
+    t.set_crt(t.type() == 1);
+    t.set_home_shard(ctx.home_shard);
+    return t;
+  }
+  void execute(ShardStore&, const Piece&, const Vars&, Vars*) const override {}
+  std::string type_name(uint32_t t) const override { return "T" + std::to_string(t); }
+  uint32_t n_types() const override { return 2; }
+};
+
+// Finishes each attempt after `delay_us`; aborts the first `aborts` attempts of every txn
+// (or every attempt if aborts < 0).
+class FakeDriver : public ClientDriver {
+ public:
+  TimeUs delay_us;
+  int aborts;
+  int outstanding = 0, max_outstanding = 0, submits = 0;
+  std::map<uint64_t, uint32_t> pending;  // timer id -> attempt
+  std::map<uint64_t, uint64_t> txn_of;   // timer id -> txn id
+  std::vector<uint64_t> ids;
+  FakeDriver(TimeUs d, int a) : delay_us(d), aborts(a) {}
+  void submit(Env& env, const TxnRequest& txn, uint32_t attempt) override {
+    ++submits;
+    max_outstanding = std::max(max_outstanding, ++outstanding);
+    uint64_t tid = 1000 + submits;  // small ids: routed here by ClientNode
+    pending[tid] = attempt;
+    txn_of[tid] = txn.txn_id();
+    ids.push_back(txn.txn_id());
+    env.set_timer(tid, delay_us);
+  }
+  void on_message(Env&, const Envelope&) override {}
+  void on_timer(Env& env, uint64_t id) override {
+    --outstanding;
+    bool ok = aborts >= 0 && pending[id] > uint32_t(aborts);
+    done_(env, {txn_of[id], ok});
+  }
+};
+
+Deployment dep() {
+  Deployment d = make_local_deployment(1, 1, 2);  // clients are node ids 4 and 5 (both shard 0)
+  d.client.n_concurrent = 3;
+  d.client.duration_s = 1;
+  d.client.warmup_s = 0.1;
+  d.client.cooldown_s = 0.1;
+  d.client.drain_timeout_s = 1;
+  d.client.retry_limit = 4;
+  return d;
+}
+
+}  // namespace
+
+TEST(ClientNode, ClosedLoopStopsAtDuration) {
+  Deployment d = dep();
+  FakeWorkload w;
+  auto drv = std::make_unique<FakeDriver>(10000, 0);  // 10 ms per txn, always commits
+  FakeDriver* f = drv.get();
+  ClientNode c(d, 5, w, std::move(drv));
+  FakeEnv env;
+  c.start(env);
+  EXPECT_EQ(f->outstanding, 3);
+  env.run(c, 100000000);
+  EXPECT_TRUE(c.finished());
+  EXPECT_EQ(f->max_outstanding, 3);
+  // 3 slots x 100 txns in 1 s (the 100th of each starts at 990 ms and finishes at 1 s).
+  EXPECT_EQ(c.records().size(), 300u);
+  for (const auto& r : c.records()) {
+    EXPECT_TRUE(r.committed);
+    EXPECT_EQ(r.latency_us, 10000);
+    EXPECT_EQ(r.attempts, 1u);
+    EXPECT_LT(r.start_us, 1000000);
+    EXPECT_EQ(r.txn_id >> 40, 5u);
+  }
+  // client_index = slot + k * n_concurrent; node 5 is the second client of shard 0.
+  EXPECT_EQ(w.seen[0].client_index, 3u);
+  EXPECT_EQ(w.seen[2].client_index, 5u);
+  EXPECT_EQ(w.seen[0].home_shard, 0u);
+  Summary s = summarize(c.records(), 1, 0.1, 0.1);
+  EXPECT_NEAR(s.throughput_tps, 3 * 80 / 0.8, 3 / 0.8 + 1e-9);
+}
+
+TEST(ClientNode, RetriesWithFreshIdsThenGivesUp) {
+  Deployment d = dep();
+  d.client.duration_s = 0.05;
+  d.client.warmup_s = 0;
+  d.client.cooldown_s = 0;
+  FakeWorkload w;
+  auto drv = std::make_unique<FakeDriver>(10000, -1);  // always aborts
+  FakeDriver* f = drv.get();
+  ClientNode c(d, 5, w, std::move(drv));
+  FakeEnv env;
+  c.start(env);
+  env.run(c, 100000000);
+  EXPECT_TRUE(c.finished());
+  ASSERT_EQ(c.records().size(), 3u * 2);  // 40 ms per txn (4 attempts): 2 per slot in 50 ms
+  for (const auto& r : c.records()) {
+    EXPECT_FALSE(r.committed);
+    EXPECT_EQ(r.attempts, 4u);
+    EXPECT_EQ(r.latency_us, 40000);
+  }
+  std::set<uint64_t> uniq(f->ids.begin(), f->ids.end());
+  EXPECT_EQ(uniq.size(), f->ids.size());  // every attempt has a fresh txn id
+}
+
+TEST(ClientNode, AbortThenCommit) {
+  Deployment d = dep();
+  FakeWorkload w;
+  ClientNode c(d, 4, w, std::make_unique<FakeDriver>(10000, 2));
+  FakeEnv env;
+  c.start(env);
+  env.run(c, 100000000);
+  ASSERT_FALSE(c.records().empty());
+  for (const auto& r : c.records()) {
+    EXPECT_TRUE(r.committed);
+    EXPECT_EQ(r.attempts, 3u);
+  }
+}
+
+TEST(ClientNode, DrainTimeoutGivesUpOutstanding) {
+  Deployment d = dep();
+  d.client.drain_timeout_s = 0.5;
+  FakeWorkload w;
+  ClientNode c(d, 4, w, std::make_unique<FakeDriver>(800000, 0));  // 0.8 s per txn
+  FakeEnv env;
+  c.start(env);
+  env.run(c, 1400000);  // stop at 1 s, drain deadline at 1.5 s
+  EXPECT_FALSE(c.finished());
+  env.run(c, 1500000);
+  EXPECT_TRUE(c.finished());
+  ASSERT_EQ(c.records().size(), 6u);  // 3 committed at 0.8 s, 3 given up at 1.5 s
+  int given_up = 0;
+  for (const auto& r : c.records()) given_up += !r.committed;
+  EXPECT_EQ(given_up, 3);
+}

@@ -1,0 +1,270 @@
+// Deterministic DAST tests on the simulated network.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "dast_harness.h"
+
+using namespace txn;
+using txn::test::DastCluster;
+using txn::test::ProbeClient;
+using txn::test::small_deployment;
+
+namespace {
+
+// Re-execute every transaction serially in global timestamp order on fresh
+// stores; DAST is correct iff the replicas ended in exactly that state.
+void expect_serializable_and_identical(DastCluster& c) {
+  const Deployment& d = c.d;
+  std::map<txn::dast::Ts, TxnRequest> order;
+  std::map<uint64_t, txn::dast::Ts> ts_of;
+  for (uint32_t s = 0; s < d.n_shards(); ++s) {
+    auto* r0 = c.replica(s, 0);
+    for (uint32_t r = 1; r < d.replicas; ++r) {
+      auto* rr = c.replica(s, r);
+      EXPECT_EQ(r0->store().digest(), rr->store().digest()) << "shard " << s << " replica " << r;
+      ASSERT_EQ(r0->exec_log().size(), rr->exec_log().size()) << "shard " << s;
+      for (size_t i = 0; i < r0->exec_log().size(); ++i)
+        ASSERT_EQ(r0->exec_log()[i].txn.txn_id(), rr->exec_log()[i].txn.txn_id());
+    }
+    txn::dast::Ts prev{};
+    for (const auto& rec : r0->exec_log()) {
+      EXPECT_LT(prev, rec.ts) << "shard " << s << " executed out of timestamp order";
+      prev = rec.ts;
+      auto [it, fresh] = ts_of.emplace(rec.txn.txn_id(), rec.ts);
+      if (!fresh) EXPECT_EQ(it->second, rec.ts) << "txn executed at different timestamps";
+      order.emplace(rec.ts, rec.txn);
+    }
+  }
+  std::vector<std::unique_ptr<ShardStore>> serial;
+  for (uint32_t s = 0; s < d.n_shards(); ++s) serial.push_back(c.w->load(s));
+  for (auto& [ts, txn] : order) {
+    Vars vars;
+    std::set<uint32_t> done;
+    bool progress = true;
+    while (done.size() < static_cast<size_t>(txn.pieces_size()) && progress) {
+      progress = false;
+      for (const auto& p : txn.pieces()) {
+        if (done.count(p.id())) continue;
+        Vars in = p.args();
+        bool ready = true;
+        for (const auto& v : p.inputs()) {
+          if (!vars.count(v)) { ready = false; break; }
+          in[v] = vars.at(v);
+        }
+        if (!ready) continue;
+        Vars out;
+        c.w->execute(*serial[p.shard()], p, in, &out);
+        for (auto& [k, v] : out) vars[k] = v;
+        done.insert(p.id());
+        progress = true;
+      }
+    }
+    ASSERT_EQ(done.size(), static_cast<size_t>(txn.pieces_size()));
+  }
+  for (uint32_t s = 0; s < d.n_shards(); ++s)
+    EXPECT_EQ(serial[s]->digest(), c.replica(s, 0)->store().digest()) << "shard " << s;
+}
+
+struct Counts {
+  uint64_t irt = 0, crt = 0, given_up = 0;
+};
+Counts count(const DastCluster& c) {
+  Counts k;
+  for (auto* cl : c.clients)
+    for (const auto& r : cl->records()) {
+      if (!r.committed) ++k.given_up;
+      else if (r.crt) ++k.crt;
+      else ++k.irt;
+    }
+  return k;
+}
+
+void run_closed_loop(const std::string& workload, sim::Options o) {
+  DastCluster c(small_deployment(workload), o, true);
+  c.net->start();
+  ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 60'000'000))
+      << "clients did not finish";
+  c.net->run_until(c.net->now() + 2'000'000);  // let backups finish executing
+  Counts k = count(c);
+  EXPECT_GT(k.irt, 50u);
+  EXPECT_GT(k.crt, 3u);
+  EXPECT_EQ(k.given_up, 0u);
+  for (auto* r : c.replicas) EXPECT_TRUE(r->idle()) << "replica left work behind";
+  expect_serializable_and_identical(c);
+  for (const auto& l : c.net->logs()) ADD_FAILURE() << "unexpected log: " << l;
+}
+
+}  // namespace
+
+TEST(DastSim, TpccReplicasIdenticalAndSerializable) { run_closed_loop("tpcc", {}); }
+
+TEST(DastSim, TpccUnderReorderingAndClockSkew) {
+  for (uint64_t seed : {2, 3}) {
+    sim::Options o;
+    o.seed = seed;
+    o.extra_delay_us = 4000;  // reorders messages across channels
+    o.clock_skew_us = {{0, 3000}, {4, -2500}, {9, 7000}, {13, -1000}};
+    run_closed_loop("tpcc", o);
+  }
+}
+
+TEST(DastSim, TpcaZipfUnderReordering) {
+  sim::Options o;
+  o.seed = 5;
+  o.extra_delay_us = 3000;
+  run_closed_loop("tpca", o);
+}
+
+namespace {
+TxnRequest find_txn(const Workload& w, uint32_t home, bool crt, std::mt19937_64& rng,
+                    const std::function<bool(const TxnRequest&)>& extra = nullptr) {
+  ClientContext ctx{home, 0};
+  for (int i = 0; i < 100000; ++i) {
+    TxnRequest t = w.generate(rng, ctx);
+    if (t.crt() == crt && (!extra || extra(t))) return t;
+  }
+  ADD_FAILURE() << "no matching transaction generated";
+  return {};
+}
+Envelope submit(const TxnRequest& t, uint64_t id) {
+  Envelope e;
+  *e.mutable_submit()->mutable_txn() = t;
+  e.mutable_submit()->mutable_txn()->set_txn_id(id);
+  e.mutable_submit()->set_attempt(1);
+  return e;
+}
+}  // namespace
+
+TEST(DastSim, IrtDoesNotWaitForPendingCrtInItsRegion) {
+  DastCluster c(small_deployment("tpca"), {}, false);
+  auto probe = std::make_unique<ProbeClient>();
+  ProbeClient* pc = probe.get();
+  NodeId client = c.d.clients().front();  // a client homed at shard 0
+  c.net->add(client, std::move(probe));
+  c.net->start();
+  c.net->run_until(100'000);
+  std::mt19937_64 rng(9);
+  TxnRequest crt = find_txn(*c.w, 0, true, rng);
+  // An IRT on the same home-shard row the CRT writes: a direct conflict.
+  TxnRequest irt;
+  irt.set_type(crt.type());
+  irt.set_crt(false);
+  irt.set_home_shard(0);
+  for (const auto& p : crt.pieces())
+    if (p.shard() == 0) { *irt.add_pieces() = p; break; }
+  ASSERT_EQ(irt.pieces_size(), 1);
+  NodeId handler = c.d.replica_id(0, 0);
+  c.net->send(client, handler, submit(crt, 1));
+  c.net->run_until(160'000);  // CRT is now pending in region 0 (T_r queued, undecided)
+  EXPECT_GT(c.replica(0, 1)->clock().n_pending(), 0u);
+  EXPECT_TRUE(pc->replies.empty());
+  c.net->send(client, handler, submit(irt, 2));
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.size() == 2; }, 2'000'000));
+  TimeUs irt_latency = pc->replies.at(2) - 160'000;
+  TimeUs crt_latency = pc->replies.at(1) - 100'000;
+  EXPECT_LT(irt_latency, 20'000) << "IRT waited for the pending CRT";
+  EXPECT_GE(crt_latency, 200'000) << "a CRT needs two cross-region round trips";
+  EXPECT_LT(crt_latency, 240'000);
+  // The IRT is ordered (and executed) before the CRT at the shared shard.
+  const auto& log = c.replica(0, 0)->exec_log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].txn.txn_id(), 2u);
+  EXPECT_EQ(log[1].txn.txn_id(), 1u);
+}
+
+TEST(DastSim, CrossRegionValueDependencyKeepsIrtsFast) {
+  Deployment d = small_deployment("tpcc");
+  DastCluster c(d, {}, false);
+  auto probe = std::make_unique<ProbeClient>();
+  ProbeClient* pc = probe.get();
+  NodeId client = c.d.clients().front();
+  c.net->add(client, std::move(probe));
+  c.net->start();
+  c.net->run_until(100'000);
+  std::mt19937_64 rng(11);
+  // A Payment whose home shard needs c_id from a customer shard in another region.
+  TxnRequest pay = find_txn(*c.w, 0, true, rng, [&](const TxnRequest& t) {
+    return !txn::dast::analyze(c.d, t).input_shards.empty();
+  });
+  NodeId handler = c.d.replica_id(0, 0);
+  c.net->send(client, handler, submit(pay, 1));
+  // IRTs on the home shard keep arriving while the CRT waits for its remote value.
+  std::vector<uint64_t> irts;
+  for (int i = 0; i < 30; ++i) {
+    c.net->run_until(100'000 + 10'000 * (i + 1));
+    TxnRequest t = find_txn(*c.w, 0, false, rng);
+    c.net->send(client, handler, submit(t, 100 + i));
+    irts.push_back(100 + i);
+  }
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.size() == 31; }, 3'000'000));
+  for (size_t i = 0; i < irts.size(); ++i) {
+    TimeUs lat = pc->replies.at(irts[i]) - (100'000 + 10'000 * static_cast<TimeUs>(i + 1));
+    EXPECT_LT(lat, 25'000) << "IRT " << i << " blocked behind the CRT's cross-region read";
+  }
+  EXPECT_GE(pc->replies.at(1) - 100'000, 200'000);
+  c.net->run_until(c.net->now() + 500'000);
+  for (auto* r : c.replicas) EXPECT_EQ(r->clock().n_pending(), 0u) << "pending CRT never released";
+  expect_serializable_and_identical(c);
+}
+
+TEST(DastSim, AnticipationFollowsMeasuredDelayNotConfiguration) {
+  Deployment d = small_deployment("tpca");
+  sim::Options o;
+  o.actual_link = d.link;
+  for (uint32_t a = 0; a < d.regions; ++a)
+    for (uint32_t b = 0; b < d.regions; ++b)
+      if (a != b) o.actual_link->rtt_ms[a][b] = 60;   // configured 100, real 60
+  DastCluster c(d, o, false);
+  auto probe = std::make_unique<ProbeClient>();
+  ProbeClient* pc = probe.get();
+  NodeId client = c.d.clients().front();
+  c.net->add(client, std::move(probe));
+  c.net->start();
+  c.net->run_until(50'000);
+  auto* coord = c.replica(0, 0);
+  std::mt19937_64 rng(3);
+  double before = 0;
+  uint32_t remote = 0;
+  for (int i = 0; i < 20; ++i) {
+    TxnRequest t = find_txn(*c.w, 0, true, rng);
+    for (const auto& p : t.pieces())
+      if (c.d.region_of_shard(p.shard()) != 0) remote = c.d.region_of_shard(p.shard());
+    if (i == 0) before = coord->rtt_estimate_us(remote);
+    c.net->send(client, c.d.replica_id(0, 0), submit(t, 1 + i));
+    ASSERT_TRUE(c.net->run_until([&] { return pc->replies.size() == static_cast<size_t>(i + 1); },
+                                 c.net->now() + 2'000'000));
+  }
+  EXPECT_NEAR(before, 102'500, 1);                       // prior from configuration
+  EXPECT_NEAR(coord->rtt_estimate_us(remote), 62'500, 3'000);  // measured: 60 + 2.5 ms
+  expect_serializable_and_identical(c);
+}
+
+TEST(DastSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {
+  DastCluster c(small_deployment("tpca"), {}, false);
+  auto probe = std::make_unique<ProbeClient>();
+  ProbeClient* pc = probe.get();
+  NodeId client = c.d.clients().front();
+  c.net->add(client, std::move(probe));
+  c.net->start();
+  c.net->run_until(50'000);
+  NodeId handler = c.d.replica_id(0, 0);
+  Envelope bad;  // DistExe for a transaction nobody knows
+  bad.mutable_dast()->mutable_dist_exe()->set_txn_id(777);
+  c.net->send(c.d.replica_id(1, 0), handler, bad);
+  // submitted to a shard that is not its home:
+  std::mt19937_64 rng(1);
+  TxnRequest t = find_txn(*c.w, 1, false, rng);
+  c.net->send(client, handler, submit(t, 5));
+  Envelope empty;
+  empty.mutable_submit()->mutable_txn()->set_txn_id(6);
+  c.net->send(client, handler, empty);
+  c.net->run_until(100'000);
+  ASSERT_EQ(c.net->logs().size(), 3u);
+  EXPECT_NE(c.net->logs()[0].find("DistExe for unknown txn 777"), std::string::npos);
+  EXPECT_NE(c.net->logs()[1].find("home shard is 1"), std::string::npos);
+  EXPECT_NE(c.net->logs()[2].find("no pieces"), std::string::npos);
+  TxnRequest good = find_txn(*c.w, 0, false, rng);
+  c.net->send(client, handler, submit(good, 8));
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.count(8) == 1; }, 1'000'000));
+}
