@@ -114,7 +114,12 @@ class Replica : public ReplicaNode {
   std::vector<NodeId> region_sites_;                 // other sites of my region
   std::unordered_map<NodeId, Ts> known_clock_;
   std::unordered_map<NodeId, TimeUs> last_clock_sent_;
-  std::map<Ts, uint64_t> queue_;                     // timestamp order of my shard
+  // Timestamp order of my shard. Keyed by (ts, txn id): a replica's
+  // counter-proposal may equal a timestamp it issues later, and the txn id
+  // breaks such ties identically on every replica.
+  using QueueKey = std::pair<Ts, uint64_t>;
+  std::map<QueueKey, uint64_t> queue_;
+  Ts last_proposal_{};                               // counter-proposals strictly increase
   std::unordered_map<uint64_t, Entry> entries_;
   std::unordered_map<uint64_t, Vars> early_vars_;    // outputs that arrived before their entry
   std::unordered_map<uint64_t, TimeUs> released_;    // release notices seen before DistExe

@@ -173,14 +173,14 @@ Replica::Entry& Replica::add_entry(const TxnRequest& txn, const Ts& ts, bool crt
     e.vars = it->second;
     early_vars_.erase(it);
   }
-  queue_[ts] = txn.txn_id();
+  queue_[{ts, txn.txn_id()}] = txn.txn_id();
   return e;
 }
 
 void Replica::rekey(Entry& e, const Ts& ts) {
-  queue_.erase(e.ts);
+  queue_.erase({e.ts, e.txn.txn_id()});
   e.ts = ts;
-  queue_[ts] = e.txn.txn_id();
+  queue_[{ts, e.txn.txn_id()}] = e.txn.txn_id();
 }
 
 // ---- handler / coordinator ---------------------------------------------------
@@ -338,7 +338,10 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
 void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
   Ts p = from_proto(m.tr());
   // Never accept a slot at or below what this site may already have ordered.
-  if (p <= clock_.last()) p = Ts{clock_.last().t + 1, 0, self_};
+  if (p <= clock_.last() || p <= last_proposal_) {
+    p = Ts{std::max(clock_.last().t, last_proposal_.t) + 1, 0, self_};
+    last_proposal_ = p;
+  }
   add_entry(m.txn(), p, true, false, m.coordinator(), m.output_replica());
   clock_.add_pending(m.txn().txn_id(), p);
   Envelope e;
@@ -514,7 +517,7 @@ void Replica::finish_entry(Env& env, Entry& e) {
   if (keep_log_) exec_log_.push_back(ExecRecord{e.ts, e.txn});
   ++n_executed_;
   if (e.holds_input_wait) clock_.remove_pending(id);
-  queue_.erase(e.ts);
+  queue_.erase({e.ts, id});
   entries_.erase(id);
 }
 

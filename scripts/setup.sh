@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One place for set-up (idempotent): system packages, Python venv, C++ build.
+# Called by `make setup`, `make test`, `make demo` and .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PKGS=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
+          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev)
+PY=${PYTHON:-python3}
+
+# 1. Debian packages: only the missing ones, only as root.
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  else
+    echo "setup: warning: missing packages (${missing[*]}) and not root; install them with apt-get" >&2
+  fi
+fi
+
+# 2. Python venv; reinstall only when requirements.txt changed.
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+stamp=.venv/.requirements.sha
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  echo "setup: pip install -r requirements.txt"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+# 3. C++ build.
+BUILD=${BUILD_DIR:-build}
+[[ -f $BUILD/build.ninja ]] || cmake -S . -B "$BUILD" -G Ninja
+ninja -C "$BUILD" -j"${JOBS:-2}"

@@ -1,0 +1,1 @@
+"""Python side of the edge transaction testbed: deployment files, launchers, results, checker."""

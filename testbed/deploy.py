@@ -1,0 +1,118 @@
+"""Build, validate and write deployment files (docs/deploy-schema.md) for the local backend."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import yaml
+
+MODES = ("dast", "janus", "tapir", "slog")
+MANAGER_MODES = ("dast", "slog")  # modes that run one region manager per region
+WORKLOADS = ("tpcc", "tpca")
+REPLICAS = 3
+
+DEFAULTS = dict(
+    name="local", mode="dast", workload="tpcc", regions=3, shards=2, clients_per_shard=1,
+    concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
+    zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
+    host="127.0.0.1", base_port=20000, seed=1,
+)
+
+# knob -> (min, max) inclusive; every value is checked before anything starts
+RANGES = dict(
+    regions=(1, 10), shards=(1, 16), clients_per_shard=(1, 16), concurrency=(1, 256),
+    duration=(1, 3600), warmup=(0, 3600), cooldown=(0, 3600), drain_timeout=(0, 600),
+    scale=(0.0001, 10), zipf=(0, 1), payment_crt_rate=(-1, 100), intra_rtt=(0, 10000),
+    inter_rtt=(0, 10000), jitter=(0, 1000), base_port=(1024, 65000), seed=(0, 2**31 - 1),
+)
+
+
+def validate(**knobs) -> dict:
+    """Merge knobs over DEFAULTS and check every value; raise ValueError naming the knob and range."""
+    unknown = set(knobs) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown knob(s): {', '.join(sorted(unknown))}")
+    k = {**DEFAULTS, **{n: v for n, v in knobs.items() if v is not None}}
+    for n, (lo, hi) in RANGES.items():
+        v = k[n]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise ValueError(f"{n}={v!r}: must be a number in [{lo}, {hi}]")
+        if isinstance(DEFAULTS[n], int) and not float(v).is_integer():
+            raise ValueError(f"{n}={v!r}: must be an integer in [{lo}, {hi}]")
+    if k["mode"] not in MODES:
+        raise ValueError(f"mode={k['mode']!r}: must be one of {', '.join(MODES)}")
+    if k["workload"] not in WORKLOADS:
+        raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
+    if k["mode"] == "slog" and k["regions"] < 3:
+        raise ValueError(f"regions={k['regions']}: mode slog needs regions in [3, {RANGES['regions'][1]}]")
+    if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
+        raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
+    if k["warmup"] + k["cooldown"] >= k["duration"]:
+        raise ValueError(f"warmup+cooldown={k['warmup'] + k['cooldown']}: must be < duration={k['duration']}")
+    if not str(k["name"]).replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"name={k['name']!r}: must be letters, digits, '-' or '_'")
+    return k
+
+
+def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
+    return [[intra if i == j else inter for j in range(regions)] for i in range(regions)]
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def allocate_ports(n: int, host: str, base: int) -> list[int]:
+    """n free ports counting up from base (busy ones are skipped)."""
+    ports, p = [], base
+    while len(ports) < n:
+        if p > 65535:
+            raise ValueError(f"base_port={base}: not enough free ports above it ({n} needed)")
+        if port_free(host, p):
+            ports.append(p)
+        p += 1
+    return ports
+
+
+def build_deployment(**knobs) -> dict:
+    """Deployment dict for R regions x N shards x 3 replicas (+ managers, + clients) on one host."""
+    k = validate(**knobs)
+    R, N, C, host = int(k["regions"]), int(k["shards"]), int(k["clients_per_shard"]), k["host"]
+    nodes = [dict(name=f"s{r}.{s}.{i}", kind="replica", region=r, shard=s, replica=i)
+             for r in range(R) for s in range(N) for i in range(REPLICAS)]
+    if k["mode"] in MANAGER_MODES:
+        nodes += [dict(name=f"m{r}", kind="manager", region=r) for r in range(R)]
+    nodes += [dict(name=f"c{r}.{s}.{c}", kind="client", region=r, shard=s)
+              for r in range(R) for s in range(N) for c in range(C)]
+    for node, port in zip(nodes, allocate_ports(len(nodes), host, int(k["base_port"]))):
+        node.update(host=host, port=port)
+    return {
+        "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,
+        "replicas": REPLICAS, "seed": int(k["seed"]),
+        "link": {"mechanism": "app", "rtt_ms": rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"])),
+                 "jitter_ms": float(k["jitter"])},
+        "workload": {"name": k["workload"], "scale": float(k["scale"]), "zipf": float(k["zipf"]),
+                     "payment_crt_rate": int(k["payment_crt_rate"])},
+        "client": {"n_concurrent": int(k["concurrency"]), "duration_s": float(k["duration"]),
+                   "warmup_s": float(k["warmup"]), "cooldown_s": float(k["cooldown"]),
+                   "drain_timeout_s": float(k["drain_timeout"])},
+        "nodes": nodes,
+    }
+
+
+def write_yaml(deploy: dict, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(deploy, sort_keys=False, default_flow_style=None, width=120)
+    path.write_text(text)
+    return path
+
+
+def load_yaml(path) -> dict:
+    return yaml.safe_load(Path(path).read_text())

@@ -1,0 +1,98 @@
+"""Per-run summary (summary.json) from the clients' raw record CSVs (DESIGN §4)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99, 99.9)
+CLASSES = ("IRT", "CRT", "all")
+COLUMNS = ["txn_id", "type", "type_name", "class", "start_us", "latency_us", "attempts", "status"]
+
+
+def nearest_rank(values, p: float):
+    """Nearest-rank percentile: sorted[ceil(p/100*n) - 1]; None for an empty input."""
+    s = sorted(values)
+    if not s:
+        return None
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile {p}: must be in (0, 100]")
+    return s[max(0, math.ceil(round(p / 100 * len(s), 9)) - 1)]
+
+
+def read_records(run_dir) -> pd.DataFrame:
+    files = sorted(Path(run_dir, "clients").glob("*.records.csv"))
+    if not files:
+        return pd.DataFrame(columns=COLUMNS + ["client"])
+    frames = []
+    for f in files:
+        df = pd.read_csv(f)
+        missing = set(COLUMNS) - set(df.columns)
+        if missing:
+            raise ValueError(f"{f}: missing column(s) {', '.join(sorted(missing))}")
+        frames.append(df.assign(client=f.name.removesuffix(".records.csv")))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _class_stats(df: pd.DataFrame, w0_us: float, w1_us: float) -> dict:
+    committed = df[df.status == "committed"]
+    end = committed.start_us + committed.latency_us
+    done = committed[(end >= w0_us) & (end < w1_us)]           # throughput: completions in window
+    started = df[(df.start_us >= w0_us) & (df.start_us < w1_us)]  # latency: txns started in window
+    lat = started[started.status == "committed"].latency_us / 1000.0
+    out = {"committed": int(len(done)), "throughput_tps": len(done) / ((w1_us - w0_us) / 1e6),
+           "latency_samples": int(len(lat))}
+    for p in PERCENTILES:
+        v = nearest_rank(lat.tolist(), p)
+        out[f"p{p:g}_ms"] = None if v is None else round(float(v), 3)
+    out["mean_ms"] = round(float(lat.mean()), 3) if len(lat) else None
+    out["given_up"] = int((started.status == "given_up").sum())
+    out["aborts"] = int((started.attempts - 1).clip(lower=0).sum())  # failed attempts before success/give-up
+    att = int(started.attempts.sum())
+    out["abort_rate"] = round(out["aborts"] / att, 6) if att else 0.0
+    out["mean_attempts"] = round(float(started.attempts.mean()), 4) if len(started) else None
+    return out
+
+
+def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, write: bool = True) -> dict:
+    """Window [warmup, duration - cooldown) in seconds since each client's start."""
+    if not 0 <= warmup_s < duration_s - cooldown_s:
+        raise ValueError(f"empty window: warmup={warmup_s}, duration={duration_s}, cooldown={cooldown_s}")
+    df = read_records(run_dir)
+    w0, w1 = warmup_s * 1e6, (duration_s - cooldown_s) * 1e6
+    summary = {
+        "window_s": [warmup_s, duration_s - cooldown_s], "window_len_s": duration_s - cooldown_s - warmup_s,
+        "clients": int(df.client.nunique()) if len(df) else 0, "records": int(len(df)),
+        "classes": {c: _class_stats(df if c == "all" else df[df["class"] == c], w0, w1) for c in CLASSES},
+        "by_type": {str(t): int(n) for t, n in
+                    df[df.status == "committed"].type_name.value_counts().sort_index().items()},
+    }
+    summary["throughput_tps"] = summary["classes"]["all"]["throughput_tps"]
+    if write:
+        Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def summarize_run(run_dir, write: bool = True) -> dict:
+    """summarize() with the window taken from the run's deploy.yml."""
+    import yaml
+    client = yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
+    return summarize(run_dir, client["warmup_s"], client["duration_s"], client["cooldown_s"], write)
+
+
+def format_table(summary: dict) -> str:
+    def f(v, nd=1):
+        return "-" if v is None else f"{v:.{nd}f}"
+    cols = ["class", "commits", "tput/s"] + [f"p{p:g}ms" for p in PERCENTILES] + ["att", "gaveup"]
+    rows = []
+    for c in CLASSES:
+        s = summary["classes"][c]
+        rows.append([c, str(s["committed"]), f(s["throughput_tps"])]
+                    + [f(s[f"p{p:g}_ms"]) for p in PERCENTILES] + [f(s["mean_attempts"], 2), str(s["given_up"])])
+    widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
+    line = lambda r: "  ".join(x.rjust(w) for x, w in zip(r, widths))
+    w = summary["window_s"]
+    head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
+    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])

@@ -1,0 +1,116 @@
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from testbed import checker, deploy
+
+from conftest import REPO
+
+
+def tpcc_dump(node, shard, replica):
+    districts = [{"d_id": i, "d_ytd": 30000.0, "d_next_o_id": 3001, "max_o_id": 3000, "max_no_o_id": 3000,
+                  "min_no_o_id": 2101, "no_count": 900, "sum_ol_cnt": 30123, "ol_count": 30123} for i in range(10)]
+    return {"node": node, "shard": shard, "replica": replica, "workload": "tpcc", "digest": f"dig{shard}",
+            "rows": {"warehouse": 1, "district": 10}, "executed_pieces": 5,
+            "tpcc": {"warehouses": [{"w_id": shard, "w_ytd": 300000.0, "districts": districts}]}}
+
+
+def tpca_dump(node, shard, replica, delta=7):
+    tables = {t: {"sum": 1000 + delta, "initial_sum": 1000, "applied_delta": delta, "applied_count": 3}
+              for t in ("customer", "teller", "branch")}
+    return {"node": node, "shard": shard, "replica": replica, "workload": "tpca", "digest": f"dig{shard}",
+            "rows": {"customer": 10}, "tpca": {"tables": tables}}
+
+
+def make_run(tmp_path, make=tpcc_dump, mutate=None, with_deploy=True):
+    """1 region x 2 shards x 3 replicas; mutate(dumps) may edit the dumps before writing."""
+    (tmp_path / "servers").mkdir(parents=True)
+    if with_deploy:
+        deploy.write_yaml(deploy.build_deployment(regions=1, shards=2), tmp_path / "deploy.yml")
+    dumps = {f"s0.{s}.{r}": make(f"s0.{s}.{r}", s, r) for s in range(2) for r in range(3)}
+    if mutate:
+        mutate(dumps)
+    for name, d in dumps.items():
+        (tmp_path / "servers" / f"{name}.state.json").write_text(json.dumps(d))
+    return tmp_path
+
+
+def run_cli(run):
+    return subprocess.run([sys.executable, "-m", "testbed.checker", str(run)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_consistent_run(tmp_path):
+    run = make_run(tmp_path)
+    p = run_cli(run)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "CONSISTENT"
+    res = json.loads((run / "check.json").read_text())
+    assert res["verdict"] == "CONSISTENT" and res["dumps"] == 6 and res["shards"] == 2
+
+
+def all_replicas(fn):
+    def mutate(dumps):
+        for d in dumps.values():
+            if d["shard"] == 1:
+                fn(d)
+    return mutate
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0].update(w_ytd=300001.0)), "3.3.2.1"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(d_next_o_id=3005)), "3.3.2.2"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(no_count=899)), "3.3.2.3"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(ol_count=30122)), "3.3.2.4"),
+    (lambda dumps: dumps["s0.1.2"].update(digest="other"), "digest of s0.1.2"),
+    (lambda dumps: dumps["s0.0.1"]["rows"].update(district=11), "aggregates of s0.0.1"),
+])
+def test_tpcc_violations(tmp_path, mutate, needle):
+    run = make_run(tmp_path, mutate=mutate)
+    p = run_cli(run)
+    assert p.returncode == 1
+    assert needle in p.stdout and "INCONSISTENT" in p.stdout.splitlines()[-1]
+    res = json.loads((run / "check.json").read_text())
+    assert res["exit_code"] == 1 and any(needle in v for v in res["violations"])
+
+
+def test_tpca_consistent_and_delta_mismatches(tmp_path):
+    assert checker.check_run(make_run(tmp_path / "a", make=tpca_dump))["exit_code"] == 0
+
+    def per_table(dumps):  # sum moved but applied_delta did not
+        for r in range(3):
+            dumps[f"s0.0.{r}"]["tpca"]["tables"]["teller"]["sum"] += 1
+    res = checker.check_run(make_run(tmp_path / "b", make=tpca_dump, mutate=per_table))
+    assert res["exit_code"] == 1 and any("teller" in v and "applied_delta" in v for v in res["violations"])
+
+    def cross_table(dumps):  # branch got one delta too many on shard 1 (self-consistent per table)
+        for r in range(3):
+            t = dumps[f"s0.1.{r}"]["tpca"]["tables"]["branch"]
+            t["sum"] += 5
+            t["applied_delta"] += 5
+    p = run_cli(make_run(tmp_path / "c", make=tpca_dump, mutate=cross_table))
+    assert p.returncode == 1 and "total deltas differ" in p.stdout
+
+
+def test_unreadable_inputs_exit_2(tmp_path):
+    run = make_run(tmp_path / "a")
+    (run / "servers" / "s0.0.0.state.json").write_text("{not json")
+    p = run_cli(run)
+    assert p.returncode == 2 and "s0.0.0.state.json" in p.stderr and "UNREADABLE" in p.stdout
+    assert json.loads((run / "check.json").read_text())["exit_code"] == 2
+
+    run = make_run(tmp_path / "b")
+    (run / "servers" / "s0.1.1.state.json").unlink()
+    p = run_cli(run)
+    assert p.returncode == 2 and "s0.1.1" in p.stderr
+
+    assert run_cli(tmp_path / "nonexistent").returncode == 2
+    (tmp_path / "empty").mkdir()
+    assert run_cli(tmp_path / "empty").returncode == 2
+
+    def drop_section(dumps):
+        del dumps["s0.0.0"]["tpcc"]
+    assert checker.check_run(make_run(tmp_path / "c", mutate=drop_section))["exit_code"] == 2
