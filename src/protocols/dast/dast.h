@@ -91,6 +91,8 @@ class Replica : public ReplicaNode {
   void on_send_output(Env& env, const ::dast::SendOutput& m);
   void on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m);
   void on_sync(Env& env, NodeId from, const ::dast::IRSync& m);
+  void on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m);
+  void serve_wants(Env& env);
 
   void observe(Env& env, NodeId from, const Ts& ts);
   Entry& add_entry(const TxnRequest& txn, const Ts& ts, bool crt, bool executable,
@@ -102,7 +104,6 @@ class Replica : public ReplicaNode {
   void finish_entry(Env& env, Entry& e);
   void inputs_arrived(Env& env, Entry& e);
   void maybe_reply(Env& env, uint64_t txn_id);
-  void send_sync(Env& env);
   double anticipate_us(const Coord& c, uint32_t region) const;
 
   const Deployment& d_;
@@ -112,8 +113,10 @@ class Replica : public ReplicaNode {
   std::unique_ptr<ShardStore> store_;
   StretchClock clock_;
   std::vector<NodeId> region_sites_;                 // other sites of my region
+  std::vector<NodeId> region_handlers_;              // other timestamp issuers (replica 0 of each shard)
   std::unordered_map<NodeId, Ts> known_clock_;
-  std::unordered_map<NodeId, TimeUs> last_clock_sent_;
+  std::unordered_map<NodeId, std::set<Ts>> wanted_; // peers waiting for my clock to pass these
+  std::unordered_map<NodeId, std::set<Ts>> asked_;  // my unanswered ClockWants per peer
   // Timestamp order of my shard. Keyed by (ts, txn id): a replica's
   // counter-proposal may equal a timestamp it issues later, and the txn id
   // breaks such ties identically on every replica.
@@ -152,6 +155,10 @@ class Manager : public Node {
   Ts last_{};
   std::unordered_map<uint64_t, Live> live_;
 };
+
+// Replica 0 of every shard is its handler/coordinator: only handlers issue IRT
+// timestamps, so the execution watermark needs just their clocks.
+inline NodeId handler_of(const Deployment& d, uint32_t shard) { return d.replica_id(shard, 0); }
 
 class ClientDriverImpl : public ClientDriver {
  public:

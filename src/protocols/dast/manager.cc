@@ -83,8 +83,7 @@ void Manager::on_message(Env& env, const Envelope& msg) {
 ClientDriverImpl::ClientDriverImpl(const Deployment& d, NodeId self) : d_(d), self_(self) {}
 
 void ClientDriverImpl::submit(Env& env, const TxnRequest& txn, uint32_t attempt) {
-  // Spread handlers over the home shard's replicas, one fixed replica per client process.
-  NodeId handler = d_.replica_id(txn.home_shard(), self_ % d_.replicas);
+  NodeId handler = handler_of(d_, txn.home_shard());
   Envelope e;
   *e.mutable_submit()->mutable_txn() = txn;
   e.mutable_submit()->set_attempt(attempt);

@@ -8,6 +8,7 @@
 namespace txn::dast {
 namespace {
 constexpr uint64_t kSyncTimer = 1;
+constexpr uint64_t kWantTimer = 2;
 constexpr TimeUs kReleaseMemoryUs = 30'000'000;
 
 template <class T>
@@ -59,8 +60,11 @@ TxnShape analyze(const Deployment& d, const TxnRequest& txn) {
 Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
     : d_(d), self_(self), me_(d.node(self)), w_(w), store_(w.load(d.node(self).shard)),
       clock_(self), sync_interval_us_(static_cast<TimeUs>(d.dast.sync_interval_ms * 1000)) {
-  for (NodeId s : d.sites_of_region(me_.region))
-    if (s != self) region_sites_.push_back(s);
+  for (NodeId s : d.sites_of_region(me_.region)) {
+    if (s == self) continue;
+    region_sites_.push_back(s);
+    if (d.node(s).replica == 0) region_handlers_.push_back(s);
+  }
   const auto& rtt = d.link.rtt_ms;
   for (uint32_t r = 0; r < d.regions; ++r) {
     double prior = 100'000;
@@ -77,27 +81,54 @@ void Replica::start(Env& env) {
 bool Replica::idle() const { return queue_.empty() && coords_.empty(); }
 
 void Replica::on_timer(Env& env, uint64_t id) {
-  if (id != kSyncTimer) return;
-  send_sync(env);
-  TimeUs now = env.mono_us();
-  for (auto it = released_.begin(); it != released_.end();)
-    it = now - it->second > kReleaseMemoryUs ? released_.erase(it) : std::next(it);
+  if (id == kSyncTimer) {
+    TimeUs now = env.mono_us();
+    for (auto it = released_.begin(); it != released_.end();)
+      it = now - it->second > kReleaseMemoryUs ? released_.erase(it) : std::next(it);
+    env.set_timer(kSyncTimer, sync_interval_us_);
+  }
+  serve_wants(env);
   try_execute(env);
   drain_local(env);
-  env.set_timer(kSyncTimer, sync_interval_us_);
 }
 
-void Replica::send_sync(Env& env) {
-  TimeUs now = env.mono_us();
+// Clock sync on demand: a peer blocked on our clock asked for it (ClockWant);
+// answer as soon as our clock is above what it waits for.
+void Replica::serve_wants(Env& env) {
+  if (wanted_.empty()) return;
   Ts clock = clock_.fresh(env.now_us());
-  for (NodeId s : region_sites_) {
-    auto it = last_clock_sent_.find(s);
-    if (it != last_clock_sent_.end() && now - it->second < sync_interval_us_) continue;
+  for (auto it = wanted_.begin(); it != wanted_.end();) {
+    auto& ts = it->second;
+    if (ts.empty() || !(*ts.begin() < clock)) {
+      it = ts.empty() ? wanted_.erase(it) : std::next(it);
+      continue;
+    }
     Envelope e;
     *e.mutable_dast()->mutable_ir_sync()->mutable_clock() = to_proto(clock);
-    last_clock_sent_[s] = now;
-    env.send(s, std::move(e));
+    env.send(it->first, std::move(e));
+    ts.erase(ts.begin(), ts.lower_bound(clock));  // everything below our clock is answered
+    it = ts.empty() ? wanted_.erase(it) : std::next(it);
   }
+}
+
+void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
+  if (d_.node(from).region != me_.region) throw BadMessage("ClockWant from another region");
+  observe(env, from, from_proto(m.clock()));
+  Ts t = from_proto(m.t());
+  std::vector<NodeId> dests(m.notify().begin(), m.notify().end());
+  if (dests.empty()) dests.push_back(from);
+  for (NodeId n : dests) {
+    if (n >= d_.nodes.size() || d_.node(n).region != me_.region || n == self_)
+      throw BadMessage("ClockWant names node " + str(n) + ", not a peer in this region");
+  }
+  for (NodeId n : dests) wanted_[n].insert(t);
+  serve_wants(env);
+  if (!wanted_.empty()) {
+    // Our physical clock has not reached t yet: look again when it should have.
+    TimeUs wait = t.t - (env.now_us() + clock_.offset()) + 100;
+    if (wait > 0 && wait < sync_interval_us_) env.set_timer(kWantTimer, wait);
+  }
+  try_execute(env);
 }
 
 void Replica::on_message(Env& env, const Envelope& msg) {
@@ -146,6 +177,7 @@ void Replica::dispatch(Env& env, const Envelope& msg) {
     case ::dast::Msg::kSendOutput: return on_send_output(env, m.send_output());
     case ::dast::Msg::kPieceResult: return on_piece_result(env, from, m.piece_result());
     case ::dast::Msg::kIrSync: return on_sync(env, from, m.ir_sync());
+    case ::dast::Msg::kClockWant: return on_clock_want(env, from, m.clock_want());
     default: throw BadMessage("DAST message without a body or not for a replica");
   }
 }
@@ -190,6 +222,9 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
   if (txn.home_shard() != me_.shard)
     throw BadMessage("txn " + str(txn.txn_id()) + " submitted to shard " + str(me_.shard) +
                      " but its home shard is " + str(txn.home_shard()));
+  if (self_ != handler_of(d_, me_.shard))
+    throw BadMessage("txn " + str(txn.txn_id()) + " submitted to " + me_.name +
+                     ", which is not its shard's handler (replica 0)");
   if (coords_.count(txn.txn_id())) throw BadMessage("duplicate submit of txn " + str(txn.txn_id()));
   TxnShape shape = analyze(d_, txn);
   Coord& c = coords_[txn.txn_id()];
@@ -199,8 +234,8 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
   c.crt = shape.regions.size() > 1 || *shape.regions.begin() != me_.region;
   if (!c.crt) {
     Ts ts = clock_.fresh(env.now_us());
+    Ts after = clock_.fresh(env.now_us());
     c.acks[me_.shard] = 1;  // the handler stores it itself
-    TimeUs now = env.mono_us();
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
@@ -213,9 +248,22 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
         *st->mutable_ts() = to_proto(ts);
         st->set_handler(self_);
         st->set_output_replica(me_.replica);
-        last_clock_sent_[r] = now;
+        *st->mutable_clock() = to_proto(after);
         post(env, r, std::move(e));
       }
+    }
+    // In parallel, ask the region's other handlers to send their clocks
+    // straight to the replicas that will wait for them.
+    for (NodeId h : region_handlers_) {
+      Envelope e;
+      auto* w = e.mutable_dast()->mutable_clock_want();
+      *w->mutable_t() = to_proto(ts);
+      *w->mutable_clock() = to_proto(after);
+      for (uint32_t s : shape.shards)
+        for (NodeId r : d_.replicas_of(s))
+          if (r != h) w->add_notify(r);
+      asked_[h].insert(ts);
+      post(env, h, std::move(e));
     }
     try_execute(env);
     return;
@@ -322,15 +370,19 @@ void Replica::maybe_reply(Env& env, uint64_t txn_id) {
 
 void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
   Ts ts = from_proto(m.ts());
-  if (d_.node(from).region != me_.region) throw BadMessage("StoreIRT from another region");
+  if (d_.node(from).region != me_.region || d_.node(from).replica != 0)
+    throw BadMessage("StoreIRT from " + d_.node(from).name + ", not a handler of this region");
   observe(env, from, ts);
+  if (m.has_clock()) observe(env, from, from_proto(m.clock()));
+  // The handler asked the other handlers to send us their clocks for ts.
+  for (NodeId h : region_handlers_)
+    if (h != from) asked_[h].insert(ts);
   add_entry(m.txn(), ts, false, true, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(m.txn().txn_id());
   a->set_shard(me_.shard);
   *a->mutable_clock() = to_proto(clock_.fresh(env.now_us()));
-  last_clock_sent_[m.handler()] = env.mono_us();
   post(env, m.handler(), std::move(e));
   try_execute(env);
 }
@@ -447,11 +499,25 @@ void Replica::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
 // ---- execution ------------------------------------------------------------------
 
 bool Replica::watermark_passed(Env& env, const Ts& t) {
-  for (NodeId s : region_sites_) {
+  bool passed = true;
+  Ts mine{};
+  for (NodeId s : region_handlers_) {
     auto it = known_clock_.find(s);
-    if (it == known_clock_.end() || !(t < it->second)) return false;
+    if (it != known_clock_.end() && t < it->second) continue;
+    passed = false;
+    // Ask the lagging peer for its clock unless an answer that covers t is coming.
+    auto& asked = asked_[s];
+    if (it != known_clock_.end()) asked.erase(asked.begin(), asked.lower_bound(it->second));
+    if (!asked.empty() && *asked.begin() <= t) continue;
+    if (mine.t == 0) mine = clock_.fresh(env.now_us());
+    Envelope e;
+    auto* w = e.mutable_dast()->mutable_clock_want();
+    *w->mutable_t() = to_proto(t);
+    *w->mutable_clock() = to_proto(mine);
+    asked.insert(t);
+    env.send(s, std::move(e));
   }
-  return t < clock_.fresh(env.now_us());
+  return passed && t < clock_.fresh(env.now_us());
 }
 
 void Replica::try_execute(Env& env) {
