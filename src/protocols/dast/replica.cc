@@ -112,8 +112,13 @@ void Replica::serve_wants(Env& env) {
 }
 
 void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
-  if (d_.node(from).region != me_.region) throw BadMessage("ClockWant from another region");
-  observe(env, from, from_proto(m.clock()));
+  // A coordinator in another region may ask on behalf of our replicas; only
+  // a peer of this region may ask for itself or pass its clock.
+  if (d_.node(from).region == me_.region) {
+    if (m.has_clock()) observe(env, from, from_proto(m.clock()));
+  } else if (m.notify().empty()) {
+    throw BadMessage("ClockWant from another region without recipients");
+  }
   Ts t = from_proto(m.t());
   std::vector<NodeId> dests(m.notify().begin(), m.notify().end());
   if (dests.empty()) dests.push_back(from);
@@ -327,6 +332,21 @@ void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
       post(env, r, std::move(e));
     }
   }
+  // Each touched region's handlers send their clocks to the touched replicas
+  // there once past D, so those replicas need not ask after DistExe.
+  for (uint32_t region2 : c.shape.regions) {
+    for (uint32_t k = 0; k < d_.shards_per_region; ++k) {
+      NodeId h = handler_of(d_, region2 * d_.shards_per_region + k);
+      Envelope e;
+      auto* w = e.mutable_dast()->mutable_clock_want();
+      *w->mutable_t() = to_proto(decision);
+      for (uint32_t s : c.shape.shards)
+        if (d_.region_of_shard(s) == region2)
+          for (NodeId r : d_.replicas_of(s))
+            if (r != h) w->add_notify(r);
+      post(env, h, std::move(e));
+    }
+  }
   for (uint32_t region2 : c.shape.regions) {
     Envelope e;
     auto* nw = e.mutable_dast()->mutable_noti_wait();
@@ -433,6 +453,7 @@ void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   clock_.remove_pending(m.txn_id());
   rekey(e, decision);
   e.executable = true;
+  for (NodeId h : region_handlers_) asked_[h].insert(decision);  // the coordinator asked them
   if (e.shape.wait_regions.count(me_.region)) {
     // Keep the region's clocks below D until the cross-region inputs are here,
     // so IRTs keep ordering (and executing) before this CRT.
