@@ -1,5 +1,5 @@
 # Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja).
-.PHONY: setup build test demo clean
+.PHONY: setup build test demo bench clean
 
 setup:
 	scripts/setup.sh
@@ -14,6 +14,9 @@ test: setup
 
 demo: setup
 	.venv/bin/python run_local.py
+
+bench: setup
+	.venv/bin/python scripts/bench_dast.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -9,6 +9,7 @@ import atexit
 import json
 import os
 import platform
+import resource
 import secrets
 import signal
 import subprocess
@@ -142,6 +143,7 @@ class LocalBackend:
                 "python": platform.python_version(), "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         procs: list[_Proc] = []
         old_handlers = {}
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
 
         def on_signal(signum, _frame):
             raise RunError(f"interrupted by {signal.Signals(signum).name}", run_dir)
@@ -165,6 +167,9 @@ class LocalBackend:
             _kill_all()  # anything started but not yet recorded in procs
             for s, h in old_handlers.items():
                 signal.signal(s, h)
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            # CPU time of every reaped txn-server/txn-client of this run (user + system).
+            meta["cpu_seconds"] = round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3)
             meta["end_time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         res = RunResult(run_dir)
@@ -209,7 +214,9 @@ class LocalBackend:
         limit = expected + self.margin_s
         self._say(f"started {len(clients)} client processes for {c['duration_s']:g}s")
         bar = None
-        if self.progress:
+        tty = sys.stderr.isatty()
+        next_line = 5.0
+        if self.progress and tty:
             from tqdm import tqdm
             bar = tqdm(total=round(float(c["duration_s"])), file=sys.stderr, leave=False, mininterval=1,
                        bar_format="  run {n:.0f}/{total:.0f}s |{bar}| elapsed {elapsed}, remaining {remaining}")
@@ -231,6 +238,10 @@ class LocalBackend:
                 if bar is not None:
                     bar.n = min(el, bar.total)
                     bar.refresh()
+                elif self.progress and el >= next_line:  # plain lines for logs (no terminal)
+                    left = max(0.0, float(c["duration_s"]) - el)
+                    self._say(f"  run {el:.0f}s elapsed, {left:.0f}s of the run left (then drain)")
+                    next_line += 5.0
                 time.sleep(0.2)
         finally:
             if bar is not None:

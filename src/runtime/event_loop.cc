@@ -1,16 +1,10 @@
 #include "runtime/event_loop.h"
+#include "runtime/clock.h"
 
 #include <chrono>
 #include <cstdio>
 
 namespace txn::runtime {
-namespace {
-TimeUs steady_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 RealEnv::RealEnv(const Deployment& d, NodeId self, EventLoop& loop)
     : d_(d), self_(self), loop_(loop), rng_(d.seed ^ self) {}

@@ -1,4 +1,5 @@
 #include "runtime/transport.h"
+#include "runtime/clock.h"
 
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -12,16 +13,6 @@
 #include "envelope.grpc.pb.h"
 
 namespace txn::runtime {
-namespace {
-TimeUs steady_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-std::chrono::steady_clock::time_point steady_at(TimeUs us) {
-  return std::chrono::steady_clock::time_point(std::chrono::microseconds(us));
-}
-}  // namespace
 
 struct Transport::PeerConn {
   NodeId to = 0;

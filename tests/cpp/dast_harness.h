@@ -49,6 +49,13 @@ struct DastCluster {
       }
     }
   }
+  // Put a reply-recording stand-in where client `id` would run.
+  ProbeClient* attach_probe(NodeId id) {
+    auto probe = std::make_unique<ProbeClient>();
+    ProbeClient* p = probe.get();
+    net->add(id, std::move(probe));
+    return p;
+  }
   dast::Replica* replica(uint32_t shard, uint32_t r) {
     return static_cast<dast::Replica*>(net->node(d.replica_id(shard, r)));
   }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "dast_harness.h"
+#include "serial_exec.h"
 
 using namespace txn;
 using txn::test::DastCluster;
@@ -38,30 +39,7 @@ void expect_serializable_and_identical(DastCluster& c) {
   }
   std::vector<std::unique_ptr<ShardStore>> serial;
   for (uint32_t s = 0; s < d.n_shards(); ++s) serial.push_back(c.w->load(s));
-  for (auto& [ts, txn] : order) {
-    Vars vars;
-    std::set<uint32_t> done;
-    bool progress = true;
-    while (done.size() < static_cast<size_t>(txn.pieces_size()) && progress) {
-      progress = false;
-      for (const auto& p : txn.pieces()) {
-        if (done.count(p.id())) continue;
-        Vars in = p.args();
-        bool ready = true;
-        for (const auto& v : p.inputs()) {
-          if (!vars.count(v)) { ready = false; break; }
-          in[v] = vars.at(v);
-        }
-        if (!ready) continue;
-        Vars out;
-        c.w->execute(*serial[p.shard()], p, in, &out);
-        for (auto& [k, v] : out) vars[k] = v;
-        done.insert(p.id());
-        progress = true;
-      }
-    }
-    ASSERT_EQ(done.size(), static_cast<size_t>(txn.pieces_size()));
-  }
+  for (auto& [ts, txn] : order) txn::test::execute_serially(*c.w, serial, txn);
   for (uint32_t s = 0; s < d.n_shards(); ++s)
     EXPECT_EQ(serial[s]->digest(), c.replica(s, 0)->store().digest()) << "shard " << s;
 }
@@ -138,10 +116,8 @@ Envelope submit(const TxnRequest& t, uint64_t id) {
 
 TEST(DastSim, IrtDoesNotWaitForPendingCrtInItsRegion) {
   DastCluster c(small_deployment("tpca"), {}, false);
-  auto probe = std::make_unique<ProbeClient>();
-  ProbeClient* pc = probe.get();
   NodeId client = c.d.clients().front();  // a client homed at shard 0
-  c.net->add(client, std::move(probe));
+  ProbeClient* pc = c.attach_probe(client);
   c.net->start();
   c.net->run_until(100'000);
   std::mt19937_64 rng(9);
@@ -176,10 +152,8 @@ TEST(DastSim, IrtDoesNotWaitForPendingCrtInItsRegion) {
 TEST(DastSim, CrossRegionValueDependencyKeepsIrtsFast) {
   Deployment d = small_deployment("tpcc");
   DastCluster c(d, {}, false);
-  auto probe = std::make_unique<ProbeClient>();
-  ProbeClient* pc = probe.get();
   NodeId client = c.d.clients().front();
-  c.net->add(client, std::move(probe));
+  ProbeClient* pc = c.attach_probe(client);
   c.net->start();
   c.net->run_until(100'000);
   std::mt19937_64 rng(11);
@@ -216,10 +190,8 @@ TEST(DastSim, AnticipationFollowsMeasuredDelayNotConfiguration) {
     for (uint32_t b = 0; b < d.regions; ++b)
       if (a != b) o.actual_link->rtt_ms[a][b] = 60;   // configured 100, real 60
   DastCluster c(d, o, false);
-  auto probe = std::make_unique<ProbeClient>();
-  ProbeClient* pc = probe.get();
   NodeId client = c.d.clients().front();
-  c.net->add(client, std::move(probe));
+  ProbeClient* pc = c.attach_probe(client);
   c.net->start();
   c.net->run_until(50'000);
   auto* coord = c.replica(0, 0);
@@ -242,10 +214,8 @@ TEST(DastSim, AnticipationFollowsMeasuredDelayNotConfiguration) {
 
 TEST(DastSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {
   DastCluster c(small_deployment("tpca"), {}, false);
-  auto probe = std::make_unique<ProbeClient>();
-  ProbeClient* pc = probe.get();
   NodeId client = c.d.clients().front();
-  c.net->add(client, std::move(probe));
+  ProbeClient* pc = c.attach_probe(client);
   c.net->start();
   c.net->run_until(50'000);
   NodeId handler = c.d.replica_id(0, 0);

@@ -1,6 +1,8 @@
 // Workload layer: generators, loaders, executor, dumps.
 #include <gtest/gtest.h>
 
+#include "serial_exec.h"
+
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -29,30 +31,8 @@ std::vector<std::unique_ptr<ShardStore>> load_all(const Workload& w, const Deplo
   return s;
 }
 
-// Runs one transaction serially: pieces in id order as soon as their inputs are known.
 void run(const Workload& w, std::vector<std::unique_ptr<ShardStore>>& stores, const TxnRequest& t) {
-  Vars vars;
-  std::set<uint32_t> done;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (const auto& p : t.pieces()) {
-      if (done.count(p.id())) continue;
-      Vars in = p.args();
-      bool ready = true;
-      for (const auto& v : p.inputs()) {
-        if (!vars.count(v)) { ready = false; break; }
-        in[v] = vars.at(v);
-      }
-      if (!ready) continue;
-      Vars out;
-      w.execute(*stores[p.shard()], p, in, &out);
-      for (const auto& o : p.outputs()) ASSERT_TRUE(out.count(o)) << "piece did not produce " << o;
-      for (auto& [k, v] : out) vars[k] = v;
-      done.insert(p.id());
-      progress = true;
-    }
-  }
-  ASSERT_EQ(done.size(), static_cast<size_t>(t.pieces_size())) << "unsatisfiable inputs";
+  txn::test::execute_serially(w, stores, t);
 }
 
 void expect_tpcc_consistent(const ShardStore& s) {
