@@ -37,3 +37,49 @@ def test_unknown_mode_is_rejected_by_server(tmp_path):
     lines = [x for x in p.stderr.splitlines() if x.strip()]
     assert p.returncode == 2, p.stderr
     assert len(lines) == 1 and "bogus" in lines[0] and lines[0].startswith("txn-server: error:"), p.stderr
+
+
+def test_dast_tpca_zipf_runs_consistent(tmp_path):
+    d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=1, concurrency=2, duration=6, warmup=1,
+                                cooldown=1, mode="dast", workload="tpca", zipf=0.9, scale=0.01, base_port=26100)
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-tpca", out_root=tmp_path)
+    assert res.summary["classes"]["IRT"]["committed"] > 0 and res.summary["classes"]["CRT"]["committed"] > 0
+    assert res.check["verdict"] == "CONSISTENT", res.check
+
+
+def _run_server(cfg, name, tmp_path, binary=SERVER, timeout=30):
+    p = subprocess.run([str(binary), "--config", str(cfg), "--name", name, "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=timeout)
+    return p.returncode, [x for x in p.stderr.splitlines() if x.strip()]
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda d: d["nodes"][-1].update(shard=7), "shard"),            # client's shard outside its region
+    (lambda d: d["link"].update(rtt_ms=[[5, 100]]), "rtt_ms"),       # not R x R
+    (lambda d: d["workload"].update(name="tpcz"), "tpcz"),           # unknown workload
+    (lambda d: d["workload"].update(zipf=1.5), "zipf"),
+    (lambda d: d.update(colour="blue"), "colour"),                   # unknown key
+])
+def test_bad_deployment_file_is_one_line_exit_2(tmp_path, mutate, needle):
+    d = deploy.build_deployment(regions=2, shards=1, base_port=26600)
+    mutate(d)
+    cfg = deploy.write_yaml(d, tmp_path / "deploy.yml")
+    code, lines = _run_server(cfg, "s0.0.0", tmp_path)
+    assert code == 2 and len(lines) == 1 and needle in lines[0], lines
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    cfg = tmp_path / "deploy.yml"
+    cfg.write_text("name: x\nmode: dast\nregions: [1,\n")
+    code, lines = _run_server(cfg, "s0.0.0", tmp_path)
+    assert code == 2 and len(lines) == 1 and "line" in lines[0], lines
+
+
+def test_unreachable_peer_is_named_and_exits_3(tmp_path):
+    d = deploy.build_deployment(regions=1, shards=1, duration=3, warmup=0.5, cooldown=0.5, base_port=26700)
+    d["runtime"] = {"connect_timeout_s": 1}
+    cfg = deploy.write_yaml(d, tmp_path / "deploy.yml")
+    client = next(n["name"] for n in d["nodes"] if n["kind"] == "client")
+    code, lines = _run_server(cfg, client, tmp_path, binary=CLIENT)  # no server is running
+    assert code == 3, lines
+    assert any("unreachable" in x and "s0.0.0" in x for x in lines), lines
