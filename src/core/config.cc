@@ -304,10 +304,12 @@ Deployment parse_deployment(const std::string& text) {
     if (x["anticipation_margin_ms"]) d.dast.anticipation_margin_ms = num(x["anticipation_margin_ms"], "dast.anticipation_margin_ms");
     if (x["ewma_alpha"]) d.dast.ewma_alpha = num(x["ewma_alpha"], "dast.ewma_alpha");
   }
-  if (auto x = root["runtime"]) {  // read by the runtime (runtime/process.h); validated here
+  if (auto x = root["runtime"]) {
     check_keys(x, "runtime", {"connect_timeout_s"});
-    if (x["connect_timeout_s"] && !(num(x["connect_timeout_s"], "runtime.connect_timeout_s") > 0))
-      fail("runtime.connect_timeout_s", "must be > 0");
+    if (x["connect_timeout_s"]) {
+      d.runtime.connect_timeout_s = num(x["connect_timeout_s"], "runtime.connect_timeout_s");
+      if (!(d.runtime.connect_timeout_s > 0)) fail("runtime.connect_timeout_s", "must be > 0");
+    }
   }
 
   auto nodes = root["nodes"];

@@ -67,6 +67,10 @@ struct DastConfig {
   double ewma_alpha = 0.2;
 };
 
+struct RuntimeConfig {
+  double connect_timeout_s = 10;    // a peer unreachable this long is a fatal, named error
+};
+
 struct Deployment {
   std::string name = "local";
   std::string mode = "dast";        // dast | janus | tapir | slog
@@ -78,6 +82,7 @@ struct Deployment {
   WorkloadConfig workload;
   ClientConfig client;
   DastConfig dast;
+  RuntimeConfig runtime;
   std::vector<NodeInfo> nodes;      // indexed by NodeId
 
   uint32_t n_shards() const { return regions * shards_per_region; }

@@ -84,7 +84,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
   topt.prog = prog;
   try {
     d = load_deployment(config);
-    topt.connect_timeout_s = read_connect_timeout_s(config);
+    topt.connect_timeout_s = d.runtime.connect_timeout_s;
   } catch (const ConfigError& e) {
     throw Fatal{2, e.what()};
   }
@@ -191,16 +191,6 @@ int run(Role role, const char* prog, int argc, char** argv) {
 }
 
 }  // namespace
-
-double read_connect_timeout_s(const std::string& path) {
-  try {
-    YAML::Node r = YAML::LoadFile(path)["runtime"];
-    if (r && r["connect_timeout_s"]) return r["connect_timeout_s"].as<double>();
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(path + ": runtime.connect_timeout_s: " + e.what());
-  }
-  return 10;
-}
 
 int run_process(Role role, int argc, char** argv) {
   const char* prog = role == Role::Server ? "txn-server" : "txn-client";

@@ -127,3 +127,12 @@ TEST(Config, LocalDeployment) {
     EXPECT_EQ(d.nodes[i].host, "127.0.0.1");
   }
 }
+
+TEST(ConfigRuntime, ConnectTimeoutIsParsedAndValidated) {
+  EXPECT_DOUBLE_EQ(txn::parse_deployment(kBase).runtime.connect_timeout_s, 5);
+  EXPECT_DOUBLE_EQ(txn::make_local_deployment(1, 1, 1).runtime.connect_timeout_s, 10);
+  std::string with = replace(kBase, "connect_timeout_s: 5", "connect_timeout_s: 2.5");
+  EXPECT_DOUBLE_EQ(txn::parse_deployment(with).runtime.connect_timeout_s, 2.5);
+  expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout_s: 0"), "runtime.connect_timeout_s");
+  expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout: 1"), "connect_timeout");
+}
