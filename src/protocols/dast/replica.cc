@@ -87,7 +87,6 @@ void Replica::on_timer(Env& env, uint64_t id) {
       it = now - it->second > kReleaseMemoryUs ? released_.erase(it) : std::next(it);
     env.set_timer(kSyncTimer, sync_interval_us_);
   }
-  serve_wants(env);
   try_execute(env);
   drain_local(env);
 }
@@ -542,6 +541,7 @@ bool Replica::watermark_passed(Env& env, const Ts& t) {
 }
 
 void Replica::try_execute(Env& env) {
+  serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
   while (!queue_.empty()) {
     Entry& e = entries_.at(queue_.begin()->second);
     if (!e.executable || !watermark_passed(env, e.ts) || !run_pieces(env, e)) return;
