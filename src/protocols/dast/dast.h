@@ -5,7 +5,6 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "protocol.h"
@@ -52,7 +51,6 @@ class Replica : public ReplicaNode {
     TxnRequest txn;
     TxnShape shape;
     Ts ts;
-    bool crt = false;
     bool executable = false;
     NodeId coordinator = 0;
     uint32_t output_replica = 0;
@@ -95,7 +93,7 @@ class Replica : public ReplicaNode {
   void serve_wants(Env& env);
 
   void observe(Env& env, NodeId from, const Ts& ts);
-  Entry& add_entry(const TxnRequest& txn, const Ts& ts, bool crt, bool executable,
+  Entry& add_entry(const TxnRequest& txn, const Ts& ts, bool executable,
                    NodeId coordinator, uint32_t output_replica);
   void rekey(Entry& e, const Ts& ts);
   void try_execute(Env& env);

@@ -194,14 +194,13 @@ void Replica::observe(Env& env, NodeId from, const Ts& ts) {
   clock_.observe(ts, env.now_us());
 }
 
-Replica::Entry& Replica::add_entry(const TxnRequest& txn, const Ts& ts, bool crt, bool executable,
+Replica::Entry& Replica::add_entry(const TxnRequest& txn, const Ts& ts, bool executable,
                                    NodeId coordinator, uint32_t output_replica) {
   if (entries_.count(txn.txn_id())) throw BadMessage("duplicate txn " + str(txn.txn_id()));
   Entry& e = entries_[txn.txn_id()];
   e.txn = txn;
   e.shape = analyze(d_, txn);
   e.ts = ts;
-  e.crt = crt;
   e.executable = executable;
   e.coordinator = coordinator;
   e.output_replica = output_replica;
@@ -243,7 +242,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
-          add_entry(txn, ts, false, true, self_, me_.replica);
+          add_entry(txn, ts, true, self_, me_.replica);
           continue;
         }
         Envelope e;
@@ -396,7 +395,7 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
   // The handler asked the other handlers to send us their clocks for ts.
   for (NodeId h : region_handlers_)
     if (h != from) asked_[h].insert(ts);
-  add_entry(m.txn(), ts, false, true, m.handler(), m.output_replica());
+  add_entry(m.txn(), ts, true, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(m.txn().txn_id());
@@ -413,7 +412,7 @@ void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
     p = Ts{std::max(clock_.last().t, last_proposal_.t) + 1, 0, self_};
     last_proposal_ = p;
   }
-  add_entry(m.txn(), p, true, false, m.coordinator(), m.output_replica());
+  add_entry(m.txn(), p, false, m.coordinator(), m.output_replica());
   clock_.add_pending(m.txn().txn_id(), p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
