@@ -1,0 +1,47 @@
+# Experiment configuration: the scale, the emulated network, and the sweeps of the five experiments.
+# Every value is checked by testbed/config.py before anything starts; a bad one is rejected with a
+# message naming the knob and its allowed range. The defaults fit one 2-core machine.
+# Regions and shards are counted from 1 wherever they appear in this file (as in the 10.55.<region>.<shard>
+# container addresses).
+
+# ---------------------------------------------------------------- scale
+REGIONS = 3                 # R regions deployed (1..254); every experiment but exp 4 uses all of them
+SHARDS_PER_REGION = 2       # N shards per region (1..239); one container per shard
+REPLICAS = 3                # replicas per shard, inside the shard's container (only 3 is supported)
+SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original artifact's sizes), 0.0001..10
+
+# ---------------------------------------------------------------- emulated network
+INTRA_RTT_MS = 5            # round trip between two containers of one region (and inside one container), ms
+INTER_RTT_MS = 100          # round trip between two regions, ms
+RTT_OVERRIDES = {}          # per region pair, symmetric, e.g. {(1, 2): 80} (regions from 1); (r, r) sets region r's intra RTT
+JITTER_MS = 0               # std-dev of the cross-region RTT, ms; each direction gets JITTER_MS/sqrt(2).
+                            # Must stay <= sqrt(2) x the smallest cross-region one-way delay (else the mean is biased > 8 %)
+JITTER_DISTRIBUTION = 'normal'  # netem delay distribution: normal | pareto | paretonormal (SHAPING='app' implements normal)
+SHAPING = 'auto'            # auto: tc netem if the kernel has it, else the transport delays messages (says so);
+                            # netem: tc netem or fail; app: the transport delays messages
+NETEM_LIMIT = 100000        # packets each netem queue holds (the kernel default 1000 silently drops at ~20k pkt/s)
+CONTROL_PORTS = [22, 19000]  # never delayed, source or destination: ssh from the driver, and the driver's control port
+
+# ---------------------------------------------------------------- containers (Docker Swarm)
+IMAGE_NAME = 'edge-txn:latest'  # image every container runs (built by docker/)
+NETWORK_NAME = 'edge_txn'   # attachable overlay network
+SUBNET = '10.55.0.0/16'     # overlay subnet, a.b.0.0/16 (up to /23 if fewer regions); regions use a.b.<region>.0/24
+OVERLAY_MTU = 1450          # overlay MTU (underlay MTU - 50 for VXLAN), 576..9000; None = Docker's default
+DRIVER_IP = '10.55.0.240'   # experiment-driver container; must lie in a.b.0.0/24, which no region uses (never delayed)
+
+# ---------------------------------------------------------------- systems and measurement
+SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure; slog needs REGIONS >= 3
+N_REPEAT = 1                # runs per sweep point (the median is plotted); 3 or 5 smooth outliers on a real cluster
+DURATION_S = 20             # seconds each run lasts (1..3600)
+WARMUP_S = 5                # trimmed from the start of every run's measurement window
+COOLDOWN_S = 2              # trimmed from the end; WARMUP_S + COOLDOWN_S < DURATION_S
+TAIL_PERCENTILE = 99        # tail latency plotted, in (50, 100); 90 or 95 if the machines are shared/contended
+
+# ---------------------------------------------------------------- sweeps of the five experiments
+CONCURRENCY_LEVELS = [1, 2, 4]       # exp 1: closed-loop coordinators per client process (not per region!)
+CLIENT_PROCESS_PER_SHARD = [1]       # exp 1: client processes per shard (1..16);
+                                     # clients per region = CLIENT_PROCESS_PER_SHARD x SHARDS_PER_REGION x concurrency
+CRT_RATIOS = [10, 50, 90]            # exp 2: % of transactions forced cross-region (0..100)
+ZIPFS = [0.5, 0.7, 0.9]              # exp 3: zipf coefficient of TPC-A keys (0..1)
+SCALABILITY_N_REGIONS = [3]          # exp 4: regions used (each <= REGIONS; >= 3 when slog is in SYSTEMS)
+ROBUST_RTT_VAR = [0, 10, 20]         # exp 5: cross-region jitter, 100 +- x ms RTT std-dev (same rule as JITTER_MS)
