@@ -62,7 +62,7 @@ struct ClientConfig {
 };
 
 struct DastConfig {
-  double sync_interval_ms = 5;      // intra-region clock sync period
+  double sync_interval_ms = 5;      // period of the check that answers waiting clock requests
   double anticipation_margin_ms = 0;  // added to the measured decision delay
   double ewma_alpha = 0.2;
 };
