@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Build the edge-txn image:  docker/build_image.sh [IMAGE_NAME]   (default edge-txn:latest)
+# Env: BASE (default debian:bookworm-slim), DEBIAN_MIRROR (default: from this host's apt sources).
+# If BASE is neither local nor pullable (no registry), it is created locally with debootstrap
+# (minbase bookworm) and `docker import`ed under the same name. Idempotent: later runs reuse it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+IMAGE=${1:-edge-txn:latest}
+BASE=${BASE:-debian:bookworm-slim}
+die() { echo "build_image: $*" >&2; exit 1; }
+
+command -v docker >/dev/null || die "docker is not installed"
+docker info >/dev/null 2>&1 || die "cannot reach the Docker daemon (is it running, and may $(id -un) use it?)"
+
+# First URI of the host's apt sources serving bookworm (deb822 *.sources or one-line *.list).
+host_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -r $f ]] && awk '/^URIs:/{u=$2} /^Suites:/ && / bookworm( |$)/ && u {print u; exit}' "$f"
+  done
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1=="deb" && $0 ~ / bookworm / {for(i=2;i<=NF;i++) if($i ~ /^https?:/){print $i; exit}}'
+}
+
+make_base() {
+  echo "build_image: no registry: creating $BASE locally with debootstrap"
+  [[ $(id -u) -eq 0 ]] || die "creating the base image needs root (debootstrap); rerun with sudo"
+  if ! command -v debootstrap >/dev/null; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
+  fi
+  local mirror=${DEBIAN_MIRROR:-$(host_mirror | head -n1)}
+  mirror=${mirror:-http://deb.debian.org/debian}
+  local dir; dir=$(mktemp -d /tmp/edge-txn-rootfs.XXXXXX)
+  trap 'rm -rf "$dir"' EXIT
+  echo "build_image: debootstrap --variant=minbase bookworm from $mirror"
+  debootstrap --variant=minbase bookworm "$dir" "$mirror" >/tmp/edge-txn-debootstrap.log 2>&1 \
+    || { tail -n 20 /tmp/edge-txn-debootstrap.log >&2; die "debootstrap failed (log: /tmp/edge-txn-debootstrap.log)"; }
+  # Same suites as the official image; drop caches so the base stays small.
+  printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb %s bookworm-security main\n' \
+    "$mirror" "$mirror" "${mirror%/debian}/debian-security" > "$dir/etc/apt/sources.list"
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/var/log/* "$dir"/tmp/*
+  tar -C "$dir" --numeric-owner -c . |
+    docker import -c 'CMD ["bash"]' -m "debootstrap minbase bookworm ($mirror)" - "$BASE" >/dev/null
+  rm -rf "$dir"; trap - EXIT
+  echo "build_image: created $BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | numfmt --to=iec))"
+}
+
+if docker image inspect "$BASE" >/dev/null 2>&1; then
+  echo "build_image: using local $BASE"
+elif timeout 120 docker pull -q "$BASE" >/dev/null 2>&1; then
+  echo "build_image: pulled $BASE"
+else
+  make_base
+fi
+
+# The context is streamed as a tar filtered like docker/Dockerfile.dockerignore, because the legacy
+# builder (Docker < 23 without BuildKit) has no per-Dockerfile ignore file and the repo root has none.
+# EXTRA_CA_DIR (default /usr/local/share/ca-certificates): its *.crt go to docker/extra-ca/ in the
+# stream only, trusted by pip in the build (needed behind a TLS-intercepting proxy), not in the image.
+ctx=$(mktemp -d /tmp/edge-txn-ctx.XXXXXX); trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/docker/extra-ca"
+find "${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}" -name '*.crt' -exec cp {} "$ctx/docker/extra-ca/" \; 2>/dev/null || true
+start=$SECONDS
+tar -c --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./results --exclude=./.pytest_cache \
+    --exclude=__pycache__ --exclude='*.pyc' --exclude=./config/deploy.yml --exclude=./containers.yml --exclude=./docker/extra-ca . -C "$ctx" docker/extra-ca |
+  docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" -t "$IMAGE" -
+echo "build_image: built $IMAGE in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec))"
