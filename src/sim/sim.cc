@@ -46,7 +46,6 @@ void Network::send(NodeId from, NodeId to, Envelope msg) {
   msg.set_from(from);
   msg.set_to(to);
   msg.set_sent_us(now_);
-  if (o_.filter && !o_.filter(msg)) return;
   const LinkModel& link = o_.actual_link ? *o_.actual_link : d_.link;
   TimeUs delay = link.one_way_us(d_.node(from).region, d_.node(to).region);
   if (o_.extra_delay_us > 0)

@@ -23,8 +23,6 @@ struct Options {
   // Real link delays when they should differ from what the deployment says
   // (tests that estimates come from measurement, not from configuration).
   std::optional<LinkModel> actual_link;
-  // Optional hook: return false to drop a message (failure tests).
-  std::function<bool(const Envelope&)> filter;
 };
 
 class Network {

@@ -46,7 +46,6 @@ class StretchClock {
   // Pending CRT timestamps, keyed by transaction (one entry per txn).
   void add_pending(uint64_t txn, const Ts& ts);
   void remove_pending(uint64_t txn);
-  bool has_pending(uint64_t txn) const { return pending_by_txn_.count(txn) != 0; }
   const Ts* min_pending() const { return pending_.empty() ? nullptr : &pending_.begin()->first; }
   size_t n_pending() const { return pending_by_txn_.size(); }
 

@@ -66,8 +66,7 @@ class Replica : public ReplicaNode {
     bool crt = false;
     std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> acks
     std::map<uint32_t, std::map<uint32_t, Ts>> proposals; // CRT: shard -> replica -> proposal
-    std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time (rtt samples)
-    std::set<uint32_t> rtt_sampled;
+    std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time, until its first reply
     bool decided = false;
     Ts decision;
     std::set<uint32_t> results;                           // shards whose outputs arrived
@@ -93,7 +92,7 @@ class Replica : public ReplicaNode {
   void serve_wants(Env& env);
 
   void observe(Env& env, NodeId from, const Ts& ts);
-  Entry& add_entry(const TxnRequest& txn, const Ts& ts, bool executable,
+  Entry& add_entry(const TxnRequest& txn, TxnShape shape, const Ts& ts, bool executable,
                    NodeId coordinator, uint32_t output_replica);
   void rekey(Entry& e, const Ts& ts);
   void try_execute(Env& env);

@@ -194,12 +194,12 @@ void Replica::observe(Env& env, NodeId from, const Ts& ts) {
   clock_.observe(ts, env.now_us());
 }
 
-Replica::Entry& Replica::add_entry(const TxnRequest& txn, const Ts& ts, bool executable,
+Replica::Entry& Replica::add_entry(const TxnRequest& txn, TxnShape shape, const Ts& ts, bool executable,
                                    NodeId coordinator, uint32_t output_replica) {
   if (entries_.count(txn.txn_id())) throw BadMessage("duplicate txn " + str(txn.txn_id()));
   Entry& e = entries_[txn.txn_id()];
   e.txn = txn;
-  e.shape = analyze(d_, txn);
+  e.shape = std::move(shape);
   e.ts = ts;
   e.executable = executable;
   e.coordinator = coordinator;
@@ -242,7 +242,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
-          add_entry(txn, ts, true, self_, me_.replica);
+          add_entry(txn, shape, ts, true, self_, me_.replica);
           continue;
         }
         Envelope e;
@@ -308,9 +308,9 @@ void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
   Coord& c = it->second;
   if (c.decided) return;
   uint32_t region = d_.region_of_shard(m.shard());
-  if (!c.rtt_sampled.count(region) && c.prepare_sent.count(region)) {
-    rtt_[region].add(static_cast<double>(env.mono_us() - c.prepare_sent[region]));
-    c.rtt_sampled.insert(region);
+  if (auto sent = c.prepare_sent.find(region); sent != c.prepare_sent.end()) {
+    rtt_[region].add(static_cast<double>(env.mono_us() - sent->second));  // first reply only
+    c.prepare_sent.erase(sent);
   }
   c.proposals[m.shard()][m.replica()] = from_proto(m.proposal());
   for (uint32_t s : c.shape.shards)
@@ -395,7 +395,7 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
   // The handler asked the other handlers to send us their clocks for ts.
   for (NodeId h : region_handlers_)
     if (h != from) asked_[h].insert(ts);
-  add_entry(m.txn(), ts, true, m.handler(), m.output_replica());
+  add_entry(m.txn(), analyze(d_, m.txn()), ts, true, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(m.txn().txn_id());
@@ -412,7 +412,7 @@ void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
     p = Ts{std::max(clock_.last().t, last_proposal_.t) + 1, 0, self_};
     last_proposal_ = p;
   }
-  add_entry(m.txn(), p, false, m.coordinator(), m.output_replica());
+  add_entry(m.txn(), analyze(d_, m.txn()), p, false, m.coordinator(), m.output_replica());
   clock_.add_pending(m.txn().txn_id(), p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
