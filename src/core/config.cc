@@ -235,7 +235,7 @@ Deployment parse_deployment(const std::string& text) {
   }
   if (!root.IsMap()) throw ConfigError("deployment file: expected a mapping at top level");
   check_keys(root, "", {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link",
-                        "workload", "client", "dast", "runtime", "nodes"});
+                        "workload", "client", "dast", "slog", "runtime", "nodes"});
   Deployment d;
   if (root["name"]) d.name = str(root["name"], "name");
   if (root["mode"]) d.mode = str(root["mode"], "mode");
@@ -303,6 +303,17 @@ Deployment parse_deployment(const std::string& text) {
     if (x["sync_interval_ms"]) d.dast.sync_interval_ms = num(x["sync_interval_ms"], "dast.sync_interval_ms");
     if (x["anticipation_margin_ms"]) d.dast.anticipation_margin_ms = num(x["anticipation_margin_ms"], "dast.anticipation_margin_ms");
     if (x["ewma_alpha"]) d.dast.ewma_alpha = num(x["ewma_alpha"], "dast.ewma_alpha");
+  }
+  if (auto x = root["slog"]) {
+    check_keys(x, "slog", {"order_regions"});
+    auto o = x["order_regions"];
+    if (!o || !o.IsSequence() || o.size() != 3) fail("slog.order_regions", "must be a list of 3 distinct regions");
+    for (size_t i = 0; i < o.size(); ++i) {
+      uint32_t r = u32(o[i], "slog.order_regions", 0, static_cast<int64_t>(d.regions) - 1);
+      for (uint32_t q : d.slog.order_regions)
+        if (q == r) fail("slog.order_regions", "region " + std::to_string(r) + " listed twice");
+      d.slog.order_regions.push_back(r);
+    }
   }
   if (auto x = root["runtime"]) {
     check_keys(x, "runtime", {"connect_timeout_s"});

@@ -32,7 +32,7 @@ struct NodeInfo {
 struct LinkModel {
   std::string mechanism = "app";              // app | netem | none
   std::vector<std::vector<double>> rtt_ms;     // R x R; diagonal = intra-region (and loopback)
-  double jitter_ms = 0;                        // std-dev of the per-message one-way jitter (normal, truncated at 0)
+  double jitter_ms = 0;                        // std-dev of each cross-region one-way delay (normal around rtt/2, clipped at 0)
   // One-way delay for a message from region a to region b, in microseconds (rtt/2).
   TimeUs one_way_us(uint32_t a, uint32_t b) const;
 };
@@ -67,6 +67,12 @@ struct DastConfig {
   double ewma_alpha = 0.2;
 };
 
+// SLOG's global-order group: the regions holding the 3 replicas of the global log
+// (genConfig spreads them over the regions, so any R >= 3 works). Empty: none.
+struct SlogConfig {
+  std::vector<uint32_t> order_regions;
+};
+
 struct RuntimeConfig {
   double connect_timeout_s = 10;    // a peer unreachable this long is a fatal, named error
 };
@@ -82,6 +88,7 @@ struct Deployment {
   WorkloadConfig workload;
   ClientConfig client;
   DastConfig dast;
+  SlogConfig slog;
   RuntimeConfig runtime;
   std::vector<NodeInfo> nodes;      // indexed by NodeId
 

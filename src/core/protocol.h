@@ -4,6 +4,8 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "config.h"
 #include "node.h"
@@ -41,6 +43,8 @@ struct ProtocolFactory {
 
 // Throws ConfigError("unknown mode 'x' (known: dast)") for an unknown or unbuilt protocol.
 const ProtocolFactory& protocol_factory(const std::string& mode);
+// Modes this build implements (printed by `txn-server --list-modes`, one per line).
+const std::vector<std::string>& built_modes();
 
 // Replica nodes expose their store for state dumps.
 class ReplicaNode : public Node {

@@ -3,6 +3,11 @@
 
 namespace txn {
 
+const std::vector<std::string>& built_modes() {
+  static const std::vector<std::string> modes = {"dast"};
+  return modes;
+}
+
 const ProtocolFactory& protocol_factory(const std::string& mode) {
   if (mode == "dast") return dast::factory();
   if (mode == "janus" || mode == "tapir" || mode == "slog")

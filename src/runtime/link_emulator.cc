@@ -8,12 +8,14 @@ namespace txn::runtime {
 TimeUs LinkEmulator::delivery_time(uint32_t src, uint32_t dst, TimeUs now, TimeUs last,
                                    std::mt19937_64& rng) const {
   if (m_.mechanism != "app") return now;
-  TimeUs t = now + m_.one_way_us(src, dst);
-  if (m_.jitter_ms > 0) {
-    std::normal_distribution<double> n(0.0, m_.jitter_ms * 1000.0);
-    t += static_cast<TimeUs>(std::llround(std::max(0.0, n(rng))));
+  TimeUs d = m_.one_way_us(src, dst);
+  // Jitter on cross-region links only, as netem's `delay d sigma distribution normal`: the one-way delay is
+  // a normal sample around d, clipped at 0 (exp_config keeps sigma small enough that clipping is rare).
+  if (m_.jitter_ms > 0 && src != dst) {
+    std::normal_distribution<double> n(static_cast<double>(d), m_.jitter_ms * 1000.0);
+    d = static_cast<TimeUs>(std::llround(std::max(0.0, n(rng))));
   }
-  return std::max(t, last);
+  return std::max(now + d, last);  // per-channel FIFO, as one TCP connection would deliver
 }
 
 }  // namespace txn::runtime

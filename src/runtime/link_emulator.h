@@ -11,7 +11,7 @@ namespace txn::runtime {
 class LinkEmulator {
  public:
   explicit LinkEmulator(LinkModel m) : m_(std::move(m)) {}
-  // app: max(now + one_way + max(0, N(0, jitter)), last); netem/none: now.
+  // app: max(now + max(0, N(one_way, jitter)), last), jitter on cross-region pairs only; netem/none: now.
   TimeUs delivery_time(uint32_t src_region, uint32_t dst_region, TimeUs now, TimeUs last,
                        std::mt19937_64& rng) const;
   const LinkModel& model() const { return m_; }

@@ -8,10 +8,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
 #include "client/client_node.h"
+#include "client/probe_node.h"
 #include "core/protocol.h"
 #include "runtime/event_loop.h"
 #include "runtime/transport.h"
@@ -61,12 +63,15 @@ std::string prepend_fields(const std::string& obj, const std::string& fields) {
 
 int run(Role role, const char* prog, int argc, char** argv) {
   std::string usage = std::string("usage: ") + prog + " --config FILE --name NAME " +
-                      (role == Role::Client ? "--out DIR" : "[--out DIR]");
+                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR]") + " | --list-modes";
   std::string config, name, out = ".";
+  int probe = 0;  // txn-client --probe N: RTT self-test instead of the workload
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
                                 {"name", required_argument, nullptr, 'n'},
                                 {"out", required_argument, nullptr, 'o'},
                                 {"help", no_argument, nullptr, 'h'},
+                                {"list-modes", no_argument, nullptr, 'l'},
+                                {"probe", required_argument, nullptr, 'p'},
                                 {nullptr, 0, nullptr, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "", opts, nullptr)) != -1;) {
@@ -74,6 +79,15 @@ int run(Role role, const char* prog, int argc, char** argv) {
     else if (c == 'n') name = optarg;
     else if (c == 'o') out = optarg;
     else if (c == 'h') { std::cout << usage << "\n"; return 0; }
+    else if (c == 'p' && role == Role::Client) {
+      char* end = nullptr;
+      long v = std::strtol(optarg, &end, 10);
+      if (!end || *end || v < 1 || v > 100000) throw Fatal{2, "--probe " + std::string(optarg) + ": must be an integer in [1, 100000]"};
+      probe = static_cast<int>(v);
+    } else if (c == 'l') {
+      for (const auto& m : built_modes()) std::cout << m << "\n";
+      return 0;
+    }
     else throw Fatal{2, "bad argument " + std::string(argv[optind - 1]) + "\n" + usage};
   }
   if (optind < argc) throw Fatal{2, "unexpected argument " + std::string(argv[optind]) + "\n" + usage};
@@ -98,6 +112,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
   std::unique_ptr<Workload> w;
   std::unique_ptr<Node> node;
   ClientNode* client = nullptr;
+  ProbeNode* prober = nullptr;
   ReplicaNode* replica = nullptr;
   try {
     w = make_workload(d);
@@ -108,6 +123,10 @@ int run(Role role, const char* prog, int argc, char** argv) {
     } else if (me->kind == NodeKind::Manager) {
       if (!f.make_manager) throw ConfigError("mode " + d.mode + " has no region managers (node " + name + ")");
       node = f.make_manager(d, me->id);
+    } else if (probe > 0) {
+      auto p = std::make_unique<ProbeNode>(d, me->id, probe);
+      prober = p.get();
+      node = std::move(p);
     } else {
       auto c = std::make_unique<ClientNode>(d, me->id, *w, f.make_client_driver(d, me->id));
       client = c.get();
@@ -133,9 +152,9 @@ int run(Role role, const char* prog, int argc, char** argv) {
   Clock::time_point drain_start, idle_since;
   bool idle_seen = false;
   loop.run(*node, [&] {
-    if (client) {
+    if (client || prober) {
       if (g_signal) interrupted = true;
-      return interrupted || client->finished();
+      return interrupted || (client ? client->finished() : prober->finished());
     }
     if (!g_signal) return false;
     auto now = Clock::now();
@@ -159,6 +178,11 @@ int run(Role role, const char* prog, int argc, char** argv) {
     return now - idle_since >= std::chrono::milliseconds(200);
   });
 
+  if (prober) {
+    if (!write_file(out + "/" + name + ".probe.json", prober->result_json() + "\n"))
+      throw Fatal{1, "cannot write " + out + "/" + name + ".probe.json"};
+    return interrupted ? 130 : 0;
+  }
   if (client) {
     const auto& recs = client->records();
     std::vector<std::string> names;

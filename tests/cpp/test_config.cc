@@ -136,3 +136,13 @@ TEST(ConfigRuntime, ConnectTimeoutIsParsedAndValidated) {
   expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout_s: 0"), "runtime.connect_timeout_s");
   expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout: 1"), "connect_timeout");
 }
+
+TEST(Config, SlogOrderGroup) {
+  std::string with = replace(kBase, "runtime:", "slog: {order_regions: [1, 0, 1]}\nruntime:");
+  expect_error(with, "slog.order_regions");
+  expect_error(with, "region 1 listed twice");
+  // regions: 2 here, so region 2 is out of range and a 3-region group cannot exist
+  expect_error(replace(kBase, "runtime:", "slog: {order_regions: [0, 1, 2]}\nruntime:"), "slog.order_regions");
+  expect_error(replace(kBase, "runtime:", "slog: {order_regions: [0, 1]}\nruntime:"), "3 distinct regions");
+  expect_error(replace(kBase, "runtime:", "slog: {order: [0, 1, 2]}\nruntime:"), "slog.order");
+}

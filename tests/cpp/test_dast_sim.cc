@@ -33,7 +33,9 @@ void expect_serializable_and_identical(DastCluster& c) {
       EXPECT_LT(prev, rec.ts) << "shard " << s << " executed out of timestamp order";
       prev = rec.ts;
       auto [it, fresh] = ts_of.emplace(rec.txn.txn_id(), rec.ts);
-      if (!fresh) EXPECT_EQ(it->second, rec.ts) << "txn executed at different timestamps";
+      if (!fresh) {
+        EXPECT_EQ(it->second, rec.ts) << "txn executed at different timestamps";
+      }
       order.emplace(rec.ts, rec.txn);
     }
   }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -36,12 +37,27 @@ TEST(LinkEmulator, FifoUnderJitter) {
   TimeUs last = 0, max_extra = 0;
   for (TimeUs now = 0; now < 100000; now += 100) {
     TimeUs t = e.delivery_time(0, 1, now, last, rng);
-    EXPECT_GE(t, last);
-    EXPECT_GE(t, now + 50000);  // jitter is truncated at 0
+    EXPECT_GE(t, last);  // FIFO: never before the previous message of the channel
     max_extra = std::max(max_extra, t - now - 50000);
     last = t;
   }
   EXPECT_GT(max_extra, 10000);  // jitter really applies
+}
+
+TEST(LinkEmulator, JitterIsZeroMeanAroundTheDelayAndCrossRegionOnly) {
+  LinkEmulator e(model(10));
+  std::mt19937_64 rng(5);
+  double sum = 0, sq = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    double x = static_cast<double>(e.delivery_time(0, 1, 0, 0, rng));  // last = 0: no FIFO coupling
+    sum += x;
+    sq += x * x;
+  }
+  double mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(mean, 50000, 300);  // netem semantics: delay +- jitter, not delay + |jitter|
+  EXPECT_NEAR(sd, 10000, 300);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(e.delivery_time(2, 2, 0, 0, rng), 2500);  // intra-region: exact
 }
 
 TEST(LinkEmulator, NetemAndNoneAddNothing) {
