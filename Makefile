@@ -1,5 +1,5 @@
 # Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja).
-.PHONY: setup build test demo bench clean
+.PHONY: setup build test main main-all demo bench image up down bench-swarm clean
 
 setup:
 	scripts/setup.sh
@@ -12,11 +12,31 @@ test: setup
 	ctest --test-dir build --output-on-failure
 	.venv/bin/pytest
 
+main: setup
+	.venv/bin/python run_experiments.py --quick
+
+main-all: setup
+	.venv/bin/python run_experiments.py --quick --all
+
 demo: setup
 	.venv/bin/python run_local.py
 
 bench: setup
 	.venv/bin/python scripts/bench_dast.py
+
+image:
+	docker/build_image.sh
+
+up: setup
+	docker/build_image.sh --if-stale
+	.venv/bin/python start_containers.py --self-test
+
+down: setup
+	.venv/bin/python start_containers.py --down
+
+bench-swarm: setup
+	docker/build_image.sh --if-stale
+	.venv/bin/python scripts/bench_swarm.py
 
 clean:
 	rm -rf build .pytest_cache

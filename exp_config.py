@@ -5,7 +5,7 @@
 # container addresses).
 
 # ---------------------------------------------------------------- scale
-REGIONS = 3                 # R regions deployed (1..254); every experiment but exp 4 uses all of them
+REGIONS = 3                 # R regions deployed (1..64); every experiment but exp 4 uses all of them
 SHARDS_PER_REGION = 2       # N shards per region (1..239); one container per shard
 REPLICAS = 3                # replicas per shard, inside the shard's container (only 3 is supported)
 SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original artifact's sizes), 0.0001..10
@@ -28,6 +28,9 @@ NETWORK_NAME = 'edge_txn'   # attachable overlay network
 SUBNET = '10.55.0.0/16'     # overlay subnet, a.b.0.0/16 (up to /23 if fewer regions); regions use a.b.<region>.0/24
 OVERLAY_MTU = 1450          # overlay MTU (underlay MTU - 50 for VXLAN), 576..9000; None = Docker's default
 DRIVER_IP = '10.55.0.240'   # experiment-driver container; must lie in a.b.0.0/24, which no region uses (never delayed)
+CONTAINER_CPUS = None        # CPU limit per container (docker --cpus): None = no limit (the default: a CFS quota
+                            # stalls a container for the rest of its 100 ms period once used up, which shows up
+                            # as latency), a number, or 'auto' = 2x its fair share of its host (>= 0.5, <= host)
 
 # ---------------------------------------------------------------- systems and measurement
 SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure; slog needs REGIONS >= 3
@@ -43,5 +46,5 @@ CLIENT_PROCESS_PER_SHARD = [1]       # exp 1: client processes per shard (1..16)
                                      # clients per region = CLIENT_PROCESS_PER_SHARD x SHARDS_PER_REGION x concurrency
 CRT_RATIOS = [10, 50, 90]            # exp 2: % of transactions forced cross-region (0..100)
 ZIPFS = [0.5, 0.7, 0.9]              # exp 3: zipf coefficient of TPC-A keys (0..1)
-SCALABILITY_N_REGIONS = [3]          # exp 4: regions used (each <= REGIONS; >= 3 when slog is in SYSTEMS)
+SCALABILITY_N_REGIONS = [3]          # exp 4: regions used, the first k (each <= REGIONS; slog is skipped below 3)
 ROBUST_RTT_VAR = [0, 10, 20]         # exp 5: cross-region jitter, 100 +- x ms RTT std-dev (same rule as JITTER_MS)

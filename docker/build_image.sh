@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Build the edge-txn image:  docker/build_image.sh [IMAGE_NAME]   (default edge-txn:latest)
+# Build the edge-txn image:  docker/build_image.sh [--if-stale] [IMAGE_NAME]   (default edge-txn:latest)
+# --if-stale: do nothing when the image was built from the same sources (label edge-txn.source).
 # Env: BASE (default debian:bookworm-slim), DEBIAN_MIRROR (default: from this host's apt sources).
 # If BASE is neither local nor pullable (no registry), it is created locally with debootstrap
 # (minbase bookworm) and `docker import`ed under the same name. Idempotent: later runs reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+IF_STALE=0
+if [[ ${1:-} == --if-stale ]]; then IF_STALE=1; shift; fi
 IMAGE=${1:-edge-txn:latest}
+# What the image is built from (the Python testbed is also mounted from the checkout in the driver):
+SOURCE_HASH=$(cat CMakeLists.txt requirements.txt docker/Dockerfile docker/entrypoint.sh \
+              $(find src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BASE=${BASE:-debian:bookworm-slim}
 die() { echo "build_image: $*" >&2; exit 1; }
 
 command -v docker >/dev/null || die "docker is not installed"
 docker info >/dev/null 2>&1 || die "cannot reach the Docker daemon (is it running, and may $(id -un) use it?)"
+if ((IF_STALE)) && [[ $(docker image inspect -f '{{ index .Config.Labels "edge-txn.source" }}' "$IMAGE" 2>/dev/null) == "$SOURCE_HASH" ]]; then
+  echo "build_image: $IMAGE is up to date (source $SOURCE_HASH)"
+  exit 0
+fi
 
 # First URI of the host's apt sources serving bookworm (deb822 *.sources or one-line *.list).
 host_mirror() {
@@ -63,5 +73,5 @@ find "${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}" -name '*.crt' -exec cp 
 start=$SECONDS
 tar -c --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./results --exclude=./.pytest_cache \
     --exclude=__pycache__ --exclude='*.pyc' --exclude=./config/deploy.yml --exclude=./containers.yml --exclude=./docker/extra-ca . -C "$ctx" docker/extra-ca |
-  docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" -t "$IMAGE" -
+  docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" --label "edge-txn.source=$SOURCE_HASH" -t "$IMAGE" -
 echo "build_image: built $IMAGE in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec))"

@@ -14,5 +14,9 @@ if [ "${EDGE_TXN_SSHD:-1}" != 0 ]; then
   mkdir -p /run/sshd
   /usr/sbin/sshd || { echo "entrypoint: sshd failed to start" >&2; exit 1; }
 fi
+# netem shaping installed by start_containers.py: re-applied on every (re)start (idempotent plan)
+if [ -r /etc/edge-txn/tc.sh ]; then
+  sh /etc/edge-txn/tc.sh || echo "entrypoint: re-applying /etc/edge-txn/tc.sh failed" >&2
+fi
 [ $# -gt 0 ] || set -- sleep infinity
 exec "$@"

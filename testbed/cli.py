@@ -5,7 +5,8 @@ import argparse
 import sys
 
 from . import deploy as deploylib
-from .local import LocalBackend, RunError
+from .backend import LocalBackend
+from .local import RunError
 from .results import format_table
 
 
@@ -33,6 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     ap.add_argument("--out", default="results", help="results root")
     ap.add_argument("--build-dir", default=None, help="where txn-server/txn-client are (default build/)")
+    ap.add_argument("--backend", default="local", choices=("local", "swarm"),
+                    help="local: processes on 127.0.0.1; swarm: the containers of start_containers.py "
+                         "(run this inside the driver: docker exec edge_driver python -m testbed.cli --backend swarm)")
     return ap.parse_args(argv)
 
 
@@ -40,11 +44,16 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
     try:
-        deploy = deploylib.build_deployment(**knobs)
-    except ValueError as e:
+        if a.backend == "swarm":
+            from .swarm_backend import SwarmBackend
+            backend = SwarmBackend()
+            knobs.pop("base_port", None)
+        else:
+            backend = LocalBackend(**({"build_dir": a.build_dir} if a.build_dir else {}))
+        deploy = backend.deployment(**knobs)
+    except (ValueError, RuntimeError) as e:
         print(f"run_local: error: {e}", file=sys.stderr)
         return 2
-    backend = LocalBackend(**({"build_dir": a.build_dir} if a.build_dir else {}))
     try:
         res = backend.run(deploy, a.name, out_root=a.out, config={"knobs": knobs, "deploy": deploy})
     except RunError as e:
@@ -61,3 +70,7 @@ def main(argv=None) -> int:
     if committed == 0:
         print("run_local: no transaction committed in the window", file=sys.stderr)
     return 0 if res.consistent and committed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

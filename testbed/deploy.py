@@ -15,12 +15,12 @@ DEFAULTS = dict(
     name="local", mode="dast", workload="tpcc", regions=3, shards=2, clients_per_shard=1,
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
-    host="127.0.0.1", base_port=20000, seed=1,
+    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
 )
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
-    regions=(1, 10), shards=(1, 16), clients_per_shard=(1, 16), concurrency=(1, 256),
+    regions=(1, 64), shards=(1, 239), clients_per_shard=(1, 16), concurrency=(1, 256),
     duration=(1, 3600), warmup=(0, 3600), cooldown=(0, 3600), drain_timeout=(0, 600),
     scale=(0.0001, 10), zipf=(0, 1), payment_crt_rate=(-1, 100), intra_rtt=(0, 10000),
     inter_rtt=(0, 10000), jitter=(0, 1000), base_port=(1024, 65000), seed=(0, 2**31 - 1),
@@ -41,6 +41,10 @@ def validate(**knobs) -> dict:
             raise ValueError(f"{n}={v!r}: must be an integer in [{lo}, {hi}]")
     if k["mode"] not in MODES:
         raise ValueError(f"mode={k['mode']!r}: must be one of {', '.join(MODES)}")
+    if k["rtt_ms"] is not None:
+        k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
+    if k["mechanism"] not in ("app", "netem", "none"):
+        raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
     if k["workload"] not in WORKLOADS:
         raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
     if k["mode"] == "slog" and k["regions"] < 3:
@@ -56,6 +60,31 @@ def validate(**knobs) -> dict:
 
 def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
     return [[intra if i == j else inter for j in range(regions)] for i in range(regions)]
+
+
+def check_rtt_matrix(m, regions: int) -> list[list[float]]:
+    """rtt_ms knob: an R x R matrix of numbers in [0, 10000] (it replaces intra_rtt/inter_rtt)."""
+    ok = isinstance(m, (list, tuple)) and len(m) == regions and all(
+        isinstance(row, (list, tuple)) and len(row) == regions for row in m)
+    if not ok:
+        raise ValueError(f"rtt_ms: must be a {regions} x {regions} matrix (regions={regions})")
+    for row in m:
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 10000:
+                raise ValueError(f"rtt_ms item {v!r}: must be a number in [0, 10000]")
+    return [[float(v) for v in row] for row in m]
+
+
+def node_list(regions: int, shards: int, clients_per_shard: int, mode: str) -> list[dict]:
+    """Every process of a deployment (no host/port yet): replicas, one manager per region if the mode
+    has managers, clients. Names as in docs/deploy-schema.md."""
+    nodes = [dict(name=f"s{r}.{s}.{i}", kind="replica", region=r, shard=s, replica=i)
+             for r in range(regions) for s in range(shards) for i in range(REPLICAS)]
+    if mode in MANAGER_MODES:
+        nodes += [dict(name=f"m{r}", kind="manager", region=r) for r in range(regions)]
+    nodes += [dict(name=f"c{r}.{s}.{c}", kind="client", region=r, shard=s)
+              for r in range(regions) for s in range(shards) for c in range(clients_per_shard)]
+    return nodes
 
 
 def port_free(host: str, port: int) -> bool:
@@ -80,22 +109,22 @@ def allocate_ports(n: int, host: str, base: int) -> list[int]:
     return ports
 
 
-def build_deployment(**knobs) -> dict:
-    """Deployment dict for R regions x N shards x 3 replicas (+ managers, + clients) on one host."""
+def build_deployment(place=None, **knobs) -> dict:
+    """Deployment dict for R regions x N shards x 3 replicas (+ managers, + clients).
+    place(nodes) sets every node's host and port; default: all on knobs['host'] with free ports from base_port."""
     k = validate(**knobs)
     R, N, C, host = int(k["regions"]), int(k["shards"]), int(k["clients_per_shard"]), k["host"]
-    nodes = [dict(name=f"s{r}.{s}.{i}", kind="replica", region=r, shard=s, replica=i)
-             for r in range(R) for s in range(N) for i in range(REPLICAS)]
-    if k["mode"] in MANAGER_MODES:
-        nodes += [dict(name=f"m{r}", kind="manager", region=r) for r in range(R)]
-    nodes += [dict(name=f"c{r}.{s}.{c}", kind="client", region=r, shard=s)
-              for r in range(R) for s in range(N) for c in range(C)]
-    for node, port in zip(nodes, allocate_ports(len(nodes), host, int(k["base_port"]))):
-        node.update(host=host, port=port)
+    nodes = node_list(R, N, C, k["mode"])
+    if place is None:
+        for node, port in zip(nodes, allocate_ports(len(nodes), host, int(k["base_port"]))):
+            node.update(host=host, port=port)
+    else:
+        place(nodes)
+    rtt = k["rtt_ms"] or rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
     return {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,
         "replicas": REPLICAS, "seed": int(k["seed"]),
-        "link": {"mechanism": "app", "rtt_ms": rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"])),
+        "link": {"mechanism": k["mechanism"], "rtt_ms": rtt,
                  "jitter_ms": float(k["jitter"])},
         "workload": {"name": k["workload"], "scale": float(k["scale"]), "zipf": float(k["zipf"]),
                      "payment_crt_rate": int(k["payment_crt_rate"])},

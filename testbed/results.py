@@ -96,3 +96,25 @@ def format_table(summary: dict) -> str:
     w = summary["window_s"]
     head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
     return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def window_of_run(run_dir) -> tuple[float, float]:
+    """The measurement window [warmup, duration - cooldown) of a run, in seconds, from its deploy.yml."""
+    import yaml
+    client = yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
+    return float(client["warmup_s"]), float(client["duration_s"]) - float(client["cooldown_s"])
+
+
+def class_percentiles(run_dir, percentiles, window: tuple[float, float] | None = None) -> dict:
+    """{class: {p: latency_ms or None}} for any percentiles p in (0, 100], nearest-rank over the committed
+    transactions that started in the window (the same population as summary.json's p50..p99.9), pooled over
+    every client of the run. window: (start_s, end_s); default the run's own from deploy.yml."""
+    w0, w1 = window if window is not None else window_of_run(run_dir)
+    df = read_records(run_dir)
+    out = {}
+    for c in CLASSES:
+        sub = df if c == "all" else df[df["class"] == c]
+        sub = sub[(sub.start_us >= w0 * 1e6) & (sub.start_us < w1 * 1e6) & (sub.status == "committed")]
+        lat = (sub.latency_us / 1000.0).tolist()
+        out[c] = {p: (None if not lat else round(float(nearest_rank(lat, p)), 3)) for p in percentiles}
+    return out

@@ -119,8 +119,15 @@ def apply(cmds, run=run_local) -> None:
 PROBE_DEV = "edgeprobe0"
 
 
-def netem_supported(run=run_local) -> tuple[bool, str]:
-    """Probe netem by adding it to a dummy device (created and removed here). -> (supported, detail)."""
+def netem_supported(run=run_local, dev: str | None = None) -> tuple[bool, str]:
+    """Probe netem by adding it to a dummy device (created and removed here), or to dev (e.g. lo inside a fresh
+    container, whose root qdisc is then deleted again). -> (supported, detail)."""
+    if dev is not None:
+        rc, out = run(["tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", "1ms"])
+        if rc != 0:
+            return False, f"tc qdisc replace dev {dev} root netem: {out or f'exit {rc}'}"
+        run(["tc", "qdisc", "del", "dev", dev, "root"])
+        return True, "netem available"
     run(["ip", "link", "del", PROBE_DEV])  # leftover of an interrupted probe, if any
     rc, out = run(["ip", "link", "add", PROBE_DEV, "type", "dummy"])
     if rc != 0:

@@ -9,7 +9,7 @@ SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed"
 
 
 @pytest.mark.parametrize("knobs,needle", [
-    (dict(regions=0), "regions=0"), (dict(regions=11), "regions"), (dict(shards=0), "shards"),
+    (dict(regions=0), "regions=0"), (dict(regions=65), "regions"), (dict(mechanism="tc"), "mechanism"), (dict(shards=0), "shards"),
     (dict(clients_per_shard=0), "clients_per_shard"), (dict(concurrency=0), "concurrency"),
     (dict(zipf=1.5), "zipf"), (dict(scale=0), "scale"), (dict(jitter=-1), "jitter"),
     (dict(inter_rtt=-5), "inter_rtt"), (dict(payment_crt_rate=101), "payment_crt_rate"),
@@ -22,7 +22,7 @@ def test_validation_names_the_knob(knobs, needle):
     with pytest.raises(ValueError, match=None) as e:
         deploy.build_deployment(**knobs)
     assert needle in str(e.value)
-    if needle not in ("bogus", "name", "mode='paxos'", "workload", "slog", "warmup+cooldown"):
+    if needle not in ("bogus", "name", "mode='paxos'", "workload", "slog", "warmup+cooldown", "mechanism"):
         assert "[" in str(e.value)  # the allowed range is stated
 
 

@@ -74,3 +74,13 @@ def test_summary_of_empty_run(tmp_path):
     s = results.summarize_run(write_run(tmp_path, {}))
     assert s["records"] == 0 and s["classes"]["all"]["p50_ms"] is None and s["throughput_tps"] == 0
     assert "-" in results.format_table(s)
+
+
+def test_cpu_shares_busy_and_steal():
+    from testbed.local import cpu_shares, cpu_times
+    # user nice system idle iowait irq softirq steal
+    before, after = [100, 0, 50, 800, 10, 0, 0, 40], [130, 0, 60, 860, 10, 0, 0, 140]
+    assert cpu_shares(before, after) == {"busy_pct": 20.0, "steal_pct": 50.0}
+    assert cpu_shares(None, after) == {} and cpu_shares(after, after) == {}
+    t = cpu_times()
+    assert t is None or len(t) == 8

@@ -1,0 +1,112 @@
+"""One interface over the two backends (DESIGN §3), so experiment code does not care which one runs.
+
+    backend = open_backend("auto", cfg)          # cfg: ExpConfig from testbed.config.load_exp_config()
+    knobs = base_knobs(cfg, regions=3, rtt_jitter_ms=10)   # deploy knobs (testbed/deploy.py DEFAULTS)
+    deploy = backend.deployment(mode="dast", concurrency=2, **knobs)
+    res = backend.run(deploy, "exp1", meta_extra={"point": {...}})    # -> local.RunResult
+    backend.close()
+
+A backend turns deploy knobs into a deployment whose hosts/ports fit it (loopback ports for `local`, container
+addresses for `swarm`), runs it into results/<name>/<run-id>/ (same files either way), and says which shaping
+mechanism its runs use. Failures raise local.RunError (with run_dir when a folder was started).
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from . import deploy as deploylib
+from .config import ExpConfig, rtt_matrix
+from .local import REPO, LocalBackend as _LocalRunner, RunResult
+
+BACKENDS = ("auto", "local", "swarm")
+
+
+def one_way_jitter(rtt_jitter_ms: float) -> float:
+    """exp_config's jitter is the RTT std-dev; each direction gets rtt_jitter / sqrt(2) (DESIGN, anchors §2)."""
+    return rtt_jitter_ms / math.sqrt(2)
+
+
+def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float | None = None) -> dict:
+    """Deploy knobs from exp_config: scale, the RTT matrix (first `regions` regions), jitter, durations.
+    rtt_jitter_ms overrides JITTER_MS (exp 5). The caller adds mode, workload and the swept knob."""
+    R = cfg.regions if regions is None else regions
+    if not 1 <= R <= cfg.regions:
+        raise ValueError(f"regions={R}: must be in [1, REGIONS={cfg.regions}]")
+    j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
+    return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, rtt_ms=rtt_matrix(cfg, R),
+                jitter=round(one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
+                cooldown=cfg.cooldown_s)
+
+
+def built_modes(build_dir=REPO / "build") -> list[str]:
+    """Protocols the txn-server binary implements (`txn-server --list-modes`); [] if it is not built."""
+    binary = Path(build_dir) / "txn-server"
+    try:
+        out = subprocess.run([str(binary), "--list-modes"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [m for m in out.stdout.split() if m in deploylib.MODES] if out.returncode == 0 else []
+
+
+class Backend(ABC):
+    name: str = ""
+    mechanism: str = "app"  # how runs emulate delays: app (the transport) or netem (tc in the containers)
+
+    def built_modes(self) -> list[str]:
+        return built_modes()
+
+    @abstractmethod
+    def deployment(self, **knobs) -> dict:
+        """A deployment dict (docs/deploy-schema.md) for deploy knobs; ValueError on a bad knob."""
+
+    @abstractmethod
+    def run(self, deploy: dict, name: str, out_root="results", config: dict | None = None,
+            meta_extra: dict | None = None, probe: int = 0) -> RunResult:
+        """Run it into <out_root>/<name>/<run-id>/, summarise, check; RunError on failure.
+        probe > 0: an RTT self-test instead (RunResult.probe, see testbed/selftest.py)."""
+
+    def selftest_knobs(self, cfg: ExpConfig) -> dict:
+        """Deploy knobs of the RTT self-test: the configured matrix, no jitter, one light client per shard."""
+        return {**base_knobs(cfg), "jitter": 0, "mode": "dast", "concurrency": 1, "clients_per_shard": 1}
+
+    def describe(self) -> str:
+        return f"{self.name} backend, shaping {self.mechanism}"
+
+    def close(self) -> None:
+        """Undo what runs changed (e.g. restore the configured jitter); the deployment itself stays up."""
+
+
+class LocalBackend(Backend):
+    """Every process on 127.0.0.1 (testbed/local.py); delays always by the transport (app)."""
+    name, mechanism = "local", "app"
+
+    def __init__(self, build_dir=REPO / "build", progress: bool = True, **runner_opts):
+        self.build_dir = Path(build_dir)
+        self.runner = _LocalRunner(build_dir=self.build_dir, progress=progress, **runner_opts)
+
+    def built_modes(self) -> list[str]:
+        return built_modes(self.build_dir)
+
+    def deployment(self, **knobs) -> dict:
+        return deploylib.build_deployment(**{**knobs, "mechanism": "app"})
+
+    def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0) -> RunResult:
+        return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe,
+                               meta_extra={"backend": self.name, **(meta_extra or {})})
+
+
+def open_backend(kind: str, cfg: ExpConfig, **opts) -> Backend:
+    """kind: local | swarm | auto (swarm when this process runs in the driver container of a deployment
+    brought up by start_containers.py, i.e. /etc/edge-txn/containers.yml exists; else local)."""
+    if kind not in BACKENDS:
+        raise ValueError(f"backend={kind!r}: must be one of {', '.join(BACKENDS)}")
+    if kind == "auto":
+        from . import swarm_backend
+        kind = "swarm" if swarm_backend.inside_driver() else "local"
+    if kind == "local":
+        return LocalBackend(**opts)
+    from .swarm_backend import SwarmBackend
+    return SwarmBackend(cfg, **opts)

@@ -1,0 +1,531 @@
+"""Bring a deployment's containers up on a Docker Swarm and take them down again (start_containers.py).
+
+up(cfg, hosts):
+  1. connect to Docker on every host of hosts.yml (docker-py; ssh:// URLs go through paramiko);
+  2. check: the image exists everywhere, SUBNET clashes with no other Docker network, every host is in the swarm
+     (a one-node swarm is initialised here when there is none, and left again by down());
+  3. create the attachable overlay SUBNET (with OVERLAY_MTU), unless this deployment's network exists;
+  4. a fresh SSH key pair for the deployment (.edge-txn/id_ed25519, never in the image);
+  5. one container per shard (placement.plan) with its static IP, NET_ADMIN, a CPU limit and labels, and the
+     driver container at DRIVER_IP with the checkout mounted at /work/edge-txn;
+  6. wait until every container runs sshd; choose the shaping mechanism (netem probe in a shard container) and,
+     with netem, install the tc plan in every shard container (/etc/edge-txn/tc.sh, re-run by the entrypoint
+     when a container restarts);
+  7. write containers.yml (here and, with the private key, into the driver at /etc/edge-txn/).
+Idempotent: a container whose spec is unchanged and that still runs is kept; a changed one is replaced; containers
+of the deployment that are no longer in the plan are removed. Any failure removes everything this call started.
+down(): remove every container labelled with the deployment, the network, the key pair, containers.yml, and
+the swarm when up() created it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import shaping
+from .config import ExpConfig, rtt_matrix
+from .hosts import Host
+from .placement import Container, plan
+
+REPO = Path(__file__).resolve().parents[1]
+LABEL = "edge-txn.deployment"
+STATE_DIR = REPO / ".edge-txn"
+CONTAINERS_YML = REPO / "containers.yml"
+DRIVER_MOUNT = "/work/edge-txn"
+DRIVER_ETC = "/etc/edge-txn"
+REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
+
+
+class SwarmError(RuntimeError):
+    """A bring-up or teardown problem, explained in one message."""
+
+
+def _say(log, msg):
+    (log or print)(msg)
+
+
+# ---------------------------------------------------------------- connecting
+
+def connect(hosts, timeout: float = 20) -> dict:
+    """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used."""
+    import docker
+    from docker.errors import DockerException
+    clients = {}
+    for h in hosts:
+        try:
+            c = docker.DockerClient(base_url=h.url, timeout=timeout, use_ssh_client=False)
+            c.ping()
+        except (DockerException, OSError, Exception) as e:  # paramiko raises its own types for ssh:// URLs
+            for c2 in clients.values():
+                c2.close()
+            hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
+                    f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
+                    "Docker run there?")
+            raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker: {_short(e)}; {hint}") from None
+        clients[h.address] = c
+    return clients
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[-1] if text else type(e).__name__)[:300]
+
+
+# ---------------------------------------------------------------- checks
+
+def check_image(clients: dict, image: str) -> None:
+    from docker.errors import ImageNotFound
+    missing = []
+    for addr, c in clients.items():
+        try:
+            c.images.get(image)
+        except ImageNotFound:
+            missing.append(addr)
+    if missing:
+        raise SwarmError(f"IMAGE_NAME={image!r} is missing on {', '.join(missing)}; build it there with "
+                         f"`docker/build_image.sh {image}` (or `docker save | ssh host docker load`)")
+
+
+def check_subnet(clients: dict, cfg: ExpConfig) -> None:
+    """SUBNET must not overlap any other Docker network (or an address of this machine)."""
+    want = ipaddress.IPv4Network(cfg.subnet)
+    for addr, c in clients.items():
+        for net in c.networks.list():
+            attrs = net.attrs
+            if attrs.get("Name") == cfg.network_name and LABEL in (attrs.get("Labels") or {}):
+                continue
+            for pool in (attrs.get("IPAM") or {}).get("Config") or []:
+                sub = pool.get("Subnet")
+                try:
+                    other = ipaddress.ip_network(sub, strict=False)
+                except (TypeError, ValueError):
+                    continue
+                if other.version == 4 and other.overlaps(want):
+                    raise SwarmError(f"SUBNET={cfg.subnet} clashes with Docker network {attrs.get('Name')!r} "
+                                     f"({sub}) on {addr}; choose another SUBNET in exp_config.py or remove it")
+    for line in os.popen("ip -o -4 addr show 2>/dev/null").read().splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            iface = ipaddress.IPv4Interface(parts[parts.index("inet") + 1])
+            if iface.network.overlaps(want) and not parts[1].startswith(("br-", "docker_gwbridge")):
+                raise SwarmError(f"SUBNET={cfg.subnet} clashes with {iface} on interface {parts[1]} of this "
+                                 "machine; choose another SUBNET in exp_config.py")
+
+
+# ---------------------------------------------------------------- swarm and network
+
+def ensure_swarm(clients: dict, hosts, log=None) -> bool:
+    """The first host must be a swarm manager; a lone host with no swarm gets a one-node swarm (-> True).
+    Every other host must already be a node of that swarm (README: `docker swarm join`)."""
+    first = clients[hosts[0].address]
+    info = first.info().get("Swarm") or {}
+    created = False
+    if info.get("LocalNodeState") != "active":
+        if len(hosts) > 1:
+            raise SwarmError(f"host {hosts[0].address} is not in a swarm; run `docker swarm init` there and "
+                             "`docker swarm join` on the others (README, multi-host)")
+        addr = _advertise_addr(hosts[0])
+        _say(log, f"swarm: none on {hosts[0].address}; initialising a one-node swarm (advertise {addr})")
+        try:
+            first.swarm.init(advertise_addr=addr, listen_addr="0.0.0.0:2377")
+        except Exception as e:
+            raise SwarmError(f"docker swarm init on {hosts[0].address} failed: {_short(e)}") from None
+        created, info = True, first.info().get("Swarm") or {}
+    if not info.get("ControlAvailable"):
+        raise SwarmError(f"host {hosts[0].address} is a swarm worker; list a manager first in hosts.yml")
+    members = {n.attrs.get("ID") for n in first.nodes.list()}
+    for h in hosts[1:]:
+        node_id = (clients[h.address].info().get("Swarm") or {}).get("NodeID")
+        if node_id not in members:
+            raise SwarmError(f"host {h.address} is not a node of {hosts[0].address}'s swarm; run there the "
+                             f"command `docker swarm join-token worker` prints on {hosts[0].address}")
+    return created
+
+
+def _advertise_addr(host: Host) -> str:
+    if not host.is_local:
+        return host.address
+    # the source address of the default route: an address other swarm nodes could reach
+    for line in os.popen("ip -o -4 route get 1.1.1.1 2>/dev/null").read().splitlines():
+        parts = line.split()
+        if "src" in parts:
+            return parts[parts.index("src") + 1]
+    return "127.0.0.1"
+
+
+def ensure_network(manager, cfg: ExpConfig, deployment: str, log=None):
+    from docker.types import IPAMConfig, IPAMPool
+    for net in manager.networks.list(names=[cfg.network_name]):
+        if net.attrs.get("Name") != cfg.network_name:
+            continue
+        labels = net.attrs.get("Labels") or {}
+        subnets = [p.get("Subnet") for p in (net.attrs.get("IPAM") or {}).get("Config") or []]
+        if labels.get(LABEL) != deployment or subnets != [cfg.subnet]:
+            raise SwarmError(f"NETWORK_NAME={cfg.network_name!r} exists already (subnets {subnets}) and was not "
+                             "made by this deployment; remove it or choose another NETWORK_NAME")
+        return net
+    opts = {"com.docker.network.driver.mtu": str(cfg.overlay_mtu)} if cfg.overlay_mtu else {}
+    _say(log, f"network: creating overlay {cfg.network_name} {cfg.subnet}"
+         + (f" mtu {cfg.overlay_mtu}" if cfg.overlay_mtu else ""))
+    try:
+        return manager.networks.create(cfg.network_name, driver="overlay", attachable=True, options=opts,
+                                       ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=cfg.subnet)]),
+                                       labels={LABEL: deployment})
+    except Exception as e:
+        raise SwarmError(f"cannot create overlay network {cfg.network_name} {cfg.subnet}: {_short(e)}") from None
+
+
+# ---------------------------------------------------------------- keys
+
+def keypair(state_dir: Path = STATE_DIR) -> tuple[Path, str]:
+    """The deployment's ed25519 key pair (created once per deployment; down() deletes it). -> (private, public)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    priv, pub = state_dir / "id_ed25519", state_dir / "id_ed25519.pub"
+    if priv.is_file() and pub.is_file():
+        return priv, pub.read_text().strip()
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                            serialization.NoEncryption())
+    line = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                         serialization.PublicFormat.OpenSSH).decode() + " edge-txn-deployment"
+    fd = os.open(priv, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    pub.write_text(line + "\n")
+    return priv, line
+
+
+# ---------------------------------------------------------------- containers
+
+@dataclass
+class Spec:
+    container: Container
+    kwargs: dict
+    digest: str = ""
+    files: dict = field(default_factory=dict)  # path in container -> bytes, installed after start
+
+
+def cpu_limit(cfg: ExpConfig, host_cpus: int, on_host: int) -> float | None:
+    """CPUs a container may use: CONTAINER_CPUS (None: no limit), 'auto': 2x its fair share of the host
+    (>= 0.5, <= host)."""
+    v = cfg.container_cpus
+    if v is None:
+        return None
+    if v == "auto":
+        return round(min(float(host_cpus), max(0.5, 2.0 * host_cpus / max(1, on_host))), 2)
+    return float(v)
+
+
+def specs(cfg: ExpConfig, containers: list[Container], pubkey: str, deployment: str, host_cpus: dict,
+          repo: Path = REPO) -> list[Spec]:
+    per_host = {}
+    for c in containers:
+        per_host[c.host.address] = per_host.get(c.host.address, 0) + 1
+    out = []
+    for c in containers:
+        labels = {LABEL: deployment, "edge-txn.role": c.role, "edge-txn.region": str(c.region),
+                  "edge-txn.shard": str(c.shard)}
+        kw = dict(image=cfg.image_name, name=c.name, hostname=c.name, detach=True, cap_add=["NET_ADMIN"],
+                  environment={"EDGE_TXN_AUTHORIZED_KEYS": pubkey, "EDGE_TXN_NAME": c.name},
+                  labels=labels, restart_policy={"Name": "unless-stopped"})
+        cpus = cpu_limit(cfg, host_cpus[c.host.address], per_host[c.host.address])
+        if cpus:
+            kw["nano_cpus"] = int(cpus * 1e9)
+        if c.role == "driver":
+            kw["volumes"] = {str(repo): {"bind": DRIVER_MOUNT, "mode": "rw"}}
+            kw["environment"]["PYTHONPATH"] = DRIVER_MOUNT
+            kw["working_dir"] = DRIVER_MOUNT
+        digest = hashlib.sha256(json.dumps([kw, c.ip, cfg.network_name], sort_keys=True, default=str)
+                                .encode()).hexdigest()[:16]
+        kw["labels"]["edge-txn.spec"] = digest
+        out.append(Spec(c, kw, digest))
+    return out
+
+
+def _tar(files: dict) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for path, (data, mode) in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def put_files(container, files: dict) -> None:
+    """files: absolute path -> (bytes, mode); parents are created."""
+    dirs = {str(Path(p).parent) for p in files}
+    container.exec_run(["mkdir", "-p", *sorted(dirs)])
+    container.put_archive("/", _tar(files))
+
+
+def exec_run(container, argv) -> tuple[int, str]:
+    r = container.exec_run(argv, demux=False)
+    return r.exit_code, (r.output or b"").decode(errors="replace").strip()
+
+
+def _labelled(clients: dict, deployment: str):
+    for addr, c in clients.items():
+        for ct in c.containers.list(all=True, filters={"label": f"{LABEL}={deployment}"}):
+            yield addr, ct
+
+
+def _start(client, spec: Spec, network: str):
+    from docker.types import EndpointConfig
+    endpoint = EndpointConfig(client.api._version, ipv4_address=spec.container.ip)
+    return client.containers.run(network=network, networking_config={network: endpoint}, **spec.kwargs)
+
+
+def _died(name: str, ct) -> SwarmError:
+    logs = ct.logs(tail=15).decode(errors="replace").strip() or "(no output)"
+    code = ct.attrs.get("State", {}).get("ExitCode")
+    return SwarmError(f"container {name} died during bring-up (exit code {code}); its last output:\n"
+                      + "\n".join("    " + x for x in logs.splitlines()))
+
+
+def _has_died(ct) -> bool:
+    """Exited, or exited and being restarted by its restart policy (a container that restarts during bring-up
+    died: its status flips between restarting and running, so the restart count is what tells)."""
+    return ct.status in ("exited", "dead", "restarting") or int(ct.attrs.get("RestartCount") or 0) > 0
+
+
+def _raise_if_one_died(started: dict) -> None:
+    for name, ct in started.items():
+        try:
+            ct.reload()
+        except Exception:  # noqa: BLE001 -- gone entirely: nothing to report from it
+            continue
+        if _has_died(ct):
+            raise _died(name, ct)
+
+
+def _sshd_up(ct) -> bool:
+    from docker.errors import APIError
+    try:
+        return exec_run(ct, ["test", "-s", "/run/sshd.pid"])[0] == 0
+    except APIError:  # stopped or restarting between reload() and exec: the next round sees why
+        return False
+
+
+def _wait_up(started: dict, timeout_s: float, log=None) -> None:
+    """Every container running and its sshd up; SwarmError with the logs of the first that died."""
+    t0, pending = time.monotonic(), dict(started)
+    while pending:
+        for name, ct in list(pending.items()):
+            ct.reload()
+            if _has_died(ct):
+                raise _died(name, ct)
+            if ct.status == "running" and _sshd_up(ct):
+                del pending[name]
+        if pending and time.monotonic() - t0 > timeout_s:
+            raise SwarmError(f"containers not up after {timeout_s:g}s: {', '.join(sorted(pending)[:8])}")
+        if pending:
+            time.sleep(0.3)
+
+
+def up(cfg: ExpConfig, hosts, deployment: str = "edge-txn", repo: Path = REPO, state_dir: Path = STATE_DIR,
+       containers_yml: Path = CONTAINERS_YML, log=None, up_timeout_s: float = 120) -> dict:
+    """Bring the deployment up (see the module doc); returns the containers.yml content."""
+    hosts = list(hosts)
+    t_start = time.monotonic()
+    containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
+    clients = connect(hosts)
+    created_swarm, started, fresh_key = False, {}, not (state_dir / "id_ed25519").is_file()
+    prev = load_state(containers_yml)
+    gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
+    try:
+        check_image(clients, cfg.image_name)
+        check_subnet(clients, cfg)
+        created_swarm = ensure_swarm(clients, hosts, log)
+        manager = clients[hosts[0].address]
+        ensure_network(manager, cfg, deployment, log)
+        key_path, pubkey = keypair(state_dir)
+        host_cpus = {a: int(c.info().get("NCPU") or 1) for a, c in clients.items()}
+        wanted = {s.container.name: s for s in specs(cfg, containers, pubkey, deployment, host_cpus, repo)}
+
+        kept = 0
+        for addr, ct in _labelled(clients, deployment):
+            s = wanted.get(ct.name)
+            if s and s.container.host.address == addr and ct.labels.get("edge-txn.spec") == s.digest \
+                    and ct.status == "running":
+                kept += 1
+                s.kwargs = None  # keep it
+                started[ct.name] = ct
+            else:
+                ct.remove(force=True)
+        new = [s for s in wanted.values() if s.kwargs is not None]
+        for s in new:
+            c = clients[s.container.host.address]
+            try:
+                old = c.containers.get(s.container.name)
+            except Exception:
+                old = None
+            if old is not None:
+                raise SwarmError(f"a container named {s.container.name} exists on {s.container.host.address} "
+                                 f"and is not part of this deployment; remove it (docker rm -f {s.container.name})")
+            try:
+                started[s.container.name] = _start(c, s, cfg.network_name)
+            except Exception as e:
+                _raise_if_one_died(started)  # the root cause, e.g. the overlay vanished with its last container
+                raise SwarmError(f"cannot start {s.container.name} ({s.container.ip}) on "
+                                 f"{s.container.host.address}: {_short(e)}") from None
+        _say(log, f"containers: {len(new)} started, {kept} kept (unchanged); waiting for sshd")
+        _wait_up(started, up_timeout_s, log)
+
+        probe = None
+        if cfg.shaping != "app":  # netem only when the kernel of every host has it (one container per host)
+            probe = (True, "netem available")
+            for addr in dict.fromkeys(c.host.address for c in containers if c.role == "shard"):
+                ct = next(started[c.name] for c in containers if c.role == "shard" and c.host.address == addr)
+                ok, detail = shaping.netem_supported(run=lambda argv, ct=ct: exec_run(ct, argv), dev="lo")
+                if not ok:
+                    probe = (False, f"on {addr}: {detail}")
+                    break
+        mechanism, detail = shaping.choose_mechanism(cfg.shaping, probe, log=lambda m: _say(log, m))
+        if mechanism == "netem":
+            apply_netem(cfg, containers, started, cfg.jitter_ms)
+        state = {
+            "deployment": deployment, "network": cfg.network_name, "subnet": cfg.subnet, "image": cfg.image_name,
+            "mechanism": mechanism, "mechanism_detail": detail, "jitter_ms": cfg.jitter_ms,
+            "swarm_created": bool(created_swarm or (prev or {}).get("swarm_created")),
+            # Docker makes docker_gwbridge for the first overlay container; removed by down() if it was not there
+            "gwbridge_created": bool((prev or {}).get("gwbridge_created") if prev else not gwbridge_before),
+            "key": str(key_path), "regions": cfg.regions, "shards_per_region": cfg.shards_per_region,
+            "rtt_ms": rtt_matrix(cfg), "scale": cfg.scale,
+            "hosts": [h.address for h in hosts],
+            "containers": [dict(name=c.name, ip=c.ip, host=c.host.address, region=c.region, shard=c.shard,
+                                role=c.role, id=started[c.name].id[:12]) for c in containers],
+            "bring_up_s": round(time.monotonic() - t_start, 2),
+        }
+        write_state(state, containers_yml)
+        driver = started[containers[-1].name]
+        put_files(driver, {f"{DRIVER_ETC}/containers.yml": (yaml.safe_dump(state, sort_keys=False).encode(), 0o644),
+                           f"{DRIVER_ETC}/id_ed25519": (key_path.read_bytes(), 0o600)})
+        return state
+    except BaseException:
+        # nothing half-started: remove what this call started (kept containers of an earlier up() stay)
+        kept_before = {c["name"] for c in (prev or {}).get("containers", [])}
+        for addr, ct in _labelled(clients, deployment):
+            if ct.name not in kept_before:  # started, or created and failed to start, by this call
+                ct.remove(force=True)
+        if prev is None:
+            _remove_network(clients[hosts[0].address], cfg.network_name, deployment)
+            if fresh_key:
+                _remove_keys(state_dir)
+            if created_swarm:
+                clients[hosts[0].address].swarm.leave(force=True)
+            if not gwbridge_before:
+                _remove_gwbridge(clients[hosts[0].address])
+        raise
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+def apply_netem(cfg: ExpConfig, containers, started: dict, jitter_rtt_ms: float) -> None:
+    """Install and run the tc plan in every shard container (kept as /etc/edge-txn/tc.sh for restarts)."""
+    for c in containers:
+        if c.role != "shard":
+            continue
+        script = shaping.to_shell(shaping.tc_plan_for(cfg, c.region, jitter_ms=jitter_rtt_ms))
+        ct = started[c.name]
+        put_files(ct, {f"{DRIVER_ETC}/tc.sh": (script.encode(), 0o755)})
+        rc, out = exec_run(ct, ["sh", f"{DRIVER_ETC}/tc.sh"])
+        if rc != 0:
+            raise SwarmError(f"tc plan failed in {c.name}: {out}")
+
+
+def _remove_network(manager, name: str, deployment: str) -> None:
+    for net in manager.networks.list(names=[name]):
+        if (net.attrs.get("Labels") or {}).get(LABEL) == deployment:
+            for _ in range(20):  # endpoints of just-removed containers linger a moment
+                try:
+                    net.remove()
+                    break
+                except Exception:
+                    time.sleep(0.5)
+
+
+def _remove_gwbridge(client) -> None:
+    """docker_gwbridge, when no container uses it any more (Docker created it for this deployment's overlay)."""
+    for _ in range(10):  # the swarm's own endpoints (ingress-sbox, gateway_*) leave a moment after the swarm
+        nets = client.networks.list(names=["docker_gwbridge"])
+        if not nets:
+            return
+        nets[0].reload()
+        users = [v.get("Name", k) for k, v in (nets[0].attrs.get("Containers") or {}).items()]
+        if any(not (u.startswith("gateway_") or u == "ingress-sbox") for u in users):
+            return  # a container that is not ours uses it: leave it
+        try:
+            nets[0].remove()
+            return
+        except Exception:  # noqa: BLE001 -- endpoints still going away; retry
+            time.sleep(0.5)
+
+
+def _remove_keys(state_dir: Path) -> None:
+    for f in ("id_ed25519", "id_ed25519.pub"):
+        (state_dir / f).unlink(missing_ok=True)
+    try:
+        state_dir.rmdir()
+    except OSError:
+        pass
+
+
+def load_state(path: Path = CONTAINERS_YML) -> dict | None:
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SwarmError(f"{path}: not valid YAML ({_short(e)}); remove it and run start_containers.py again")
+    if not isinstance(data, dict) or "containers" not in data:
+        raise SwarmError(f"{path}: not a containers.yml written by start_containers.py")
+    return data
+
+
+def write_state(state: dict, path: Path = CONTAINERS_YML) -> None:
+    head = "# Written by start_containers.py: the running deployment (read by genConfig.py and the swarm backend).\n"
+    Path(path).write_text(head + yaml.safe_dump(state, sort_keys=False))
+
+
+def down(cfg: ExpConfig, hosts, deployment: str = "edge-txn", state_dir: Path = STATE_DIR,
+         containers_yml: Path = CONTAINERS_YML, log=None) -> dict:
+    """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice)."""
+    state = load_state(containers_yml) or {}
+    hosts = list(hosts)
+    clients = connect(hosts)
+    try:
+        n = 0
+        for _, ct in list(_labelled(clients, deployment)):
+            ct.remove(force=True)
+            n += 1
+        manager = clients[hosts[0].address]
+        _remove_network(manager, state.get("network", cfg.network_name), deployment)
+        left = False
+        if state.get("swarm_created"):
+            try:
+                manager.swarm.leave(force=True)
+                left = True
+            except Exception as e:
+                _say(log, f"swarm: could not leave the swarm this deployment created: {_short(e)}")
+        if state.get("gwbridge_created") and (left or not state.get("swarm_created")):
+            _remove_gwbridge(manager)
+        _remove_keys(state_dir)
+        Path(containers_yml).unlink(missing_ok=True)
+        return {"containers_removed": n, "swarm_left": left}
+    finally:
+        for c in clients.values():
+            c.close()

@@ -1,0 +1,314 @@
+"""The sweep runner (testbed/runner.py) and the experiment declarations (testbed/experiments.py), against a
+fake Backend that writes run folders the way the local backend does, and once against the local backend
+driving the fake binaries (tests/python/fake_txn.py)."""
+import json
+import math
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from testbed import deploy, experiments, figures, results, runner
+from testbed.backend import Backend, LocalBackend
+from testbed.config import load_exp_config
+from testbed.local import RunError, RunResult, new_run_id
+
+from conftest import procs_mentioning
+
+HEADER = "txn_id,type,type_name,class,start_us,latency_us,attempts,status\n"
+
+
+def cfg(**over):
+    base = dict(SYSTEMS=["dast"], N_REPEAT=2, DURATION_S=3, WARMUP_S=1, COOLDOWN_S=0.5,
+                CONCURRENCY_LEVELS=[1, 2, 4], CLIENT_PROCESS_PER_SHARD=[1], REGIONS=3, SHARDS_PER_REGION=2)
+    base.update(over)
+    return load_exp_config(base)
+
+
+class FakeBackend(Backend):
+    """Writes a complete run folder per run. behaviour(knobs) -> ok | error | inconsistent | nocommit |
+    interrupt | hang."""
+    name, mechanism = "fake", "app"
+
+    def __init__(self, behaviour=lambda k: "ok", modes=("dast",)):
+        self.behaviour, self.modes, self.calls, self.closed = behaviour, modes, [], False
+        self.knobs_of = {}
+
+    def built_modes(self):
+        return list(self.modes)
+
+    def deployment(self, **knobs):
+        d = deploy.build_deployment(**knobs)
+        d["_knobs"] = knobs  # lets run() see the knobs
+        return d
+
+    def run(self, deploy_dict, name, out_root="results", config=None, meta_extra=None):
+        knobs = deploy_dict.pop("_knobs")
+        self.calls.append((knobs["mode"], knobs["concurrency"], knobs["seed"]))
+        what = self.behaviour(knobs)
+        run_dir = os.path.join(out_root, name, new_run_id())
+        os.makedirs(os.path.join(run_dir, "clients"))
+        deploy.write_yaml(deploy_dict, os.path.join(run_dir, "deploy.yml"))
+        meta = {"run_id": os.path.basename(run_dir), "backend": self.name, "shaping": "app",
+                "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(meta_extra or {})}
+        if what in ("error", "interrupt", "hang"):
+            if what == "hang":
+                try:
+                    time.sleep(30)
+                except RunError as e:  # the runner's watchdog, as the local backend would record it
+                    meta.update(status="failed", error=str(e))
+                    json.dump(meta, open(os.path.join(run_dir, "meta.json"), "w"))
+                    e.run_dir = run_dir
+                    raise
+            msg = "interrupted by SIGINT" if what == "interrupt" else "server s0.0.1 exited with code 6"
+            meta.update(status="failed", error=msg)
+            json.dump(meta, open(os.path.join(run_dir, "meta.json"), "w"))
+            raise RunError(msg, run_dir, interrupted=what == "interrupt")
+        meta["status"] = "ok"
+        json.dump(meta, open(os.path.join(run_dir, "meta.json"), "w"))
+        w0 = deploy_dict["client"]["warmup_s"] * 1e6
+        rows = [] if what == "nocommit" else [
+            (i, 0, "NewOrder", "CRT" if i % 4 == 0 else "IRT", int(w0 + i * 1000),
+             (150 if i % 4 == 0 else 10 + knobs["concurrency"]) * 1000, 1, "committed") for i in range(100)]
+        with open(os.path.join(run_dir, "clients", "c0.0.0.records.csv"), "w") as f:
+            f.write(HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
+        summary = results.summarize_run(run_dir)
+        check = {"exit_code": 1 if what == "inconsistent" else 0,
+                 "verdict": "INCONSISTENT (1 violations)" if what == "inconsistent" else "CONSISTENT"}
+        json.dump(check, open(os.path.join(run_dir, "check.json"), "w"))
+        from pathlib import Path
+        return RunResult(Path(run_dir), summary, check)
+
+    def close(self):
+        self.closed = True
+
+
+EXP1 = experiments.get("n_clients")
+
+
+def sweep(tmp_path, backend, c=None, fresh=False):
+    logs = []
+    s = runner.run_sweep(EXP1, c or cfg(), backend, out_root=tmp_path, fresh=fresh, log=logs.append, tty=False)
+    return s, logs
+
+
+def n_folders(tmp_path):
+    return len(list((tmp_path / "n_clients").glob("*/meta.json")))
+
+
+def test_second_invocation_reuses_ok_runs(tmp_path):
+    b = FakeBackend()
+    s, _ = sweep(tmp_path, b)
+    assert len(b.calls) == 6 and all(o.status == "ok" for o in s.outcomes)       # 3 points x 2 repeats
+    assert sorted(b.calls) == sorted(("dast", c, r) for c in (1, 2, 4) for r in (1, 2))  # seed = repeat + 1
+    b2 = FakeBackend()
+    s2, _ = sweep(tmp_path, b2)
+    assert b2.calls == [] and all(o.reused and o.status == "ok" for o in s2.outcomes) and len(s2.outcomes) == 6
+    assert n_folders(tmp_path) == 6
+
+
+def test_failed_runs_are_recorded_and_rerun(tmp_path):
+    b = FakeBackend(lambda k: "error" if k["concurrency"] == 2 else "ok")
+    s, _ = sweep(tmp_path, b)
+    assert len(b.calls) == 6                                                       # the sweep went on
+    failed = [o for o in s.outcomes if o.status == "failed"]
+    assert [o.task.point.x for o in failed] == [4, 4]                              # x = 1 proc x 2 shards x 2
+    meta = json.loads((failed[0].run_dir / "meta.json").read_text())
+    assert meta["outcome"] == {"status": "failed", "reason": "run error: server s0.0.1 exited with code 6"}
+    assert meta["status"] == "failed" and meta["experiment"] == "n_clients" and meta["x"]["value"] == 4
+
+    b2 = FakeBackend()
+    s2, _ = sweep(tmp_path, b2)
+    assert sorted(b2.calls) == [("dast", 2, 1), ("dast", 2, 2)]                    # only the failed ones
+    agg = figures.aggregate(figures.load_runs(tmp_path / "n_clients", 99),
+                            json.loads((tmp_path / "n_clients" / "sweep.json").read_text()))
+    assert list(agg.status) == ["ok", "ok", "ok"] and list(agg.repeats_ok) == [2, 2, 2]
+
+
+@pytest.mark.parametrize("what,reason", [("inconsistent", "inconsistent: INCONSISTENT (1 violations)"),
+                                         ("nocommit", "no commits in the measurement window")])
+def test_bad_verdicts_are_failures(tmp_path, what, reason):
+    b = FakeBackend(lambda k: what if k["concurrency"] == 4 else "ok")
+    s, _ = sweep(tmp_path, b)
+    bad = [o for o in s.outcomes if o.status != "ok"]
+    assert len(bad) == 2 and {o.reason for o in bad} == {reason}
+    assert figures.run_outcome(bad[0].run_dir) == ("failed", reason)
+    b2 = FakeBackend()
+    sweep(tmp_path, b2)
+    assert sorted(b2.calls) == [("dast", 4, 1), ("dast", 4, 2)]
+
+
+def test_fresh_reruns_everything_and_keeps_old_folders(tmp_path):
+    sweep(tmp_path, FakeBackend())
+    b = FakeBackend()
+    s, _ = sweep(tmp_path, b, fresh=True)
+    assert len(b.calls) == 6 and not any(o.reused for o in s.outcomes)
+    assert n_folders(tmp_path) == 12
+    agg = figures.aggregate(figures.load_runs(tmp_path / "n_clients", 99),
+                            json.loads((tmp_path / "n_clients" / "sweep.json").read_text()))
+    assert list(agg.repeats_ok) == [2, 2, 2]                                       # not 4: newest per repeat
+
+
+def test_changed_config_changes_the_key_and_reruns(tmp_path):
+    sweep(tmp_path, FakeBackend())
+    b = FakeBackend()
+    sweep(tmp_path, b, c=cfg(DURATION_S=4))
+    assert len(b.calls) == 6
+
+
+def test_point_key():
+    k = dict(mode="dast", workload="tpcc", concurrency=2, regions=3, shards=2, duration=10.0)
+    key = runner.point_key("n_clients", "dast", k, "local", "app")
+    assert key == runner.point_key("n_clients", "dast", dict(reversed(list(k.items()))), "local", "app")
+    assert key == runner.point_key("n_clients", "dast", {**k, "duration": 10}, "local", "app")   # 10 == 10.0
+    assert key == runner.point_key("n_clients", "dast", {**k, "seed": 7, "base_port": 30000}, "local", "app")
+    assert key == runner.point_key("n_clients", "dast", {**k, "jitter": 0}, "local", "app")      # the default
+    for other in [runner.point_key("n_clients", "dast", {**k, "concurrency": 3}, "local", "app"),
+                  runner.point_key("n_clients", "dast", {**k, "zipf": 0.9}, "local", "app"),
+                  runner.point_key("n_clients", "dast", {**k, "rtt_ms": [[5, 90, 100], [90, 5, 100],
+                                                                           [100, 100, 5]]}, "local", "app"),
+                  runner.point_key("crt_ratio", "dast", k, "local", "app"),
+                  runner.point_key("n_clients", "janus", {**k, "mode": "janus"}, "local", "app"),
+                  runner.point_key("n_clients", "dast", k, "swarm", "app"),
+                  runner.point_key("n_clients", "dast", k, "swarm", "netem")]:
+        assert other != key
+
+
+def test_unbuilt_protocols_are_skipped_with_a_message(tmp_path):
+    b = FakeBackend(modes=("dast",))
+    s, logs = sweep(tmp_path, b, c=cfg(SYSTEMS=["dast", "janus", "tapir", "slog"], N_REPEAT=1))
+    assert {c[0] for c in b.calls} == {"dast"} and len(b.calls) == 3
+    assert any("skipping janus: not built" in m for m in logs) and any("skipping slog" in m for m in logs)
+    m = json.loads((tmp_path / "n_clients" / "sweep.json").read_text())
+    assert m["systems"] == {"dast": "run", "janus": "not built", "tapir": "not built", "slog": "not built"}
+    assert len(m["points"]) == 3 and m["n_repeat"] == 1 and m["tail_percentile"] == 99
+
+
+def test_bad_knob_is_rejected_before_anything_runs(tmp_path):
+    b = FakeBackend()
+    c = cfg()
+    bad = experiments.Experiment("n_clients", 1, "t", "x", "x", "", lambda _c: [
+        experiments.Point(1, dict(concurrency=1)), experiments.Point(2, dict(concurrency=999))])
+    with pytest.raises(ValueError, match="concurrency=999"):
+        runner.run_sweep(bad, c, b, out_root=tmp_path, log=lambda *_: None, tty=False)
+    assert b.calls == []
+
+
+def test_interrupt_stops_the_sweep_and_marks_the_run_failed(tmp_path):
+    seen = []
+    b = FakeBackend(lambda k: "interrupt" if (seen.append(1) or len(seen)) == 2 else "ok")
+    s, _ = sweep(tmp_path, b)
+    assert s.interrupted and len(b.calls) == 2 and len(s.outcomes) == 1
+    metas = [json.loads(p.read_text()) for p in (tmp_path / "n_clients").glob("*/meta.json")]
+    cut = [m for m in metas if m["status"] == "failed"]
+    assert len(cut) == 1 and cut[0]["outcome"] == {"status": "failed", "reason": "interrupted"}
+    b2 = FakeBackend()
+    sweep(tmp_path, b2)
+    assert len(b2.calls) == 5                                                      # resumes, re-runs the cut one
+
+
+def test_watchdog_cuts_a_hanging_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "watchdog_limit", lambda d: 1.0)
+    b = FakeBackend(lambda k: "hang" if k["concurrency"] == 1 and k["seed"] == 1 else "ok")
+    t0 = time.monotonic()
+    s, _ = sweep(tmp_path, b, c=cfg(DURATION_S=1, WARMUP_S=0.2, COOLDOWN_S=0.2))
+    assert time.monotonic() - t0 < 10
+    o = s.outcomes[0]
+    assert o.status == "failed" and o.reason.startswith("timeout: runner watchdog") and o.run_dir is not None
+    assert [x.status for x in s.outcomes[1:]] == ["ok"] * 5                        # and the sweep went on
+
+
+def test_run_experiment_closes_the_backend_and_draws(tmp_path, monkeypatch, capsys):
+    b = FakeBackend(lambda k: "error" if k["concurrency"] == 4 else "ok")
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast', 'janus']\nN_REPEAT = 1\nDURATION_S = 3\nWARMUP_S = 1\nCOOLDOWN_S = 0.5\n")
+    rc, pdf = runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res")
+    out = capsys.readouterr().out
+    assert rc == 1 and b.closed and pdf == tmp_path / "res" / "data-n_clients.pdf" and pdf.is_file()
+    assert "figure: " + str(pdf) in out and "failed: run error" in out
+    assert (tmp_path / "res" / "data-n_clients.png").is_file() and (tmp_path / "res" / "data-n_clients.csv").is_file()
+
+
+def test_run_experiment_rejects_bad_config(tmp_path, capsys):
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("N_REPEAT = 0\n")
+    assert runner.run_experiment("tpca", config=cfgfile, out=tmp_path)[0] == 2
+    assert "N_REPEAT=0" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- experiment declarations
+
+def test_exp1_x_is_clients_per_region_and_pairs_stay_apart():
+    pts = EXP1.points(cfg(CLIENT_PROCESS_PER_SHARD=[1, 2], CONCURRENCY_LEVELS=[2, 4]))
+    assert [(p.x, p.knobs["clients_per_shard"], p.knobs["concurrency"]) for p in pts] == [
+        (4, 1, 2), (8, 1, 4), (8, 2, 2), (16, 2, 4)]
+    assert {p.series for p in pts} == {"1 client proc/shard", "2 client proc/shard"}  # x=8 twice, two lines
+    assert [p.series for p in EXP1.points(cfg())] == ["", "", ""]
+
+
+def test_other_experiments_sweep_their_knob():
+    c = cfg(CRT_RATIOS=[10, 90], ZIPFS=[0.5, 1], SCALABILITY_N_REGIONS=[2, 3], ROBUST_RTT_VAR=[0, 20],
+            CONCURRENCY_LEVELS=[1, 8], CLIENT_PROCESS_PER_SHARD=[2, 1])
+    e2, e3, e4, e5 = (experiments.get(f"exp{i}").points(c) for i in (2, 3, 4, 5))
+    assert [(p.x, p.knobs["payment_crt_rate"], p.knobs["workload"]) for p in e2] == [(10, 10, "tpcc"), (90, 90, "tpcc")]
+    assert [(p.x, p.knobs["zipf"], p.knobs["workload"]) for p in e3] == [(0.5, 0.5, "tpca"), (1, 1.0, "tpca")]
+    assert [(p.x, p.base) for p in e4] == [(2, {"regions": 2}), (3, {"regions": 3})]
+    assert all(p.knobs["clients_per_shard"] == 1 and p.knobs["concurrency"] == 8 for p in e2 + e3 + e4 + e5)
+    b = FakeBackend()
+    s = runner.plan(experiments.get("exp5"), c, b, log=lambda *_: None)
+    jit = sorted({t.knobs["jitter"] for t in s.tasks})
+    assert jit == [0, round(20 / math.sqrt(2), 6)]                                 # RTT std-dev X -> X/sqrt(2) per way
+    s4 = runner.plan(experiments.get("exp4"), c, b, log=lambda *_: None)
+    assert sorted({(t.knobs["regions"], len(t.knobs["rtt_ms"])) for t in s4.tasks}) == [(2, 2), (3, 3)]
+
+
+def test_quick_preset():
+    c = cfg(CONCURRENCY_LEVELS=[1, 5, 10, 15, 20, 25, 30, 40, 50], CLIENT_PROCESS_PER_SHARD=[2, 3],
+            CRT_RATIOS=[10, 20, 30, 40, 50, 60, 70, 80, 90], N_REPEAT=5, DURATION_S=60, SCALABILITY_N_REGIONS=[3])
+    q = experiments.quick_config(c)
+    assert q.concurrency_levels == (1, 20, 50) and q.crt_ratios == (10, 50, 90)
+    assert q.client_process_per_shard == (2,) and q.n_repeat == 1 and q.duration_s == 10
+    assert len(EXP1.points(q)) == 3
+    assert experiments.quick_config(c, experiments.get("exp4")).scalability_n_regions == (2, 3)
+
+
+# ---------------------------------------------------------------- with the local backend and fake binaries
+
+def test_with_local_backend_fake_binaries_and_ctrl_c(fake_bin, tmp_path):
+    class Local(LocalBackend):
+        def deployment(self, **knobs):
+            return super().deployment(**{**knobs, "base_port": 25000})
+    b = Local(build_dir=fake_bin, progress=False, ready_timeout_s=20, grace_s=5, margin_s=20)
+    b.built_modes = lambda: ["dast"]
+    c = cfg(N_REPEAT=1, DURATION_S=2, WARMUP_S=0.5, COOLDOWN_S=0.5, CONCURRENCY_LEVELS=[1, 2], REGIONS=2,
+            SHARDS_PER_REGION=1, SCALABILITY_N_REGIONS=[2])
+    s, _ = sweep(tmp_path, b, c=c)
+    assert [o.status for o in s.outcomes] == ["ok", "ok"]
+    fig = figures.draw("n_clients", root=tmp_path)
+    assert list(fig.table.irt_p50_ms_median) == [20.0, 20.0] and list(fig.table.crt_p50_ms_median) == [150.0, 150.0]
+
+    # Ctrl-C in the middle of a run (once its clients run: see the note on local.py's start-up window in
+    # docs/experiments.md): the sweep stops, the run is marked failed, no process is left
+    before = set((tmp_path / "n_clients").iterdir())
+
+    def ctrl_c():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            new = [d for d in (tmp_path / "n_clients").iterdir() if d not in before]
+            if new and len(list((new[0] / "logs").glob("c*.log"))) == 2:
+                time.sleep(0.3)
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+    timer = threading.Thread(target=ctrl_c)
+    timer.start()
+    s2, _ = sweep(tmp_path, b, c=c, fresh=True)
+    timer.join()
+    assert s2.interrupted and s2.outcomes == []
+    newest = max((tmp_path / "n_clients").glob("*/meta.json"), key=lambda p: p.stat().st_mtime)
+    meta = json.loads(newest.read_text())
+    assert meta["status"] == "failed" and meta["outcome"]["reason"] == "interrupted"
+    assert procs_mentioning(str(tmp_path)) == []
