@@ -47,4 +47,7 @@ CLIENT_PROCESS_PER_SHARD = [1]       # exp 1: client processes per shard (1..16)
 CRT_RATIOS = [10, 50, 90]            # exp 2: % of transactions forced cross-region (0..100)
 ZIPFS = [0.5, 0.7, 0.9]              # exp 3: zipf coefficient of TPC-A keys (0..1)
 SCALABILITY_N_REGIONS = [3]          # exp 4: regions used, the first k (each <= REGIONS; slog is skipped below 3)
-ROBUST_RTT_VAR = [0, 10, 20]         # exp 5: cross-region jitter, 100 +- x ms RTT std-dev (same rule as JITTER_MS)
+ROBUST_RTT_VAR = [0, 10, 20, 30]     # exp 5: cross-region jitter, 100 +- x ms RTT std-dev (same rule as JITTER_MS)
+FIXED_CLIENT_PROCESS_PER_SHARD = 1   # exp 2-5 run at one fixed load: client processes per shard (1..16) x
+FIXED_CONCURRENCY = 2                # closed-loop coordinators each (1..256); the artifact used 15-50 on 2 cores per
+                                     # process, here 2 keeps 27 processes on 2 cores below saturation

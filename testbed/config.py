@@ -60,7 +60,9 @@ class ExpConfig:
     crt_ratios: tuple = (10, 50, 90)
     zipfs: tuple = (0.5, 0.7, 0.9)
     scalability_n_regions: tuple = (3,)
-    robust_rtt_var: tuple = (0, 10, 20)
+    robust_rtt_var: tuple = (0, 10, 20, 30)
+    fixed_client_process_per_shard: int = 1
+    fixed_concurrency: int = 2
 
     @property
     def subnet_prefix(self) -> str:
@@ -241,6 +243,9 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     # below 3 regions the runner skips slog per point (it needs 3 regions for its global-order group)
     c["scalability_n_regions"] = _sweep("SCALABILITY_N_REGIONS", cfg.scalability_n_regions, 1, R, integer=True)
     c["robust_rtt_var"] = _sweep("ROBUST_RTT_VAR", cfg.robust_rtt_var, 0, 10000)
+    c["fixed_client_process_per_shard"] = _num("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard,
+                                               1, 16, integer=True)
+    c["fixed_concurrency"] = _num("FIXED_CONCURRENCY", cfg.fixed_concurrency, 1, 256, integer=True)
 
     out = dataclasses.replace(cfg, **c)
     for r, row in enumerate(rtt_matrix(out), 1):

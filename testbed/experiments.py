@@ -4,8 +4,8 @@ An Experiment turns an ExpConfig into a list of Points; the shared runner (testb
 point for every built protocol and repeat, and testbed/figures.py draws them. A Point carries the deploy
 knobs it changes (over testbed.backend.base_knobs) and the x value plotted for it.
 
-Fixed load of exp 2-5 (exp_config.py has no knob for it): min(CLIENT_PROCESS_PER_SHARD) client processes
-per shard x max(CONCURRENCY_LEVELS) coordinators each, i.e. the heaviest exp 1 load of one process count.
+Fixed load of exp 2-5: FIXED_CLIENT_PROCESS_PER_SHARD client processes per shard x FIXED_CONCURRENCY
+coordinators each.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Callable
 
 from .config import ExpConfig, validate
 
-QUICK_DURATION_S, QUICK_WARMUP_S, QUICK_COOLDOWN_S = 10, 3, 1
+QUICK_DURATION_S, QUICK_WARMUP_S, QUICK_COOLDOWN_S = 15, 4, 1
 QUICK_MAX_POINTS = 3
 
 
@@ -48,7 +48,7 @@ class Experiment:
 
 
 def _fixed_load(cfg: ExpConfig) -> dict:
-    return dict(clients_per_shard=min(cfg.client_process_per_shard), concurrency=max(cfg.concurrency_levels))
+    return dict(clients_per_shard=cfg.fixed_client_process_per_shard, concurrency=cfg.fixed_concurrency)
 
 
 def _num(v):
@@ -127,7 +127,7 @@ def _thin(values, n=QUICK_MAX_POINTS) -> tuple:
 
 def quick_config(cfg: ExpConfig, exp: Experiment | None = None) -> ExpConfig:
     """The --quick preset for a 2-core machine: every sweep thinned to at most 3 points (first, middle, last),
-    one client-process count, 10 s runs (3 s warm-up, 1 s cool-down), 1 repeat. Exp 4 with fewer than two
+    one client-process count, 15 s runs (4 s warm-up, 1 s cool-down), 1 repeat. Exp 4 with fewer than two
     configured region counts sweeps 2..REGIONS instead (SLOG is skipped below 3 regions)."""
     q = dataclasses.replace(
         cfg, duration_s=QUICK_DURATION_S, warmup_s=QUICK_WARMUP_S, cooldown_s=QUICK_COOLDOWN_S, n_repeat=1,

@@ -25,7 +25,7 @@ def test_shipped_exp_config_is_valid_and_fits_one_small_machine():
 
 
 def test_as_dict_round_trips():
-    cfg = load_exp_config({"RTT_OVERRIDES": {(1, 2): 80}})
+    cfg = load_exp_config({"RTT_OVERRIDES": {(1, 2): 80}, "ROBUST_RTT_VAR": [0, 20]})
     d = cfg.as_dict()
     assert d["rtt_overrides"] == [[1, 2, 80]] and d["systems"] == ["dast", "janus", "tapir", "slog"]
     assert load_exp_config({k.upper(): v for k, v in d.items()}) == cfg
@@ -42,12 +42,14 @@ def test_loads_a_file_path(tmp_path):
 
 def test_rtt_matrix_defaults_and_symmetric_overrides():
     assert rtt_matrix(load_exp_config({})) == [[5, 100, 100], [100, 5, 100], [100, 100, 5]]
-    cfg = load_exp_config({"REGIONS": 4, "RTT_OVERRIDES": {(3, 1): 80, (2, 4): 150, (4, 4): 2}})
+    cfg = load_exp_config({"REGIONS": 4, "RTT_OVERRIDES": {(3, 1): 80, (2, 4): 150, (4, 4): 2},
+                           "ROBUST_RTT_VAR": [0, 20]})
     m = rtt_matrix(cfg)
     assert m == [[5, 100, 80, 100], [100, 5, 100, 150], [80, 100, 5, 100], [100, 150, 100, 2]]
     assert all(m[a][b] == m[b][a] for a in range(4) for b in range(4))
     assert rtt_matrix(cfg, 3) == [row[:3] for row in m[:3]]  # exp 4 sub-deployment
-    assert load_exp_config({"RTT_OVERRIDES": {(1, 2): 80, (2, 1): 80}}).rtt_overrides == (((1, 2), 80),)
+    assert load_exp_config({"RTT_OVERRIDES": {(1, 2): 80, (2, 1): 80}, "ROBUST_RTT_VAR": [0]}).rtt_overrides == (
+        ((1, 2), 80),)
 
 
 @pytest.mark.parametrize("knobs,msg", [
@@ -108,6 +110,8 @@ def test_rtt_matrix_defaults_and_symmetric_overrides():
     ({"SCALABILITY_N_REGIONS": [3, 5]}, r"SCALABILITY_N_REGIONS item=5: must be an integer in \[1, 3\]"),
     ({"SCALABILITY_N_REGIONS": [0]}, r"SCALABILITY_N_REGIONS item=0: .*\[1, 3\]"),
     ({"ROBUST_RTT_VAR": []}, r"ROBUST_RTT_VAR=\[\]"),
+    ({"FIXED_CONCURRENCY": 0}, r"FIXED_CONCURRENCY=0: must be an integer in \[1, 256\]"),
+    ({"FIXED_CLIENT_PROCESS_PER_SHARD": [1]}, r"FIXED_CLIENT_PROCESS_PER_SHARD=\[1\]: must be an integer in \[1, 16\]"),
     ({"REGION": 4}, r"REGION: unknown knob \(did you mean REGIONS\?\)"),
     ({"ZIPF": [0.5]}, r"ZIPF: unknown knob \(did you mean ZIPFS\?\)"),
 ])

@@ -251,12 +251,13 @@ def test_exp1_x_is_clients_per_region_and_pairs_stay_apart():
 
 def test_other_experiments_sweep_their_knob():
     c = cfg(CRT_RATIOS=[10, 90], ZIPFS=[0.5, 1], SCALABILITY_N_REGIONS=[2, 3], ROBUST_RTT_VAR=[0, 20],
-            CONCURRENCY_LEVELS=[1, 8], CLIENT_PROCESS_PER_SHARD=[2, 1])
+            CONCURRENCY_LEVELS=[1, 8], CLIENT_PROCESS_PER_SHARD=[2, 1], FIXED_CLIENT_PROCESS_PER_SHARD=3,
+            FIXED_CONCURRENCY=5)
     e2, e3, e4, e5 = (experiments.get(f"exp{i}").points(c) for i in (2, 3, 4, 5))
     assert [(p.x, p.knobs["payment_crt_rate"], p.knobs["workload"]) for p in e2] == [(10, 10, "tpcc"), (90, 90, "tpcc")]
     assert [(p.x, p.knobs["zipf"], p.knobs["workload"]) for p in e3] == [(0.5, 0.5, "tpca"), (1, 1.0, "tpca")]
     assert [(p.x, p.base) for p in e4] == [(2, {"regions": 2}), (3, {"regions": 3})]
-    assert all(p.knobs["clients_per_shard"] == 1 and p.knobs["concurrency"] == 8 for p in e2 + e3 + e4 + e5)
+    assert all(p.knobs["clients_per_shard"] == 3 and p.knobs["concurrency"] == 5 for p in e2 + e3 + e4 + e5)
     b = FakeBackend()
     s = runner.plan(experiments.get("exp5"), c, b, log=lambda *_: None)
     jit = sorted({t.knobs["jitter"] for t in s.tasks})
@@ -270,7 +271,8 @@ def test_quick_preset():
             CRT_RATIOS=[10, 20, 30, 40, 50, 60, 70, 80, 90], N_REPEAT=5, DURATION_S=60, SCALABILITY_N_REGIONS=[3])
     q = experiments.quick_config(c)
     assert q.concurrency_levels == (1, 20, 50) and q.crt_ratios == (10, 50, 90)
-    assert q.client_process_per_shard == (2,) and q.n_repeat == 1 and q.duration_s == 10
+    assert q.client_process_per_shard == (2,) and q.n_repeat == 1 and q.duration_s == 15
+    assert q.duration_s - q.warmup_s - q.cooldown_s == 10  # a 10 s measurement window
     assert len(EXP1.points(q)) == 3
     assert experiments.quick_config(c, experiments.get("exp4")).scalability_n_regions == (2, 3)
 

@@ -110,8 +110,8 @@ def test_bad_inputs():
 
 
 def test_plan_from_config_uses_overrides_ports_and_prefix():
-    cfg = load_exp_config({"RTT_OVERRIDES": {(2, 1): 80}, "CONTROL_PORTS": [22], "SUBNET": "10.77.0.0/16",
-                           "DRIVER_IP": "10.77.0.240", "NETEM_LIMIT": 777})
+    cfg = load_exp_config({"RTT_OVERRIDES": {(2, 1): 80}, "ROBUST_RTT_VAR": [0, 20], "CONTROL_PORTS": [22],
+                           "SUBNET": "10.77.0.0/16", "DRIVER_IP": "10.77.0.240", "NETEM_LIMIT": 777})
     plan = tc_plan_for(cfg, 1, jitter_ms=20)
     assert [a[a.index("delay") + 1:a.index("delay") + 3] for a in netems(plan)] == [
         ["2.5ms", "limit"], ["40ms", "14.142ms"], ["50ms", "14.142ms"]]
