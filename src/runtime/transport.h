@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "runtime/link_emulator.h"
+#include "core/link_emulator.h"
 
 namespace grpc {
 class Server;

@@ -28,7 +28,15 @@ class Network::SimEnv : public Env {
   std::mt19937_64 rng_;
 };
 
-Network::Network(const Deployment& d, Options o) : d_(d), o_(std::move(o)), rng_(o_.seed) {}
+namespace {
+LinkModel simulated(LinkModel m) {
+  m.mechanism = "app";  // the simulator always delays messages as the link model says
+  return m;
+}
+}  // namespace
+
+Network::Network(const Deployment& d, Options o)
+    : d_(d), o_(std::move(o)), rng_(o_.seed), emu_(simulated(o_.actual_link ? *o_.actual_link : d.link)) {}
 Network::~Network() = default;
 
 void Network::add(NodeId id, std::unique_ptr<Node> node) {
@@ -46,12 +54,11 @@ void Network::send(NodeId from, NodeId to, Envelope msg) {
   msg.set_from(from);
   msg.set_to(to);
   msg.set_sent_us(now_);
-  const LinkModel& link = o_.actual_link ? *o_.actual_link : d_.link;
-  TimeUs delay = link.one_way_us(d_.node(from).region, d_.node(to).region);
-  if (o_.extra_delay_us > 0)
-    delay += std::uniform_int_distribution<TimeUs>(0, o_.extra_delay_us)(rng_);
+  TimeUs extra = 0;
+  if (o_.extra_delay_us > 0) extra = std::uniform_int_distribution<TimeUs>(0, o_.extra_delay_us)(rng_);
   TimeUs& last = channel_last_[{from, to}];
-  TimeUs at = std::max(now_ + delay, last);  // per-channel FIFO
+  // The transport's own delay model (one-way delay, cross-region jitter), per-channel FIFO.
+  TimeUs at = emu_.delivery_time(d_.node(from).region, d_.node(to).region, now_ + extra, last, rng_);
   last = at;
   push(at, Event{to, false, 0, std::move(msg)});
 }

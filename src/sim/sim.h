@@ -1,6 +1,7 @@
 // Deterministic simulated network: runs Nodes in virtual time with the
-// deployment's link delays, optional random extra delay per message (which
-// reorders messages across channels) and optional per-node clock skew. Every
+// deployment's link delays and cross-region jitter (the transport's LinkEmulator),
+// optional random extra delay per message (which reorders messages across
+// channels) and optional per-node clock skew. Every
 // channel (sender, receiver) stays FIFO, as a gRPC stream is.
 #pragma once
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "config.h"
+#include "core/link_emulator.h"
 #include "node.h"
 
 namespace txn::sim {
@@ -20,8 +22,8 @@ struct Options {
   uint64_t seed = 1;
   TimeUs extra_delay_us = 0;             // uniform [0, extra] added to every message
   std::map<NodeId, TimeUs> clock_skew_us; // added to a node's now_us()
-  // Real link delays when they should differ from what the deployment says
-  // (tests that estimates come from measurement, not from configuration).
+  // Real link delays (and jitter) when they should differ from what the deployment
+  // says (tests that estimates come from measurement, not from configuration).
   std::optional<LinkModel> actual_link;
 };
 
@@ -56,6 +58,7 @@ class Network {
   const Deployment& d_;
   Options o_;
   std::mt19937_64 rng_;
+  LinkEmulator emu_;
   std::map<NodeId, std::unique_ptr<Node>> nodes_;
   std::map<NodeId, std::unique_ptr<SimEnv>> envs_;
   std::map<std::pair<TimeUs, uint64_t>, Event> events_;

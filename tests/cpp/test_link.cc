@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/link_emulator.h"
+#include "core/link_emulator.h"
 #include "runtime/transport.h"
 
 using namespace txn;

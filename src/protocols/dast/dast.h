@@ -144,7 +144,10 @@ class Manager : public Node {
  private:
   struct Live {
     Ts tr;
-    std::vector<NodeId> untouched;
+    std::vector<NodeId> touched;     // replicas of the touched shards in this region
+    std::vector<NodeId> untouched;   // the region's other sites
+    bool decided = false;            // the decision was handed out
+    bool released = false;           // a cross-region input wait was released before the decision came
   };
   const Deployment& d_;
   NodeId self_;

@@ -37,6 +37,7 @@ void Manager::on_message(Env& env, const Envelope& msg) {
           s->set_coordinator(p.coordinator());
           s->set_output_replica(p.output_replica());
           s->set_region(region_);
+          live.touched.push_back(r);
         } else {
           auto* n = e.mutable_dast()->mutable_noti_crt();
           n->set_txn_id(id);
@@ -61,20 +62,47 @@ void Manager::on_message(Env& env, const Envelope& msg) {
         n->set_release(true);
         env.send(s, std::move(e));
       }
-      if (it != live_.end()) live_.erase(it);
+      if (it != live_.end()) {
+        if (it->second.decided) live_.erase(it);
+        else it->second.released = true;  // the decision is still on its way here
+      }
       return;
     }
     if (it == live_.end()) throw BadMessage("NotiWait for unknown txn");
-    for (NodeId s : it->second.untouched) {
+    Live& live = it->second;
+    if (live.decided) throw BadMessage("second decision for txn " + std::to_string(w.txn_id()));
+    live.decided = true;
+    // The decision reaches every site of the region from here, over intra-region
+    // links, so the sites learn it at about the same time.
+    for (NodeId r : live.touched) {
+      Envelope e;
+      auto* de = e.mutable_dast()->mutable_dist_exe();
+      de->set_txn_id(w.txn_id());
+      *de->mutable_decision() = w.decision();
+      env.send(r, std::move(e));
+    }
+    for (NodeId s : live.untouched) {
       Envelope e;
       auto* n = e.mutable_dast()->mutable_noti_commit();
       n->set_txn_id(w.txn_id());
-      *n->mutable_tr() = to_proto(it->second.tr);
+      *n->mutable_tr() = to_proto(live.tr);
       *n->mutable_decision() = w.decision();
       n->set_need_input_wait(w.need_input_wait());
       env.send(s, std::move(e));
     }
-    if (!w.need_input_wait()) live_.erase(it);
+    // Each handler of the region sends its clock to the touched replicas once it
+    // is past D, so they need not ask for it (FIFO: after the decision above).
+    for (uint32_t k = 0; k < d_.shards_per_region; ++k) {
+      NodeId h = d_.replica_id(region_ * d_.shards_per_region + k, 0);
+      Envelope e;
+      auto* cw = e.mutable_dast()->mutable_clock_want();
+      *cw->mutable_t() = w.decision();
+      for (NodeId r : live.touched)
+        if (r != h) cw->add_notify(r);
+      if (cw->notify().empty()) continue;
+      env.send(h, std::move(e));
+    }
+    if (!w.need_input_wait() || live.released) live_.erase(it);
     return;
   }
   throw BadMessage("DAST message not for a manager");

@@ -10,6 +10,9 @@ namespace {
 constexpr uint64_t kSyncTimer = 1;
 constexpr uint64_t kWantTimer = 2;
 constexpr TimeUs kReleaseMemoryUs = 30'000'000;
+// Counter-proposals sit this many logical ticks above the clock: a frozen clock
+// ticks once per fresh() call, far fewer times than this while a CRT is pending.
+constexpr int64_t kProposalGap = int64_t{1} << 32;
 
 template <class T>
 std::string str(const T& x) {
@@ -119,6 +122,12 @@ void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
     throw BadMessage("ClockWant from another region without recipients");
   }
   Ts t = from_proto(m.t());
+  // A timestamp that exists already (not in the future) and orders below every
+  // CRT pending here: move the clock past it now. A stretched clock would
+  // otherwise pass it only once the pending CRT resolves, though nothing needs
+  // that (e.g. a counter-proposal just above another site's frozen clock).
+  const Ts* pending = clock_.min_pending();
+  if (t.t <= env.now_us() + clock_.offset() && (pending == nullptr || t < *pending)) clock_.observe(t, env.now_us());
   std::vector<NodeId> dests(m.notify().begin(), m.notify().end());
   if (dests.empty()) dests.push_back(from);
   for (NodeId n : dests) {
@@ -271,7 +280,11 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     try_execute(env);
     return;
   }
+  // Anticipation counts from the physical clock: while the region is stretched
+  // the logical clock lags it, and a T_r computed from that would already be in
+  // the past at the remote replicas (forcing counter-proposals).
   Ts src = clock_.fresh(env.now_us());
+  src.t = std::max(src.t, env.now_us() + clock_.offset());
   TimeUs now = env.mono_us();
   for (uint32_t region : shape.regions) {
     Envelope e;
@@ -321,30 +334,11 @@ void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
     for (auto& [r, p] : reps) decision = std::max(decision, p);
   c.decided = true;
   c.decision = decision;
-  for (uint32_t s : c.shape.shards) {
-    for (NodeId r : d_.replicas_of(s)) {
-      Envelope e;
-      auto* de = e.mutable_dast()->mutable_dist_exe();
-      de->set_txn_id(m.txn_id());
-      *de->mutable_decision() = to_proto(decision);
-      post(env, r, std::move(e));
-    }
-  }
-  // Each touched region's handlers send their clocks to the touched replicas
-  // there once past D, so those replicas need not ask after DistExe.
-  for (uint32_t region2 : c.shape.regions) {
-    for (uint32_t k = 0; k < d_.shards_per_region; ++k) {
-      NodeId h = handler_of(d_, region2 * d_.shards_per_region + k);
-      Envelope e;
-      auto* w = e.mutable_dast()->mutable_clock_want();
-      *w->mutable_t() = to_proto(decision);
-      for (uint32_t s : c.shape.shards)
-        if (d_.region_of_shard(s) == region2)
-          for (NodeId r : d_.replicas_of(s))
-            if (r != h) w->add_notify(r);
-      post(env, h, std::move(e));
-    }
-  }
+  // The decision goes to each touched region's manager, which hands it to every
+  // site of its region at once (DistExe to the touched replicas, NotiCommit to
+  // the others). Sent straight to each replica, it would arrive at the sites of a
+  // region at independently jittered times, and a site that had it could order
+  // new IRTs after the CRT while the CRT still waited for a site that had not.
   for (uint32_t region2 : c.shape.regions) {
     Envelope e;
     auto* nw = e.mutable_dast()->mutable_noti_wait();
@@ -407,9 +401,14 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
 
 void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
   Ts p = from_proto(m.tr());
-  // Never accept a slot at or below what this site may already have ordered.
+  // Never accept a slot at or below what this site may already have ordered:
+  // counter-propose just above the clock, with room below it for the IRT
+  // timestamps this site keeps issuing while the proposal is pending (they order
+  // before the CRT). Not (last.t + 1, 0): under a stretch that lands on the
+  // pending timestamp's own microsecond, which frozen clocks (t - 1, c) never pass.
   if (p <= clock_.last() || p <= last_proposal_) {
-    p = Ts{std::max(clock_.last().t, last_proposal_.t) + 1, 0, self_};
+    const Ts& base = std::max(clock_.last(), last_proposal_);
+    p = Ts{base.t, base.c + kProposalGap, self_};
     last_proposal_ = p;
   }
   add_entry(m.txn(), analyze(d_, m.txn()), p, false, m.coordinator(), m.output_replica());
@@ -451,27 +450,23 @@ void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   clock_.remove_pending(m.txn_id());
   rekey(e, decision);
   e.executable = true;
-  for (NodeId h : region_handlers_) asked_[h].insert(decision);  // the coordinator asked them
+  for (NodeId h : region_handlers_) asked_[h].insert(decision);  // the manager asked them
   if (e.shape.wait_regions.count(me_.region)) {
     // Keep the region's clocks below D until the cross-region inputs are here,
-    // so IRTs keep ordering (and executing) before this CRT.
-    if (e.shape.input_shards.count(me_.shard)) {
-      if (missing_external(e.txn, me_.shard, e.vars)) {
-        e.holds_input_wait = true;
-        clock_.add_pending(m.txn_id(), decision);
-      } else {
-        inputs_arrived(env, e);
-      }
-    } else if (!released_.count(m.txn_id())) {
-      clock_.add_pending(m.txn_id(), decision);
-    }
+    // so IRTs keep ordering (and executing) before this CRT. Every site drops D
+    // at the manager's release (all at once); a replica still missing an input
+    // keeps it until the input is here.
+    const bool missing = e.shape.input_shards.count(me_.shard) && missing_external(e.txn, me_.shard, e.vars);
+    e.holds_input_wait = missing;
+    if (missing || !released_.count(m.txn_id())) clock_.add_pending(m.txn_id(), decision);
+    if (e.shape.input_shards.count(me_.shard) && !missing) inputs_arrived(env, e);
   }
   try_execute(env);
 }
 
 void Replica::inputs_arrived(Env& env, Entry& e) {
   e.holds_input_wait = false;
-  clock_.remove_pending(e.txn.txn_id());
+  if (released_.count(e.txn.txn_id())) clock_.remove_pending(e.txn.txn_id());
   if (me_.replica == e.output_replica) {
     Envelope n;
     auto* nw = n.mutable_dast()->mutable_noti_wait();

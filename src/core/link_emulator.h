@@ -6,7 +6,7 @@
 
 #include "core/config.h"
 
-namespace txn::runtime {
+namespace txn {
 
 class LinkEmulator {
  public:
@@ -20,4 +20,4 @@ class LinkEmulator {
   LinkModel m_;
 };
 
-}  // namespace txn::runtime
+}  // namespace txn

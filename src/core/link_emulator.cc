@@ -1,9 +1,9 @@
-#include "runtime/link_emulator.h"
+#include "core/link_emulator.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace txn::runtime {
+namespace txn {
 
 TimeUs LinkEmulator::delivery_time(uint32_t src, uint32_t dst, TimeUs now, TimeUs last,
                                    std::mt19937_64& rng) const {
@@ -18,4 +18,4 @@ TimeUs LinkEmulator::delivery_time(uint32_t src, uint32_t dst, TimeUs now, TimeU
   return std::max(now + d, last);  // per-channel FIFO, as one TCP connection would deliver
 }
 
-}  // namespace txn::runtime
+}  // namespace txn
