@@ -12,7 +12,8 @@ up(cfg, hosts):
      with netem, install the tc plan in every shard container (/etc/edge-txn/tc.sh, re-run by the entrypoint
      when a container restarts);
   7. write containers.yml (here and, with the private key, into the driver at /etc/edge-txn/).
-Idempotent: a container whose spec is unchanged and that still runs is kept; a changed one is replaced; containers
+Idempotent: a container whose spec (and image id) is unchanged and that still runs is kept; a changed one is
+replaced (so is every container after an image rebuild under the same tag); containers
 of the deployment that are no longer in the plan are removed. Any failure removes everything this call started.
 down(): remove every container labelled with the deployment, the network, the key pair, containers.yml, and
 the swarm when up() created it.
@@ -82,17 +83,19 @@ def _short(e: BaseException) -> str:
 
 # ---------------------------------------------------------------- checks
 
-def check_image(clients: dict, image: str) -> None:
+def check_image(clients: dict, image: str) -> dict:
+    """address -> the image's id on that host; SwarmError naming the hosts that lack it."""
     from docker.errors import ImageNotFound
-    missing = []
+    missing, ids = [], {}
     for addr, c in clients.items():
         try:
-            c.images.get(image)
+            ids[addr] = c.images.get(image).id
         except ImageNotFound:
             missing.append(addr)
     if missing:
         raise SwarmError(f"IMAGE_NAME={image!r} is missing on {', '.join(missing)}; build it there with "
                          f"`docker/build_image.sh {image}` (or `docker save | ssh host docker load`)")
+    return ids
 
 
 def check_subnet(clients: dict, cfg: ExpConfig) -> None:
@@ -228,7 +231,9 @@ def cpu_limit(cfg: ExpConfig, host_cpus: int, on_host: int) -> float | None:
 
 
 def specs(cfg: ExpConfig, containers: list[Container], pubkey: str, deployment: str, host_cpus: dict,
-          repo: Path = REPO) -> list[Spec]:
+          repo: Path = REPO, image_ids: dict | None = None) -> list[Spec]:
+    """The docker run arguments of every container. The digest covers them and the image's id on the container's
+    host (image_ids: address -> id), so a rebuilt image under the same tag replaces the containers."""
     per_host = {}
     for c in containers:
         per_host[c.host.address] = per_host.get(c.host.address, 0) + 1
@@ -246,7 +251,8 @@ def specs(cfg: ExpConfig, containers: list[Container], pubkey: str, deployment: 
             kw["volumes"] = {str(repo): {"bind": DRIVER_MOUNT, "mode": "rw"}}
             kw["environment"]["PYTHONPATH"] = DRIVER_MOUNT
             kw["working_dir"] = DRIVER_MOUNT
-        digest = hashlib.sha256(json.dumps([kw, c.ip, cfg.network_name], sort_keys=True, default=str)
+        image_id = (image_ids or {}).get(c.host.address)
+        digest = hashlib.sha256(json.dumps([kw, c.ip, cfg.network_name, image_id], sort_keys=True, default=str)
                                 .encode()).hexdigest()[:16]
         kw["labels"]["edge-txn.spec"] = digest
         out.append(Spec(c, kw, digest))
@@ -345,14 +351,15 @@ def up(cfg: ExpConfig, hosts, deployment: str = "edge-txn", repo: Path = REPO, s
     prev = load_state(containers_yml)
     gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
     try:
-        check_image(clients, cfg.image_name)
+        image_ids = check_image(clients, cfg.image_name)
         check_subnet(clients, cfg)
         created_swarm = ensure_swarm(clients, hosts, log)
         manager = clients[hosts[0].address]
         ensure_network(manager, cfg, deployment, log)
         key_path, pubkey = keypair(state_dir)
         host_cpus = {a: int(c.info().get("NCPU") or 1) for a, c in clients.items()}
-        wanted = {s.container.name: s for s in specs(cfg, containers, pubkey, deployment, host_cpus, repo)}
+        wanted = {s.container.name: s for s in specs(cfg, containers, pubkey, deployment, host_cpus, repo,
+                                                      image_ids)}
 
         kept = 0
         for addr, ct in _labelled(clients, deployment):

@@ -143,6 +143,13 @@ def test_container_specs_static_ip_caps_labels_and_no_key_material(tmp_path):
     other = swarm.specs(cfg, cs, "ssh-ed25519 BBBB test", "dep1", {"localhost": 2}, repo=tmp_path)
     assert [x.digest for x in again] == [x.digest for x in specs]
     assert all(a.digest != b.digest for a, b in zip(specs, other))
+    # an image rebuilt under the same tag (a new id) replaces the containers too
+    v1 = swarm.specs(cfg, cs, "ssh-ed25519 AAAA test", "dep1", {"localhost": 2}, repo=tmp_path,
+                     image_ids={"localhost": "sha256:1111"})
+    v2 = swarm.specs(cfg, cs, "ssh-ed25519 AAAA test", "dep1", {"localhost": 2}, repo=tmp_path,
+                     image_ids={"localhost": "sha256:2222"})
+    assert all(a.digest != b.digest for a, b in zip(v1, v2))
+    assert v1[0].kwargs["image"] == v2[0].kwargs["image"] == cfg.image_name
 
 
 def test_keypair_is_private_reused_and_openssh(tmp_path):
