@@ -22,7 +22,7 @@ IRT_P99_TARGET_MS, CRT_P99_TARGET_MS = 15.0, 225.0
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=20)
+    ap.add_argument("--duration", type=float, default=40, help="seconds (default %(default)s: ~550 CRTs in the window)")
     ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
     ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
     a = ap.parse_args()
