@@ -93,7 +93,7 @@ void Manager::on_message(Env& env, const Envelope& msg) {
     // Each handler of the region sends its clock to the touched replicas once it
     // is past D, so they need not ask for it (FIFO: after the decision above).
     for (uint32_t k = 0; k < d_.shards_per_region; ++k) {
-      NodeId h = d_.replica_id(region_ * d_.shards_per_region + k, 0);
+      NodeId h = handler_of(d_, region_ * d_.shards_per_region + k);
       Envelope e;
       auto* cw = e.mutable_dast()->mutable_clock_want();
       *cw->mutable_t() = w.decision();

@@ -127,7 +127,8 @@ void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
   // otherwise pass it only once the pending CRT resolves, though nothing needs
   // that (e.g. a counter-proposal just above another site's frozen clock).
   const Ts* pending = clock_.min_pending();
-  if (t.t <= env.now_us() + clock_.offset() && (pending == nullptr || t < *pending)) clock_.observe(t, env.now_us());
+  if (t.t <= env.now_us() + clock_.offset() && (pending == nullptr || t < *pending))
+    clock_.observe(t, env.now_us());
   std::vector<NodeId> dests(m.notify().begin(), m.notify().end());
   if (dests.empty()) dests.push_back(from);
   for (NodeId n : dests) {
