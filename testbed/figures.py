@@ -54,6 +54,17 @@ def read_json(path) -> dict | None:
         return None
 
 
+def verdict(check: dict, summary: dict) -> tuple[str, str]:
+    """("ok", "") or ("failed", reason) of a finished run from its checker verdict and summary."""
+    if check.get("exit_code") == 1:
+        return "failed", f"inconsistent: {check.get('verdict')}"
+    if check.get("exit_code") != 0:
+        return "failed", f"checker could not read the run: {check.get('error', check.get('verdict'))}"
+    if not summary.get("classes", {}).get("all", {}).get("committed"):
+        return "failed", "no commits in the measurement window"
+    return "ok", ""
+
+
 def run_outcome(run_dir, meta: dict | None = None) -> tuple[str, str]:
     """("ok", "") or ("failed", reason) for a run folder: the runner's recorded outcome when there is one,
     else from the files (run status, checker verdict, commits in the window)."""
@@ -68,16 +79,10 @@ def run_outcome(run_dir, meta: dict | None = None) -> tuple[str, str]:
     check = read_json(run_dir / "check.json")
     if not check:
         return "failed", "no checker verdict (check.json)"
-    if check.get("exit_code") == 1:
-        return "failed", f"inconsistent: {check.get('verdict')}"
-    if check.get("exit_code") != 0:
-        return "failed", f"checker could not read the run: {check.get('error', check.get('verdict'))}"
     summary = read_json(run_dir / "summary.json")
-    if not summary:
+    if not summary and check.get("exit_code") == 0:
         return "failed", "no summary.json"
-    if not summary.get("classes", {}).get("all", {}).get("committed"):
-        return "failed", "no commits in the measurement window"
-    return "ok", ""
+    return verdict(check, summary or {})
 
 
 def run_start(meta: dict, run_dir: Path) -> tuple:

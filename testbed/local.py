@@ -367,10 +367,8 @@ class LocalBackend:
         bad = [p for p in servers if p.returncode != 0]
         if bad:
             raise RunError(f"server {bad[0].describe_exit()}")
-        if probe:
-            return {p.name: {"argv": p.argv, "exit_code": p.returncode} for p in procs}
-        missing = [n["name"] for n in nodes if n["kind"] == "replica"
-                   and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
+        missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica"
+                                    and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
         if missing:
             raise RunError(f"replicas exited without a state dump: {', '.join(missing)}")
         return {p.name: {"argv": p.argv, "exit_code": p.returncode} for p in procs}

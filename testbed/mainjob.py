@@ -78,7 +78,8 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print) -> int:
     tty = ["-t"] if sys.stdout.isatty() else []
     from .local import _git_sha
     # unbuffered: the driver's progress (stderr) and tables (stdout) arrive here in the order they were written
-    env = ["-e", "PYTHONUNBUFFERED=1"] + (["-e", f"EDGE_TXN_GIT_SHA={_git_sha()}"] if _git_sha() else [])
+    sha = _git_sha()
+    env = ["-e", "PYTHONUNBUFFERED=1"] + (["-e", f"EDGE_TXN_GIT_SHA={sha}"] if sha else [])
     cmd = ["docker", "exec", *tty, *env, driver, "python", script, *strip_backend(argv), "--backend", "swarm"]
     log(f"main job: {' '.join(cmd)}")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)

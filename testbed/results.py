@@ -36,12 +36,21 @@ def read_records(run_dir) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _started_in(df: pd.DataFrame, w0_us: float, w1_us: float) -> pd.DataFrame:
+    return df[(df.start_us >= w0_us) & (df.start_us < w1_us)]
+
+
+def _latencies_ms(started: pd.DataFrame) -> pd.Series:
+    """The latency population of the percentiles: committed transactions among those started in the window."""
+    return started[started.status == "committed"].latency_us / 1000.0
+
+
 def _class_stats(df: pd.DataFrame, w0_us: float, w1_us: float) -> dict:
     committed = df[df.status == "committed"]
     end = committed.start_us + committed.latency_us
     done = committed[(end >= w0_us) & (end < w1_us)]           # throughput: completions in window
-    started = df[(df.start_us >= w0_us) & (df.start_us < w1_us)]  # latency: txns started in window
-    lat = started[started.status == "committed"].latency_us / 1000.0
+    started = _started_in(df, w0_us, w1_us)                    # latency: txns started in window
+    lat = _latencies_ms(started)
     out = {"committed": int(len(done)), "throughput_tps": len(done) / ((w1_us - w0_us) / 1e6),
            "latency_samples": int(len(lat))}
     for p in PERCENTILES:
@@ -75,10 +84,14 @@ def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, wr
     return summary
 
 
+def _client_knobs(run_dir) -> dict:
+    import yaml
+    return yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
+
+
 def summarize_run(run_dir, write: bool = True) -> dict:
     """summarize() with the window taken from the run's deploy.yml."""
-    import yaml
-    client = yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
+    client = _client_knobs(run_dir)
     return summarize(run_dir, client["warmup_s"], client["duration_s"], client["cooldown_s"], write)
 
 
@@ -100,8 +113,7 @@ def format_table(summary: dict) -> str:
 
 def window_of_run(run_dir) -> tuple[float, float]:
     """The measurement window [warmup, duration - cooldown) of a run, in seconds, from its deploy.yml."""
-    import yaml
-    client = yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
+    client = _client_knobs(run_dir)
     return float(client["warmup_s"]), float(client["duration_s"]) - float(client["cooldown_s"])
 
 
@@ -114,7 +126,6 @@ def class_percentiles(run_dir, percentiles, window: tuple[float, float] | None =
     out = {}
     for c in CLASSES:
         sub = df if c == "all" else df[df["class"] == c]
-        sub = sub[(sub.start_us >= w0 * 1e6) & (sub.start_us < w1 * 1e6) & (sub.status == "committed")]
-        lat = (sub.latency_us / 1000.0).tolist()
+        lat = _latencies_ms(_started_in(sub, w0 * 1e6, w1 * 1e6)).tolist()
         out[c] = {p: (None if not lat else round(float(nearest_rank(lat, p)), 3)) for p in percentiles}
     return out

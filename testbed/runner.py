@@ -222,17 +222,6 @@ def _record(run_dir: Path | None, status: str, reason: str) -> None:
     path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def _verdict(res) -> tuple[str, str]:
-    check = res.check or {}
-    if check.get("exit_code") == 1:
-        return "failed", f"inconsistent: {check.get('verdict')}"
-    if check.get("exit_code") != 0:
-        return "failed", f"checker could not read the run: {check.get('error', check.get('verdict'))}"
-    if not (res.summary or {}).get("classes", {}).get("all", {}).get("committed"):
-        return "failed", "no commits in the measurement window"
-    return "ok", ""
-
-
 class _Signals:
     """While a sweep runs (main thread only): SIGTERM stops it like Ctrl-C, and a watchdog (SIGALRM) cuts a
     run that outlives every limit of the backend."""
@@ -296,7 +285,7 @@ def run_one(backend, exp: Experiment, cfg: ExpConfig, t: Task, out_root: Path, s
         finally:
             sig.disarm()
         run_dir = res.run_dir
-        status, reason = _verdict(res)
+        status, reason = figures.verdict(res.check or {}, res.summary or {})
     except (KeyboardInterrupt, RunError) as e:
         run_dir = getattr(e, "run_dir", None)
         reason = "interrupted" if _interrupted(e) else ("run error: " + str(e).splitlines()[0] if str(e) else
