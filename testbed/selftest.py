@@ -22,6 +22,7 @@ from pathlib import Path
 
 ABS_TOL_MS = 3.0
 REL_TOL = 0.10
+SWARM_TIMEOUT_S = 300  # the whole self-test inside the driver (servers up, probes, teardown) takes ~20 s
 
 
 def _empty(regions: int, fill=None):
@@ -143,8 +144,12 @@ def run_self_test(backend, cfg, count: int = 20, out_root="results", log=print) 
 def swarm_self_test(cfg, state: dict, log=print, count: int = 20) -> bool:
     """From the host: run the self-test inside the deployment's driver container."""
     driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
-    p = subprocess.run(["docker", "exec", driver, "python", "-m", "testbed.selftest", "--backend", "swarm",
-                        "--count", str(count)], capture_output=True, text=True)
+    try:
+        p = subprocess.run(["docker", "exec", driver, "python", "-m", "testbed.selftest", "--backend", "swarm",
+                            "--count", str(count)], capture_output=True, text=True, timeout=SWARM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log(f"self-test: FAIL, no answer from the driver container {driver} within {SWARM_TIMEOUT_S} s")
+        return False
     for line in (p.stdout + p.stderr).splitlines():
         log(line)
     return p.returncode == 0
