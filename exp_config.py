@@ -51,3 +51,9 @@ ROBUST_RTT_VAR = [0, 10, 20, 30]     # exp 5: cross-region jitter, 100 +- x ms R
 FIXED_CLIENT_PROCESS_PER_SHARD = 1   # exp 2-5 run at one fixed load: client processes per shard (1..16) x
 FIXED_CONCURRENCY = 2                # closed-loop coordinators each (1..256); the artifact used 15-50 on 2 cores per
                                      # process, here 2 keeps 27 processes on 2 cores below saturation
+
+# ---------------------------------------------------------------- protocol options
+DAST_DEFER_COMMUTATIVE = True        # DAST: a piece waiting for a cross-region value that commutes with every other
+                                     # piece (TPC-C's HISTORY insert) runs when the value arrives; False = the
+                                     # artifact's way: the region's clocks stay below the CRT until then, and every
+                                     # later CRT there waits too (docs/protocols/dast.md)

@@ -38,7 +38,7 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
     return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
-                cooldown=cfg.cooldown_s)
+                cooldown=cfg.cooldown_s, defer_commutative=cfg.dast_defer_commutative)
 
 
 def built_modes(build_dir=REPO / "build") -> list[str]:

@@ -30,6 +30,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--jitter", type=float, default=d["jitter"], help="one-way delay jitter std-dev, ms")
     ap.add_argument("--intra-rtt", type=float, default=d["intra_rtt"], help="intra-region RTT, ms")
     ap.add_argument("--inter-rtt", type=float, default=d["inter_rtt"], help="cross-region RTT, ms")
+    ap.add_argument("--hold-input-waits", dest="defer_commutative", action="store_false",
+                    help="DAST: hold a CRT's timestamp in its region until its cross-region input arrives "
+                         "(the artifact's way) instead of deferring commutative pieces")
     ap.add_argument("--base-port", type=int, default=d["base_port"], help="first port tried")
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     ap.add_argument("--out", default="results", help="results root")

@@ -63,6 +63,7 @@ class ExpConfig:
     robust_rtt_var: tuple = (0, 10, 20, 30)
     fixed_client_process_per_shard: int = 1
     fixed_concurrency: int = 2
+    dast_defer_commutative: bool = True
 
     @property
     def subnet_prefix(self) -> str:
@@ -246,6 +247,8 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["fixed_client_process_per_shard"] = _num("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard,
                                                1, 16, integer=True)
     c["fixed_concurrency"] = _num("FIXED_CONCURRENCY", cfg.fixed_concurrency, 1, 256, integer=True)
+    if not isinstance(cfg.dast_defer_commutative, bool):
+        raise ValueError(f"DAST_DEFER_COMMUTATIVE={cfg.dast_defer_commutative!r}: must be True or False")
 
     out = dataclasses.replace(cfg, **c)
     for r, row in enumerate(rtt_matrix(out), 1):

@@ -15,7 +15,7 @@ DEFAULTS = dict(
     name="local", mode="dast", workload="tpcc", regions=3, shards=2, clients_per_shard=1,
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
-    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
+    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app", defer_commutative=True,
 )
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
@@ -43,6 +43,8 @@ def validate(**knobs) -> dict:
         raise ValueError(f"mode={k['mode']!r}: must be one of {', '.join(MODES)}")
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
+    if not isinstance(k["defer_commutative"], bool):
+        raise ValueError(f"defer_commutative={k['defer_commutative']!r}: must be True or False")
     if k["mechanism"] not in ("app", "netem", "none"):
         raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
     if k["workload"] not in WORKLOADS:
@@ -121,7 +123,7 @@ def build_deployment(place=None, **knobs) -> dict:
     else:
         place(nodes)
     rtt = k["rtt_ms"] or rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
-    return {
+    d = {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,
         "replicas": REPLICAS, "seed": int(k["seed"]),
         "link": {"mechanism": k["mechanism"], "rtt_ms": rtt,
@@ -133,6 +135,9 @@ def build_deployment(place=None, **knobs) -> dict:
                    "drain_timeout_s": float(k["drain_timeout"])},
         "nodes": nodes,
     }
+    if k["mode"] == "dast":
+        d["dast"] = {"defer_commutative": k["defer_commutative"]}
+    return d
 
 
 def write_yaml(deploy: dict, path) -> Path:

@@ -43,6 +43,9 @@ int64_t integer(const YAML::Node& n, const std::string& key) {
 std::string str(const YAML::Node& n, const std::string& key) {
   return as<std::string>(n, key, "a string");
 }
+bool boolean(const YAML::Node& n, const std::string& key) {
+  return as<bool>(n, key, "true or false");
+}
 
 // Rejects keys not in `allowed`.
 void check_keys(const YAML::Node& m, const std::string& where,
@@ -299,10 +302,11 @@ Deployment parse_deployment(const std::string& text) {
     if (c["retry_limit"]) k.retry_limit = u32(c["retry_limit"], "client.retry_limit", 1, 1000000);
   }
   if (auto x = root["dast"]) {
-    check_keys(x, "dast", {"sync_interval_ms", "anticipation_margin_ms", "ewma_alpha"});
+    check_keys(x, "dast", {"sync_interval_ms", "anticipation_margin_ms", "ewma_alpha", "defer_commutative"});
     if (x["sync_interval_ms"]) d.dast.sync_interval_ms = num(x["sync_interval_ms"], "dast.sync_interval_ms");
     if (x["anticipation_margin_ms"]) d.dast.anticipation_margin_ms = num(x["anticipation_margin_ms"], "dast.anticipation_margin_ms");
     if (x["ewma_alpha"]) d.dast.ewma_alpha = num(x["ewma_alpha"], "dast.ewma_alpha");
+    if (x["defer_commutative"]) d.dast.defer_commutative = boolean(x["defer_commutative"], "dast.defer_commutative");
   }
   if (auto x = root["slog"]) {
     check_keys(x, "slog", {"order_regions"});

@@ -65,6 +65,10 @@ struct DastConfig {
   double sync_interval_ms = 5;      // period of the check that answers waiting clock requests
   double anticipation_margin_ms = 0;  // added to the measured decision delay
   double ewma_alpha = 0.2;
+  // A piece that waits for a cross-region value but commutes with every other
+  // piece (Workload::commutes) runs when the value arrives, after later
+  // transactions, instead of holding its region's clocks below the CRT.
+  bool defer_commutative = true;
 };
 
 // SLOG's global-order group: the regions holding the 3 replicas of the global log

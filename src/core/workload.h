@@ -49,6 +49,12 @@ class Workload {
   // Deterministic: same store state + same inputs => same effects and outputs.
   virtual void execute(ShardStore& store, const Piece& piece, const Vars& vars,
                        Vars* out) const = 0;
+  // True when the piece's effect commutes with every piece this workload
+  // generates: it reads nothing any piece writes, writes nothing any piece
+  // reads, and its result does not depend on its order among other pieces
+  // (TPC-C's HISTORY insert: no transaction reads HISTORY, rows are a bag).
+  // A protocol may then apply it after transactions ordered later.
+  virtual bool commutes(const Piece& piece) const { (void)piece; return false; }
   // Human-readable name of a transaction type (for raw records).
   virtual std::string type_name(uint32_t type) const = 0;
   virtual uint32_t n_types() const = 0;

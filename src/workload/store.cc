@@ -43,8 +43,16 @@ std::string TpccStore::digest() const {
     f.i(c.last); f.i(c.bad_credit); f.i(c.discount_bp); f.i(c.balance); f.i(c.ytd_payment);
     f.i(c.payment_cnt); f.i(c.delivery_cnt); f.i(c.last_o_id);
   }
+  // HISTORY has no key and no order (TPC-C 1.3): hash it as a multiset, so
+  // replicas that appended the same rows in different orders agree.
+  uint64_t rows = 0;
+  for (const auto& h : history) {
+    Fnv r;
+    r.i(h.c_id); r.i(h.c_d); r.i(h.c_w); r.i(h.d); r.i(h.amount); r.s(h.data);
+    rows += r.h;
+  }
   f.i(static_cast<int64_t>(history.size()));
-  for (const auto& h : history) { f.i(h.c_id); f.i(h.c_d); f.i(h.c_w); f.i(h.d); f.i(h.amount); f.s(h.data); }
+  f.i(static_cast<int64_t>(rows));
   f.i(static_cast<int64_t>(order.size()));
   for (const auto& [k, o] : order) { f.i(k.first); f.i(k.second); f.i(o.c_id); f.i(o.carrier); f.i(o.ol_cnt); f.i(o.all_local); }
   f.i(static_cast<int64_t>(new_order.size()));

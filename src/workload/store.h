@@ -88,7 +88,7 @@ class TpccStore : public ShardStore {
   std::vector<District> district;
   std::vector<Customer> customer;                        // index d * customers + c
   std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> by_name;  // (d, last) -> c_ids (derived)
-  std::vector<History> history;                          // append-only, in execution order
+  std::vector<History> history;                          // append-only bag (digest ignores order)
   std::map<std::pair<int32_t, int32_t>, Order> order;    // (d, o_id)
   std::map<std::pair<int32_t, int32_t>, bool> new_order; // (d, o_id) -> present
   std::map<std::array<int32_t, 3>, OrderLine> order_line;  // (d, o_id, ol_number)

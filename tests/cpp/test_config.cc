@@ -98,6 +98,14 @@ TEST(Config, Errors) {
   expect_error(replace(kBase, "duration_s: 10", "duration_s: ten"), "client.duration_s");
   expect_error(replace(kBase, "workload: {name: tpca", "workload: {name: tpca, payment_crt_rate: 101"),
                "workload.payment_crt_rate");
+  expect_error(replace(kBase, "runtime:", "dast: {defer_commutative: maybe}\nruntime:"),
+               "dast.defer_commutative");
+}
+
+TEST(Config, DastDeferCommutative) {
+  EXPECT_TRUE(parse_deployment(kBase).dast.defer_commutative);
+  EXPECT_FALSE(parse_deployment(replace(kBase, "runtime:", "dast: {defer_commutative: false}\nruntime:"))
+                   .dast.defer_commutative);
 }
 
 TEST(Config, MalformedYamlNamesLine) {

@@ -112,6 +112,7 @@ def test_rtt_matrix_defaults_and_symmetric_overrides():
     ({"ROBUST_RTT_VAR": []}, r"ROBUST_RTT_VAR=\[\]"),
     ({"FIXED_CONCURRENCY": 0}, r"FIXED_CONCURRENCY=0: must be an integer in \[1, 256\]"),
     ({"FIXED_CLIENT_PROCESS_PER_SHARD": [1]}, r"FIXED_CLIENT_PROCESS_PER_SHARD=\[1\]: must be an integer in \[1, 16\]"),
+    ({"DAST_DEFER_COMMUTATIVE": "yes"}, r"DAST_DEFER_COMMUTATIVE='yes': must be True or False"),
     ({"REGION": 4}, r"REGION: unknown knob \(did you mean REGIONS\?\)"),
     ({"ZIPF": [0.5]}, r"ZIPF: unknown knob \(did you mean ZIPFS\?\)"),
 ])

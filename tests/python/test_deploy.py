@@ -17,12 +17,14 @@ SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed"
     (dict(workload="ycsb"), "workload"), (dict(mode="slog", regions=2), "slog"),
     (dict(duration=3, warmup=2, cooldown=1), "warmup+cooldown"), (dict(regions=2.5), "integer"),
     (dict(base_port=80), "base_port"), (dict(bogus=1), "bogus"), (dict(name="a/b"), "name"),
+    (dict(defer_commutative=1), "defer_commutative"),
 ])
 def test_validation_names_the_knob(knobs, needle):
     with pytest.raises(ValueError, match=None) as e:
         deploy.build_deployment(**knobs)
     assert needle in str(e.value)
-    if needle not in ("bogus", "name", "mode='paxos'", "workload", "slog", "warmup+cooldown", "mechanism"):
+    if needle not in ("bogus", "name", "mode='paxos'", "workload", "slog", "warmup+cooldown", "mechanism",
+                      "defer_commutative"):
         assert "[" in str(e.value)  # the allowed range is stated
 
 
@@ -52,6 +54,12 @@ def test_yaml_shape(tmp_path):
     assert c["n_concurrent"] == 2 and c["warmup_s"] + c["cooldown_s"] < c["duration_s"]
 
 
+def test_dast_options_reach_the_deployment_file():
+    assert deploy.build_deployment()["dast"] == {"defer_commutative": True}
+    assert deploy.build_deployment(defer_commutative=False)["dast"] == {"defer_commutative": False}
+    assert "dast" not in deploy.build_deployment(mode="janus")
+
+
 def test_no_managers_for_janus():
     kinds = {n["kind"] for n in deploy.build_deployment(mode="janus")["nodes"]}
     assert kinds == {"replica", "client"}
@@ -66,3 +74,14 @@ def test_busy_port_is_skipped():
             pytest.skip("ephemeral port above the base_port range")
         ports = [n["port"] for n in deploy.build_deployment(regions=1, shards=1, base_port=busy)["nodes"]]
         assert busy not in ports and min(ports) > busy
+
+
+def test_exp_config_and_cli_reach_the_dast_options():
+    from testbed.backend import base_knobs
+    from testbed.cli import parse_args
+    from testbed.config import load_exp_config
+    held = deploy.build_deployment(**base_knobs(load_exp_config({"DAST_DEFER_COMMUTATIVE": False})))
+    assert held["dast"] == {"defer_commutative": False}
+    assert deploy.build_deployment(**base_knobs(load_exp_config({})))["dast"] == {"defer_commutative": True}
+    assert parse_args(["--hold-input-waits"]).defer_commutative is False
+    assert parse_args([]).defer_commutative is True

@@ -16,12 +16,20 @@ namespace txn::dast {
 struct TxnShape {
   std::vector<uint32_t> shards;             // touched shards, ascending
   std::set<uint32_t> regions;               // touched regions
-  std::set<uint32_t> wait_regions;          // regions with a piece whose input comes from another region
-  std::set<uint32_t> input_shards;          // shards with a piece that needs a cross-region input
+  // Regions that hold D pending until a cross-region input arrives: they have
+  // a piece, not deferrable, whose input comes from another region.
+  std::set<uint32_t> wait_regions;
+  std::set<uint32_t> input_shards;          // shards with such a piece
 };
+// A piece that may run after its transaction's slot, when its inputs arrive:
+// it commutes with every piece of the workload and produces nothing that other
+// pieces need (and dast.defer_commutative is on).
+bool deferrable(const Deployment& d, const Workload& w, const Piece& p);
 // Throws BadMessage for an unusable request (no pieces, bad shard, unknown
-// input variable, or cross-region inputs in both directions).
-TxnShape analyze(const Deployment& d, const TxnRequest& txn);
+// input variable, or regions holding D that wait on each other's values).
+// Without a workload (the manager needs only shards and regions) no piece is
+// taken as deferrable.
+TxnShape analyze(const Deployment& d, const TxnRequest& txn, const Workload* w);
 
 // One record of the execution order, kept for tests (serializability check).
 struct ExecRecord {
@@ -57,6 +65,7 @@ class Replica : public ReplicaNode {
     Vars vars;                      // known variables (received outputs + own outputs)
     std::set<uint32_t> done;        // executed piece ids
     bool holds_input_wait = false;  // D is pending here until inputs arrive
+    bool slot_passed = false;       // out of the queue; deferrable pieces still wait for inputs
   };
   // Handler/coordinator-side state.
   struct Coord {
@@ -97,8 +106,11 @@ class Replica : public ReplicaNode {
   void rekey(Entry& e, const Ts& ts);
   void try_execute(Env& env);
   bool watermark_passed(Env& env, const Ts& t);
-  bool run_pieces(Env& env, Entry& e);   // true when every local piece has executed
-  void finish_entry(Env& env, Entry& e);
+  bool run_pieces(Env& env, Entry& e);   // true when every local piece that cannot wait has executed
+  bool local_pieces_done(const Entry& e) const;
+  bool holding_input_missing(const Entry& e) const;
+  void leave_slot(Env& env, Entry& e);
+  void complete(Env& env, Entry& e);
   void inputs_arrived(Env& env, Entry& e);
   void maybe_reply(Env& env, uint64_t txn_id);
   double anticipate_us(const Coord& c, uint32_t region) const;

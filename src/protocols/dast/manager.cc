@@ -13,7 +13,7 @@ void Manager::on_message(Env& env, const Envelope& msg) {
   const auto& m = msg.dast();
   if (m.has_prepare_crt()) {
     const auto& p = m.prepare_crt();
-    TxnShape shape = analyze(d_, p.txn());
+    TxnShape shape = analyze(d_, p.txn(), nullptr);
     if (!shape.regions.count(region_)) throw BadMessage("PrepareCRT for a region the txn does not touch");
     if (p.anticipate_us() < 0 || p.anticipate_us() > 60'000'000)
       throw BadMessage("PrepareCRT anticipation out of range");

@@ -22,7 +22,11 @@ std::string str(const T& x) {
 }
 }  // namespace
 
-TxnShape analyze(const Deployment& d, const TxnRequest& txn) {
+bool deferrable(const Deployment& d, const Workload& w, const Piece& p) {
+  return d.dast.defer_commutative && p.outputs().empty() && w.commutes(p);
+}
+
+TxnShape analyze(const Deployment& d, const TxnRequest& txn, const Workload* w) {
   if (txn.pieces().empty()) throw BadMessage("txn " + str(txn.txn_id()) + " has no pieces");
   TxnShape s;
   std::map<std::string, uint32_t> producer;  // variable -> producing shard
@@ -38,20 +42,22 @@ TxnShape analyze(const Deployment& d, const TxnRequest& txn) {
   if (txn.home_shard() >= d.n_shards() || !shards.count(txn.home_shard()))
     throw BadMessage("txn " + str(txn.txn_id()) + ": home shard " + str(txn.home_shard()) +
                      " is not touched by its pieces");
-  std::set<uint32_t> producer_regions;  // regions that feed another region
+  std::set<uint32_t> producer_regions;  // regions that feed a region holding D
   for (const auto& p : txn.pieces()) {
+    const bool defers = w != nullptr && deferrable(d, *w, p);
     for (const auto& v : p.inputs()) {
       auto it = producer.find(v);
       if (it == producer.end())
         throw BadMessage("txn " + str(txn.txn_id()) + ": input '" + v + "' has no producer");
       uint32_t from = d.region_of_shard(it->second), to = d.region_of_shard(p.shard());
-      if (from != to) {
+      if (from != to && !defers) {
         s.wait_regions.insert(to);
         s.input_shards.insert(p.shard());
         producer_regions.insert(from);
       }
     }
   }
+  // Two regions holding D, each for a value the other produces at D, would wait forever.
   for (uint32_t r : s.wait_regions)
     if (producer_regions.count(r))
       throw BadMessage("txn " + str(txn.txn_id()) +
@@ -81,7 +87,8 @@ void Replica::start(Env& env) {
   env.set_timer(kSyncTimer, sync_interval_us_);
 }
 
-bool Replica::idle() const { return queue_.empty() && coords_.empty(); }
+// entries_ holds the queue's entries and those whose deferrable pieces still wait.
+bool Replica::idle() const { return entries_.empty() && coords_.empty(); }
 
 void Replica::on_timer(Env& env, uint64_t id) {
   if (id == kSyncTimer) {
@@ -239,7 +246,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     throw BadMessage("txn " + str(txn.txn_id()) + " submitted to " + me_.name +
                      ", which is not its shard's handler (replica 0)");
   if (coords_.count(txn.txn_id())) throw BadMessage("duplicate submit of txn " + str(txn.txn_id()));
-  TxnShape shape = analyze(d_, txn);
+  TxnShape shape = analyze(d_, txn, &w_);
   Coord& c = coords_[txn.txn_id()];
   c.txn = txn;
   c.shape = shape;
@@ -390,7 +397,7 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
   // The handler asked the other handlers to send us their clocks for ts.
   for (NodeId h : region_handlers_)
     if (h != from) asked_[h].insert(ts);
-  add_entry(m.txn(), analyze(d_, m.txn()), ts, true, m.handler(), m.output_replica());
+  add_entry(m.txn(), analyze(d_, m.txn(), &w_), ts, true, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(m.txn().txn_id());
@@ -412,7 +419,7 @@ void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
     p = Ts{base.t, base.c + kProposalGap, self_};
     last_proposal_ = p;
   }
-  add_entry(m.txn(), analyze(d_, m.txn()), p, false, m.coordinator(), m.output_replica());
+  add_entry(m.txn(), analyze(d_, m.txn(), &w_), p, false, m.coordinator(), m.output_replica());
   clock_.add_pending(m.txn().txn_id(), p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
@@ -427,20 +434,19 @@ void Replica::on_noti_crt(Env& env, const ::dast::NotiCRT& m) {
   if (!released_.count(m.txn_id())) clock_.add_pending(m.txn_id(), from_proto(m.tr()));
 }
 
-namespace {
-// Inputs of my pieces that no piece on my shard produces and that are not known yet.
-bool missing_external(const TxnRequest& txn, uint32_t shard, const Vars& vars) {
+// An input that a piece of my shard cannot run without, that no piece on my
+// shard produces, is not known yet (deferrable pieces may wait for theirs).
+bool Replica::holding_input_missing(const Entry& e) const {
   std::set<std::string> local_out;
-  for (const auto& p : txn.pieces())
-    if (p.shard() == shard)
+  for (const auto& p : e.txn.pieces())
+    if (p.shard() == me_.shard)
       for (const auto& v : p.outputs()) local_out.insert(v);
-  for (const auto& p : txn.pieces())
-    if (p.shard() == shard)
+  for (const auto& p : e.txn.pieces())
+    if (p.shard() == me_.shard && !deferrable(d_, w_, p))
       for (const auto& v : p.inputs())
-        if (!local_out.count(v) && !vars.count(v)) return true;
+        if (!local_out.count(v) && !e.vars.count(v)) return true;
   return false;
 }
-}  // namespace
 
 void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   auto it = entries_.find(m.txn_id());
@@ -457,7 +463,7 @@ void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
     // so IRTs keep ordering (and executing) before this CRT. Every site drops D
     // at the manager's release (all at once); a replica still missing an input
     // keeps it until the input is here.
-    const bool missing = e.shape.input_shards.count(me_.shard) && missing_external(e.txn, me_.shard, e.vars);
+    const bool missing = e.shape.input_shards.count(me_.shard) && holding_input_missing(e);
     e.holds_input_wait = missing;
     if (missing || !released_.count(m.txn_id())) clock_.add_pending(m.txn_id(), decision);
     if (e.shape.input_shards.count(me_.shard) && !missing) inputs_arrived(env, e);
@@ -501,7 +507,13 @@ void Replica::on_send_output(Env& env, const ::dast::SendOutput& m) {
   }
   Entry& e = it->second;
   for (const auto& [k, v] : m.vars()) e.vars[k] = v;
-  if (e.holds_input_wait && !missing_external(e.txn, me_.shard, e.vars)) inputs_arrived(env, e);
+  if (e.slot_passed) {
+    // Out of the queue already: only deferrable pieces were waiting.
+    run_pieces(env, e);
+    if (local_pieces_done(e)) complete(env, e);
+    return;
+  }
+  if (e.holds_input_wait && !holding_input_missing(e)) inputs_arrived(env, e);
   try_execute(env);
 }
 
@@ -540,7 +552,9 @@ void Replica::try_execute(Env& env) {
   while (!queue_.empty()) {
     Entry& e = entries_.at(queue_.begin()->second);
     if (!e.executable || !watermark_passed(env, e.ts) || !run_pieces(env, e)) return;
-    finish_entry(env, e);
+    leave_slot(env, e);
+    if (local_pieces_done(e)) complete(env, e);
+    else e.slot_passed = true;  // its deferrable pieces run when their inputs arrive
   }
 }
 
@@ -548,10 +562,20 @@ bool Replica::run_pieces(Env& env, Entry& e) {
   for (const auto& p : e.txn.pieces()) {
     if (p.shard() != me_.shard || e.done.count(p.id())) continue;
     Vars in = p.args();
+    bool ready = true;
     for (const auto& v : p.inputs()) {
       auto it = e.vars.find(v);
-      if (it == e.vars.end()) return false;  // blocked on a value from another shard
+      if (it == e.vars.end()) {
+        ready = false;
+        break;
+      }
       in[v] = it->second;
+    }
+    if (!ready) {
+      // Blocked on a value from another shard: the entry keeps its slot unless
+      // the piece commutes with everything and may run later.
+      if (!deferrable(d_, w_, p)) return false;
+      continue;
     }
     Vars out;
     try {
@@ -566,14 +590,29 @@ bool Replica::run_pieces(Env& env, Entry& e) {
   return true;
 }
 
-void Replica::finish_entry(Env& env, Entry& e) {
-  const uint64_t id = e.txn.txn_id();
-  // Variables my pieces produced, forwarded to the shards that need them.
+bool Replica::local_pieces_done(const Entry& e) const {
+  size_t local = 0;
+  for (const auto& p : e.txn.pieces()) local += p.shard() == me_.shard;
+  return e.done.size() == local;
+}
+
+namespace {
+// Variables the pieces of `shard` produced.
+Vars produced_on(const TxnRequest& txn, uint32_t shard, const Vars& vars) {
   Vars produced;
-  for (const auto& p : e.txn.pieces())
-    if (p.shard() == me_.shard)
+  for (const auto& p : txn.pieces())
+    if (p.shard() == shard)
       for (const auto& v : p.outputs())
-        if (auto it = e.vars.find(v); it != e.vars.end()) produced[v] = it->second;
+        if (auto it = vars.find(v); it != vars.end()) produced[v] = it->second;
+  return produced;
+}
+}  // namespace
+
+// The entry's place in the order is done: forward the variables other shards
+// need (deferrable pieces produce none, so they are all known) and free the slot.
+void Replica::leave_slot(Env& env, Entry& e) {
+  const uint64_t id = e.txn.txn_id();
+  const Vars produced = produced_on(e.txn, me_.shard, e.vars);
   std::map<uint32_t, Vars> needs;
   for (const auto& p : e.txn.pieces()) {
     if (p.shard() == me_.shard) continue;
@@ -588,18 +627,23 @@ void Replica::finish_entry(Env& env, Entry& e) {
     *so->mutable_vars() = vars;
     post(env, d_.replica_id(shard, me_.replica), std::move(o));
   }
+  if (keep_log_) exec_log_.push_back(ExecRecord{e.ts, e.txn});
+  ++n_executed_;
+  if (e.holds_input_wait) clock_.remove_pending(id);
+  queue_.erase({e.ts, id});
+}
+
+// Every local piece has run: the output replica reports to the coordinator.
+void Replica::complete(Env& env, Entry& e) {
+  const uint64_t id = e.txn.txn_id();
   if (me_.replica == e.output_replica) {
     Envelope r;
     auto* pr = r.mutable_dast()->mutable_piece_result();
     pr->set_txn_id(id);
     pr->set_shard(me_.shard);
-    *pr->mutable_vars() = produced;
+    *pr->mutable_vars() = produced_on(e.txn, me_.shard, e.vars);
     post(env, e.coordinator, std::move(r));
   }
-  if (keep_log_) exec_log_.push_back(ExecRecord{e.ts, e.txn});
-  ++n_executed_;
-  if (e.holds_input_wait) clock_.remove_pending(id);
-  queue_.erase({e.ts, id});
   entries_.erase(id);
 }
 
