@@ -62,7 +62,8 @@ struct ClientConfig {
 };
 
 struct DastConfig {
-  double sync_interval_ms = 5;      // period of the check that answers waiting clock requests
+  double sync_interval_ms = 50;     // safety net: a site re-checks its queue and clock requests this often
+                                    // (the waits themselves end on messages or on timers set for the moment)
   double anticipation_margin_ms = 0;  // added to the measured decision delay
   double ewma_alpha = 0.2;
   // A piece that waits for a cross-region value but commutes with every other

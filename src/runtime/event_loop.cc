@@ -1,19 +1,31 @@
 #include "runtime/event_loop.h"
-#include "runtime/clock.h"
 
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "runtime/clock.h"
 
 namespace txn::runtime {
+namespace {
+constexpr TimeUs kMaxSleepUs = 20'000;   // should_stop() is checked at least this often
 
-RealEnv::RealEnv(const Deployment& d, NodeId self, EventLoop& loop)
-    : d_(d), self_(self), loop_(loop), rng_(d.seed ^ self) {}
-
-TimeUs RealEnv::now_us() {
+TimeUs wall_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+}  // namespace
+
+RealEnv::RealEnv(const Deployment& d, NodeId self, EventLoop& loop)
+    : d_(d), self_(self), loop_(loop), rng_(d.seed ^ self) {}
+
+TimeUs RealEnv::now_us() { return wall_us(); }
 
 TimeUs RealEnv::mono_us() { return steady_us(); }
 
@@ -33,40 +45,89 @@ void RealEnv::log(const std::string& line) {
 }
 
 EventLoop::EventLoop(const Deployment& d, NodeId self)
-    : d_(d), self_(self), env_(std::make_unique<RealEnv>(d, self, *this)) {}
+    : d_(d), self_(self), env_(std::make_unique<RealEnv>(d, self, *this)) {
+  // steady_clock is CLOCK_MONOTONIC on Linux: due times are absolute timerfd times.
+  tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+  if (tfd_ < 0) throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(errno));
+}
 
-void EventLoop::post(Envelope&& m) {
+EventLoop::~EventLoop() {
+  if (tfd_ >= 0) close(tfd_);
+}
+
+void EventLoop::arm(TimeUs at) {
+  armed_ = at;
+  itimerspec its{};
+  at = std::max<TimeUs>(at, 1);  // 0 would disarm
+  its.it_value.tv_sec = at / 1'000'000;
+  its.it_value.tv_nsec = (at % 1'000'000) * 1000;
+  timerfd_settime(tfd_, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+void EventLoop::post(Envelope&& m, TimeUs due_us) {
   std::lock_guard<std::mutex> g(mu_);
-  inbox_.push_back(std::move(m));
-  if (inbox_.size() == 1) cv_.notify_one();
+  inbox_.emplace(std::make_pair(due_us, inbox_seq_++), std::move(m));
+  if (sleeping_ && due_us < armed_) arm(due_us);  // moves the wake-up, wakes nobody now
+}
+
+void EventLoop::answer_probe(const Envelope& m) {
+  Envelope r;
+  r.set_from(self_);
+  r.set_to(m.from());
+  r.set_sent_us(wall_us());
+  r.mutable_probe_reply()->set_seq(m.probe().seq());
+  r.mutable_probe_reply()->set_sent_us(m.probe().sent_us());
+  if (sender_) sender_(std::move(r));
 }
 
 void EventLoop::run(Node& node, const std::function<bool()>& should_stop) {
   Env& env = *env_;
   node.start(env);
-  std::deque<Envelope> batch;
+  std::vector<Envelope> batch;
   while (!should_stop()) {
-    TimeUs wake = steady_us() + 20000;
-    if (!timers_.empty()) wake = std::min(wake, std::get<0>(timers_.top()));
+    TimeUs now = steady_us();
     {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait_until(lk, std::chrono::steady_clock::time_point(std::chrono::microseconds(wake)),
-                     [&] { return !inbox_.empty(); });
-      batch.swap(inbox_);
+      std::lock_guard<std::mutex> g(mu_);
+      sleeping_ = false;
+      while (!inbox_.empty() && inbox_.begin()->first.first <= now) {
+        batch.push_back(std::move(inbox_.begin()->second));
+        inbox_.erase(inbox_.begin());
+      }
     }
     for (const auto& m : batch) {
+      if (m.has_probe()) {  // RTT self-test: answered by the runtime, not the node
+        answer_probe(m);
+        continue;
+      }
       try {
         node.on_message(env, m);
       } catch (const BadMessage& e) {
         env.log("bad message from " + d_.node(m.from()).name + ": " + e.what());
       }
     }
+    const bool worked = !batch.empty();
     batch.clear();
-    TimeUs now = steady_us();
+    now = steady_us();
+    bool fired = false;
     while (!timers_.empty() && std::get<0>(timers_.top()) <= now) {
       uint64_t id = std::get<2>(timers_.top());
       timers_.pop();
       node.on_timer(env, id);
+      fired = true;
+    }
+    if (worked || fired) continue;  // what they did may be due already
+    TimeUs wake = now + kMaxSleepUs;
+    if (!timers_.empty()) wake = std::min(wake, std::get<0>(timers_.top()));
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!inbox_.empty()) wake = std::min(wake, inbox_.begin()->first.first);
+      if (wake <= steady_us()) continue;
+      arm(wake);
+      sleeping_ = true;
+    }
+    uint64_t expirations;
+    while (read(tfd_, &expirations, sizeof expirations) < 0 && errno == EINTR) {
+      if (should_stop()) break;  // a signal (SIGTERM/SIGINT) interrupted the wait
     }
   }
 }

@@ -1,15 +1,20 @@
-// Runs one Node on one thread: inbox messages (pushed by the transport's
-// threads) and a steady-clock timer heap. RealEnv is the Env it hands the node.
+// Runs one Node on one thread: incoming messages, each due at a steady-clock
+// time (the transport's link emulation), and the node's timers. The thread
+// sleeps on a timerfd set for the earliest of them, so a message costs one
+// wake-up, at the moment it is due: a thread that posts one earlier than that
+// moves the timer instead of waking the loop. RealEnv is the Env it hands the
+// node; RTT probes are answered here, when due, without the node.
 #pragma once
-#include <condition_variable>
-#include <deque>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <queue>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -39,11 +44,12 @@ class RealEnv final : public Env {
 class EventLoop {
  public:
   using Sender = std::function<void(Envelope&&)>;
-  EventLoop(const Deployment& d, NodeId self);
+  EventLoop(const Deployment& d, NodeId self);   // throws std::runtime_error if no timerfd
+  ~EventLoop();
   // Where the env's outgoing messages go (normally Transport::send).
   void set_sender(Sender s) { sender_ = std::move(s); }
-  // Thread-safe: queue an incoming message for the node.
-  void post(Envelope&& m);
+  // Thread-safe: queue a message for the node, to be handled at `due_us`.
+  void post(Envelope&& m, TimeUs due_us);
   // Start the node and process events until should_stop() returns true
   // (checked after every batch of events and at least every 20 ms).
   void run(Node& node, const std::function<bool()>& should_stop);
@@ -52,13 +58,19 @@ class EventLoop {
  private:
   friend class RealEnv;
   using Timer = std::tuple<TimeUs, uint64_t, uint64_t>;  // (deadline, seq, id)
+  void arm(TimeUs at);   // mu_ held
+  void answer_probe(const Envelope& m);
+
   const Deployment& d_;
   NodeId self_;
   Sender sender_;
   std::unique_ptr<RealEnv> env_;
+  int tfd_ = -1;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Envelope> inbox_;
+  std::map<std::pair<TimeUs, uint64_t>, Envelope> inbox_;   // (due, arrival order)
+  uint64_t inbox_seq_ = 0;
+  bool sleeping_ = false;      // the loop waits on the timerfd
+  TimeUs armed_ = 0;           // when the timerfd fires
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;  // loop thread only
   uint64_t timer_seq_ = 0;
 };

@@ -1,59 +1,111 @@
 #include "runtime/transport.h"
-#include "runtime/clock.h"
 
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
-#include <thread>
 
 #include "envelope.grpc.pb.h"
+#include "runtime/clock.h"
+
+// Never call into gRPC while holding one of our mutexes: the callback API may
+// run reactions (OnWriteDone, OnDone) inline in the calling thread, and those
+// take the same mutexes.
 
 namespace txn::runtime {
+namespace {
+constexpr TimeUs kWatchUs = 100'000;   // how often waiting writes are checked for unreachable peers
+constexpr int kMaxStreamFailures = 3;  // a batch whose stream broke this many times running is dropped
+}  // namespace
 
 struct Transport::PeerConn {
   NodeId to = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  struct Item {
-    TimeUs at;
-    Envelope msg;
-  };
-  std::deque<Item> q;          // delivery times are non-decreasing (per-channel FIFO)
-  TimeUs last = 0;
-  std::mt19937_64 rng;
-  std::thread thread;
-  // Used by the sender thread only (ctx also by the destructor, to cancel).
+  std::mutex mu;                   // guards everything below
+  std::vector<Envelope> pending;   // sent, not yet written
+  Batch inflight;                  // being written; kept for a retry if its stream breaks
+  bool busy = false;               // a write is in flight (only its completion starts the next)
+  std::shared_ptr<Writer> writer;  // the live stream, if any
+  int failures = 0;                // streams broken in a row with a batch not through
+  TimeUs blocked_since = 0;        // data has waited to be written since then (0: none)
+  bool gone = false;               // unreachable client, or a peer lost while draining: drop
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<txn::Peer::Stub> stub;
-  std::unique_ptr<grpc::ClientContext> ctx;
-  Ack ack;
-  std::unique_ptr<grpc::ClientWriter<Batch>> stream;
-  bool gone = false;           // an exited client: later messages are dropped silently
 };
 
-class Transport::Service final : public txn::Peer::Service {
+// One long-lived client stream to a peer. Keeps itself alive until OnDone.
+class Transport::Writer final : public grpc::ClientWriteReactor<Batch>,
+                                public std::enable_shared_from_this<Writer> {
+ public:
+  Writer(Transport* t, PeerConn* p) : t_(t), p_(p) {}
+  // Opens the stream with `first` as its first write. The call waits for the
+  // peer to come up; the transport's watchdog gives up after connect_timeout_s.
+  void open(txn::Peer::Stub* stub, Batch* first) {
+    self_ = shared_from_this();
+    ctx_.set_wait_for_ready(true);
+    stub->async()->Stream(&ctx_, &ack_, this);
+    StartWrite(first);
+    StartCall();
+  }
+  void write(Batch* b) { StartWrite(b); }
+  void cancel() { ctx_.TryCancel(); }
+  void OnWriteDone(bool ok) override { t_->on_write_done(*p_, ok); }
+  void OnDone(const grpc::Status&) override {
+    auto keep = std::move(self_);  // freed when this returns, after the transport is told
+    t_->on_stream_done(*p_);
+  }
+
+ private:
+  Transport* t_;
+  PeerConn* p_;
+  grpc::ClientContext ctx_;
+  Ack ack_;
+  std::shared_ptr<Writer> self_;
+};
+
+namespace {
+// Server side of one peer's stream: unpacks each batch into deliveries.
+class Reader final : public grpc::ServerReadReactor<Batch> {
+ public:
+  Reader(Transport* t, grpc::CallbackServerContext* ctx, Ack* ack) : t_(t), ack_(ack), peer_(ctx->peer()) {
+    StartRead(&b_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      ack_->set_received(n_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    for (auto& m : *b_.mutable_msgs()) {
+      ++n_;
+      t_->on_incoming(std::move(m), peer_);
+    }
+    b_.Clear();
+    StartRead(&b_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  Transport* t_;
+  Ack* ack_;
+  std::string peer_;
+  Batch b_;
+  uint64_t n_ = 0;
+};
+}  // namespace
+
+class Transport::Service final : public txn::Peer::CallbackService {
  public:
   explicit Service(Transport* t) : t_(t) {}
-  grpc::Status Stream(grpc::ServerContext* ctx, grpc::ServerReader<Batch>* r, Ack* ack) override {
-    Batch b;
-    uint64_t n = 0;
-    while (r->Read(&b)) {
-      for (auto& m : *b.mutable_msgs()) {
-        ++n;
-        t_->on_incoming(std::move(m), ctx->peer());
-      }
-    }
-    ack->set_received(n);
-    return grpc::Status::OK;
+  grpc::ServerReadReactor<Batch>* Stream(grpc::CallbackServerContext* ctx, Ack* ack) override {
+    return new Reader(t_, ctx, ack);
   }
-  grpc::Status Ping(grpc::ServerContext*, const PingRequest*, PingReply* rep) override {
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx, const PingRequest*, PingReply* rep) override {
     rep->set_node(t_->self());
     rep->set_name(t_->deployment().node(t_->self()).name);
-    return grpc::Status::OK;
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
   }
 
  private:
@@ -62,23 +114,35 @@ class Transport::Service final : public txn::Peer::Service {
 
 Transport::Transport(const Deployment& d, NodeId self, TransportOptions o, Deliver deliver, Log log)
     : d_(d), self_(self), o_(std::move(o)), deliver_(std::move(deliver)), log_(std::move(log)),
-      emu_(d.link), peers_(d.nodes.size()) {}
+      emu_(d.link), in_last_(d.nodes.size(), 0), rng_(d.seed ^ (uint64_t{self} << 32) ^ 0x9e3779b97f4a7c15ull),
+      peers_(d.nodes.size()) {
+  watcher_ = std::thread([this] { watch_loop(); });
+}
 
 Transport::~Transport() {
-  stop_ = true;
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-  std::vector<PeerConn*> ps;
+  {
+    std::lock_guard<std::mutex> g(watch_mu_);
+    stop_ = true;
+    watch_cv_.notify_all();
+  }
+  watcher_.join();
+  std::vector<std::shared_ptr<Writer>> writers;
   {
     std::lock_guard<std::mutex> g(peers_mu_);
-    for (auto& p : peers_)
-      if (p) ps.push_back(p.get());
+    for (auto& p : peers_) {
+      if (!p) continue;
+      std::lock_guard<std::mutex> g2(p->mu);
+      if (p->writer) writers.push_back(p->writer);
+    }
   }
-  for (auto* p : ps) {
-    std::lock_guard<std::mutex> g(p->mu);
-    p->cv.notify_all();
+  for (auto& w : writers) w->cancel();
+  writers.clear();
+  {
+    // Writers call back into this object until their OnDone has run.
+    std::unique_lock<std::mutex> lk(writers_mu_);
+    writers_cv_.wait_for(lk, std::chrono::seconds(5), [&] { return live_writers_ == 0; });
   }
-  for (auto* p : ps)
-    if (p->thread.joinable()) p->thread.join();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
 }
 
 bool Transport::listen(std::string* err) {
@@ -105,8 +169,6 @@ Transport::PeerConn& Transport::peer(NodeId to) {
   if (!p) {
     p = std::make_unique<PeerConn>();
     p->to = to;
-    p->rng.seed(d_.seed ^ (uint64_t{self_} << 32) ^ to ^ 0x9e3779b97f4a7c15ull);
-    p->thread = std::thread([this, q = p.get()] { sender_loop(*q); });
   }
   return *p;
 }
@@ -117,89 +179,149 @@ void Transport::send(Envelope msg) {
     log_("send to unknown node id " + std::to_string(to) + " dropped");
     return;
   }
+  if (to == self_) {  // no socket, same link model
+    on_incoming(std::move(msg), "self");
+    return;
+  }
   PeerConn& p = peer(to);
-  std::lock_guard<std::mutex> g(p.mu);
-  TimeUs at = emu_.delivery_time(d_.node(self_).region, d_.node(to).region, steady_us(), p.last, p.rng);
-  p.last = at;
-  p.q.push_back({at, std::move(msg)});
-  if (p.q.size() == 1) p.cv.notify_one();
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    p.pending.push_back(std::move(msg));
+  }
+  flush(p);
 }
 
-void Transport::sender_loop(PeerConn& p) {
-  std::unique_lock<std::mutex> lk(p.mu);
+void Transport::watch_loop() {
+  std::unique_lock<std::mutex> lk(watch_mu_);
   while (!stop_) {
-    if (p.q.empty()) {
-      p.cv.wait(lk);
-      continue;
-    }
-    TimeUs now = steady_us();
-    if (p.q.front().at > now) {
-      p.cv.wait_until(lk, steady_at(p.q.front().at));
-      continue;
-    }
-    Batch b;
-    while (!p.q.empty() && p.q.front().at <= now) {
-      *b.add_msgs() = std::move(p.q.front().msg);
-      p.q.pop_front();
-    }
+    watch_cv_.wait_for(lk, std::chrono::microseconds(kWatchUs));
+    if (stop_) break;
     lk.unlock();
-    if (p.to == self_) {
-      for (auto& m : *b.mutable_msgs()) deliver_(std::move(m));
-    } else if (!write_batch(p, b) && !stop_) {
-      log_("dropped " + std::to_string(b.msgs_size()) + " message(s) to unreachable " +
-           d_.node(p.to).name);
-    }
+    watch_connections(steady_us());
     lk.lock();
   }
 }
 
-bool Transport::write_batch(PeerConn& p, const Batch& b) {
-  if (p.gone) return true;
-  for (int tries = 0; tries < 3 && !stop_; ++tries) {
-    if (!p.stream && !connect(p)) return false;
-    if (p.stream->Write(b)) return true;
-    // Stream broke (peer restarted or connection reset): recreate it.
-    p.stream->Finish();
-    p.stream.reset();
-    p.ctx.reset();
+void Transport::flush(PeerConn& p) {
+  {
+    std::unique_lock<std::mutex> lk(p.mu);
+    if (p.busy) return;  // the write in flight picks up what is pending when it is done
+    if (p.gone || stop_) {  // shutting down: the destructor cancels the live writers
+      p.pending.clear();
+      p.inflight.Clear();   // not busy: no write of it in progress
+      return;
+    }
+    if (p.pending.empty() && p.inflight.msgs_size() == 0) return;
+    for (auto& m : p.pending) *p.inflight.add_msgs() = std::move(m);  // after a batch being retried
+    p.pending.clear();
+    p.busy = true;
+    if (p.blocked_since == 0) p.blocked_since = steady_us();
+    std::shared_ptr<Writer> w = p.writer;
+    const bool fresh = !w;
+    if (fresh) {
+      if (!p.channel) {
+        const auto& n = d_.node(p.to);
+        grpc::ChannelArguments args;
+        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+        args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+        args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);  // no deadline/census filters: less work per message
+        p.channel = grpc::CreateCustomChannel(n.host + ":" + std::to_string(n.port),
+                                              grpc::InsecureChannelCredentials(), args);
+        p.stub = txn::Peer::NewStub(p.channel);
+      }
+      w = std::make_shared<Writer>(this, &p);
+      p.writer = w;
+      std::lock_guard<std::mutex> g(writers_mu_);
+      ++live_writers_;
+    }
+    lk.unlock();
+    if (fresh) w->open(p.stub.get(), &p.inflight);
+    else w->write(&p.inflight);
   }
-  return false;
 }
 
-bool Transport::connect(PeerConn& p) {
-  const auto& n = d_.node(p.to);
-  std::string addr = n.host + ":" + std::to_string(n.port);
-  if (!p.channel) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);  // no deadline/census filters: less work per message
-    p.channel = grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args);
-    p.stub = txn::Peer::NewStub(p.channel);
+void Transport::on_write_done(PeerConn& p, bool ok) {
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    if (!ok) return;  // the stream broke: its OnDone retries the batch on a new stream
+    p.inflight.Clear();
+    p.failures = 0;
+    p.blocked_since = 0;
+    p.busy = false;
   }
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<int64_t>(o_.connect_timeout_s * 1000));
-  while (!p.channel->WaitForConnected(std::chrono::system_clock::now() +
-                                      std::chrono::milliseconds(200))) {
-    if (stop_) return false;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      if (draining_) return false;
-      if (n.kind == NodeKind::Client && self_ != p.to) {
-        // Clients exit when their run is over; late replies to them are not an error.
-        log_("client " + n.name + " unreachable; dropping its messages");
-        p.gone = true;
-        return false;
+  flush(p);
+}
+
+void Transport::on_stream_done(PeerConn& p) {
+  int dropped = 0;
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    p.writer.reset();
+    if (p.busy) {  // its last write did not get through
+      p.busy = false;
+      if (p.gone) {
+        p.inflight.Clear();
+      } else if (++p.failures >= kMaxStreamFailures) {
+        dropped = p.inflight.msgs_size();
+        p.inflight.Clear();
+        p.failures = 0;
+        if (p.pending.empty()) p.blocked_since = 0;
       }
-      std::fprintf(stderr, "%s: error: peer %s at %s unreachable after %gs\n", o_.prog.c_str(),
-                   n.name.c_str(), addr.c_str(), o_.connect_timeout_s);
-      std::fflush(stderr);
-      _exit(3);
     }
   }
-  p.ctx = std::make_unique<grpc::ClientContext>();
-  p.stream = p.stub->Stream(p.ctx.get(), &p.ack);
-  return p.stream != nullptr;
+  if (dropped > 0 && !stop_)
+    log_("dropped " + std::to_string(dropped) + " message(s) to " + d_.node(p.to).name + ": its stream broke " +
+         std::to_string(kMaxStreamFailures) + " times");
+  flush(p);  // a new stream for what is still to be written
+  std::lock_guard<std::mutex> g(writers_mu_);
+  --live_writers_;
+  writers_cv_.notify_all();
+}
+
+void Transport::watch_connections(TimeUs now) {
+  std::vector<PeerConn*> ps;
+  {
+    std::lock_guard<std::mutex> g(peers_mu_);
+    for (auto& p : peers_)
+      if (p) ps.push_back(p.get());
+  }
+  const auto limit = static_cast<TimeUs>(o_.connect_timeout_s * 1e6);
+  for (PeerConn* p : ps) {
+    std::shared_ptr<grpc::Channel> ch;
+    {
+      std::lock_guard<std::mutex> g(p->mu);
+      if (p->gone || p->blocked_since == 0 || now - p->blocked_since < limit) continue;
+      ch = p->channel;
+    }
+    // Connected but slow (flow control): not unreachable.
+    if (ch && ch->GetState(false) == GRPC_CHANNEL_READY) continue;
+    unreachable(*p);
+  }
+}
+
+void Transport::unreachable(PeerConn& p) {
+  const auto& n = d_.node(p.to);
+  if (!draining_ && n.kind != NodeKind::Client) {
+    std::fprintf(stderr, "%s: error: peer %s at %s:%u unreachable after %gs\n", o_.prog.c_str(), n.name.c_str(),
+                 n.host.c_str(), n.port, o_.connect_timeout_s);
+    std::fflush(stderr);
+    _exit(3);
+  }
+  // Clients exit when their run is over, and a draining process only finishes
+  // up: late messages to them are not an error.
+  std::shared_ptr<Writer> w;
+  size_t dropped;
+  {
+    std::lock_guard<std::mutex> g(p.mu);
+    p.gone = true;
+    dropped = p.pending.size() + static_cast<size_t>(p.inflight.msgs_size());
+    p.pending.clear();
+    w = p.writer;
+  }
+  if (n.kind == NodeKind::Client) log_("client " + n.name + " unreachable; dropping its messages");
+  else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + n.name);
+  if (w) w->cancel();
 }
 
 void Transport::on_incoming(Envelope&& m, const std::string& peer) {
@@ -213,19 +335,16 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
     log_("bad message from " + from + ": " + why);
     return;
   }
-  if (m.has_probe()) {  // RTT self-test: answered by the runtime, not the node
-    Envelope r;
-    r.set_from(self_);
-    r.set_to(m.from());
-    r.set_sent_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count());
-    r.mutable_probe_reply()->set_seq(m.probe().seq());
-    r.mutable_probe_reply()->set_sent_us(m.probe().sent_us());
-    send(std::move(r));
-    return;
+  TimeUs due;
+  {
+    // The link emulator's delay for this channel, counted from arrival; per
+    // channel the due times never decrease (FIFO, as one TCP stream delivers).
+    std::lock_guard<std::mutex> g(in_mu_);
+    TimeUs& last = in_last_[m.from()];
+    due = emu_.delivery_time(d_.node(m.from()).region, d_.node(self_).region, steady_us(), last, rng_);
+    last = due;
   }
-  deliver_(std::move(m));
+  deliver_(std::move(m), due);
 }
 
 }  // namespace txn::runtime

@@ -16,6 +16,17 @@ TEST(StretchClock, MonotonicEvenWhenPhysicalTimeGoesBack) {
   EXPECT_EQ(d.site, 7u);
 }
 
+TEST(StretchClock, NeverIssuesInAPendingCrtsMicrosecond) {
+  // A site with a lower id than the CRT's issuer reaching the CRT's microsecond
+  // exactly: (5000, 0, 3) orders below (5000, 0, 99), but every later timestamp
+  // would bump its counter and order above the CRT.
+  StretchClock c(3);
+  c.add_pending(42, Ts{5000, 0, 99});
+  Ts at = c.fresh(5000);
+  EXPECT_LT(at.t, 5000);
+  for (int i = 0; i < 10; ++i) EXPECT_LT(c.fresh(5000 + i), (Ts{5000, 0, 99}));
+}
+
 TEST(StretchClock, StretchesBelowOldestPendingCrt) {
   StretchClock c(1);
   c.add_pending(42, Ts{5000, 0, 99});

@@ -1,12 +1,16 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "core/link_emulator.h"
+#include "runtime/clock.h"
+#include "runtime/event_loop.h"
 #include "runtime/transport.h"
 
 using namespace txn;
@@ -66,62 +70,201 @@ TEST(LinkEmulator, NetemAndNoneAddNothing) {
   EXPECT_EQ(LinkEmulator(model(5, "none")).delivery_time(0, 1, 777, 0, rng), 777);
 }
 
-// Two transports on localhost: delivery, FIFO, emulated delay, probe replies
+// Two transports on localhost: delivery, FIFO, emulated delay (as due times)
 // and rejection of malformed envelopes.
-TEST(Transport, LoopbackDeliveryFifoAndDelay) {
-  Deployment d = make_local_deployment(2, 1, 0, 0);
-  d.link.rtt_ms = {{2, 60}, {60, 2}};
-  d.nodes[0].port = 24711;   // s0.0.0 (region 0)
-  d.nodes[3].port = 24712;   // s1.0.0 (region 1)
+namespace {
+struct Inbox {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Envelope> got_a, got_b;
-  auto sink = [&](std::vector<Envelope>& v) {
-    return [&](Envelope&& m) {
+  std::vector<Envelope> got;
+  std::vector<TimeUs> arrived, due;
+  std::vector<std::string> logs;
+  Transport::Deliver deliver() {
+    return [this](Envelope&& m, TimeUs due_us) {
       std::lock_guard<std::mutex> g(mu);
-      v.push_back(std::move(m));
+      got.push_back(std::move(m));
+      arrived.push_back(steady_us());
+      due.push_back(due_us);
       cv.notify_all();
     };
-  };
-  std::vector<std::string> logs;
-  auto log = [&](const std::string& l) {
-    std::lock_guard<std::mutex> g(mu);
-    logs.push_back(l);
-  };
+  }
+  Transport::Log log() {
+    return [this](const std::string& l) {
+      std::lock_guard<std::mutex> g(mu);
+      logs.push_back(l);
+      cv.notify_all();
+    };
+  }
+  bool wait(const std::function<bool()>& pred, int seconds = 10) {
+    std::unique_lock<std::mutex> lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(seconds), pred);
+  }
+};
+
+Envelope numbered(NodeId from, NodeId to, uint64_t i) {
+  Envelope m;
+  m.set_from(from);
+  m.set_to(to);
+  m.mutable_probe_reply()->set_seq(i);  // any body the runtime passes through
+  return m;
+}
+
+Deployment two_regions(uint16_t port_a, uint16_t port_b) {
+  Deployment d = make_local_deployment(2, 1, 1, 0);
+  d.link.rtt_ms = {{2, 60}, {60, 2}};
+  d.nodes[0].port = port_a;   // s0.0.0 (region 0)
+  d.nodes[3].port = port_b;   // s1.0.0 (region 1)
+  return d;
+}
+
+TransportOptions local_options(double connect_timeout_s = 5) {
   TransportOptions o;
   o.bind_host = "127.0.0.1";
-  o.connect_timeout_s = 5;
-  Transport a(d, 0, o, sink(got_a), log), b(d, 3, o, sink(got_b), log);
+  o.connect_timeout_s = connect_timeout_s;
+  return o;
+}
+}  // namespace
+
+TEST(Transport, LoopbackDeliveryFifoAndDelay) {
+  Deployment d = two_regions(24711, 24712);
+  Inbox ia, ib;
+  Transport a(d, 0, local_options(), ia.deliver(), ia.log()), b(d, 3, local_options(), ib.deliver(), ib.log());
   std::string err;
   ASSERT_TRUE(a.listen(&err)) << err;
   ASSERT_TRUE(b.listen(&err)) << err;
 
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 200; ++i) {
-    Envelope m;
-    m.set_from(0);
-    m.set_to(3);
-    m.mutable_probe_reply()->set_seq(i);  // any body the runtime passes through
-    a.send(std::move(m));
-  }
-  Envelope probe;
-  probe.set_from(0);
-  probe.set_to(3);
-  probe.mutable_probe()->set_seq(99);
-  a.send(probe);
+  for (int i = 0; i < 200; ++i) a.send(numbered(0, 3, i));
+  a.send(numbered(0, 0, 7));  // to itself: no socket, intra-region delay
   Envelope bad;
   bad.set_from(0);
   bad.set_to(0);  // not addressed to b
   bad.mutable_probe()->set_seq(1);
   b.on_incoming(std::move(bad), "test");
 
-  std::unique_lock<std::mutex> lk(mu);
-  ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return got_b.size() == 200 && got_a.size() == 1; }));
-  auto elapsed = std::chrono::steady_clock::now() - t0;
-  EXPECT_GE(elapsed, std::chrono::milliseconds(30));  // 60 ms RTT -> 30 ms one way
-  for (int i = 0; i < 200; ++i) EXPECT_EQ(got_b[i].probe_reply().seq(), uint64_t(i));
-  EXPECT_TRUE(got_a[0].has_probe_reply());
-  EXPECT_EQ(got_a[0].probe_reply().seq(), 99u);
-  ASSERT_EQ(logs.size(), 1u);
-  EXPECT_NE(logs[0].find("bad message from s0.0.0"), std::string::npos) << logs[0];
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 200; }));
+  ASSERT_TRUE(ia.wait([&] { return ia.got.size() == 1; }));
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(ib.got[i].probe_reply().seq(), uint64_t(i));
+    EXPECT_GE(ib.due[i] - ib.arrived[i], 29'900) << "60 ms RTT -> 30 ms one way";
+    EXPECT_LE(ib.due[i] - ib.arrived[i], 30'100);
+    if (i > 0) EXPECT_LE(ib.due[i - 1], ib.due[i]) << "FIFO";
+  }
+  EXPECT_EQ(ia.got[0].probe_reply().seq(), 7u);
+  EXPECT_NEAR(static_cast<double>(ia.due[0] - ia.arrived[0]), 1000, 100);  // 2 ms RTT inside region 0
+  ASSERT_EQ(ib.logs.size(), 1u);
+  EXPECT_NE(ib.logs[0].find("bad message from s0.0.0"), std::string::npos) << ib.logs[0];
+}
+
+TEST(Transport, JitteredDueTimesKeepEveryChannelFifo) {
+  Deployment d = two_regions(24741, 24742);
+  d.link.jitter_ms = 20;
+  Inbox ib;
+  Inbox ia;
+  Transport a(d, 0, local_options(), ia.deliver(), ia.log()), b(d, 3, local_options(), ib.deliver(), ib.log());
+  std::string err;
+  ASSERT_TRUE(a.listen(&err)) << err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  for (int i = 0; i < 300; ++i) a.send(numbered(0, 3, i));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 300; }));
+  bool varied = false;
+  for (int i = 1; i < 300; ++i) {
+    EXPECT_LE(ib.due[i - 1], ib.due[i]);
+    varied |= ib.due[i] - ib.arrived[i] != ib.due[i - 1] - ib.arrived[i - 1];
+  }
+  EXPECT_TRUE(varied) << "jitter should vary the delays";
+}
+
+TEST(Transport, DeliversAgainAfterThePeerRestarts) {
+  Deployment d = two_regions(24721, 24722);
+  d.link.rtt_ms = {{2, 4}, {4, 2}};
+  Inbox ia, ib1, ib2;
+  Transport a(d, 0, local_options(), ia.deliver(), ia.log());
+  std::string err;
+  ASSERT_TRUE(a.listen(&err)) << err;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> sending{true};
+  std::thread sender([&] {
+    while (sending) {
+      a.send(numbered(0, 3, next++));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  {
+    Transport b1(d, 3, local_options(), ib1.deliver(), ib1.log());
+    ASSERT_TRUE(b1.listen(&err)) << err;
+    ASSERT_TRUE(ib1.wait([&] { return ib1.got.size() >= 50; }));
+  }  // b1 gone: the stream to it breaks
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const uint64_t sent_while_down = next;
+  Transport b2(d, 3, local_options(), ib2.deliver(), ib2.log());
+  ASSERT_TRUE(b2.listen(&err)) << err;
+  ASSERT_TRUE(ib2.wait([&] { return ib2.got.size() >= 50; }));
+  sending = false;
+  sender.join();
+  // In order, and what was sent while it was down arrives (at most the batch
+  // that died with the old stream is lost).
+  for (size_t i = 1; i < ib2.got.size(); ++i)
+    EXPECT_LT(ib2.got[i - 1].probe_reply().seq(), ib2.got[i].probe_reply().seq());
+  EXPECT_LT(ib2.got.front().probe_reply().seq(), sent_while_down);
+  EXPECT_TRUE(ia.logs.empty()) << ia.logs.front();
+}
+
+TEST(Transport, AClientThatIsGoneIsDroppedNotFatal) {
+  Deployment d = two_regions(24731, 24732);
+  NodeId client = d.clients().front();
+  d.nodes[client].port = 24733;  // nobody listens there
+  Inbox ia;
+  Transport a(d, 0, local_options(0.3), ia.deliver(), ia.log());
+  std::string err;
+  ASSERT_TRUE(a.listen(&err)) << err;
+  for (int i = 0; i < 5; ++i) a.send(numbered(0, client, i));
+  ASSERT_TRUE(ia.wait([&] { return !ia.logs.empty(); }));
+  EXPECT_NE(ia.logs[0].find("client " + d.nodes[client].name + " unreachable"), std::string::npos) << ia.logs[0];
+}
+
+// The event loop hands messages to the node in due order, never early, answers
+// RTT probes itself when they are due, and runs timers.
+namespace {
+class Recorder : public Node {
+ public:
+  void start(Env& env) override { env.set_timer(9, 30'000); }
+  void on_message(Env&, const Envelope& m) override {
+    seqs.push_back(m.probe_reply().seq());
+    at.push_back(steady_us());
+  }
+  void on_timer(Env&, uint64_t id) override { timer_at = steady_us(); }
+  bool idle() const override { return true; }
+  std::vector<uint64_t> seqs;
+  std::vector<TimeUs> at;
+  TimeUs timer_at = 0;
+};
+}  // namespace
+
+TEST(EventLoop, DeliversInDueOrderAndAnswersProbes) {
+  Deployment d = make_local_deployment(1, 1, 1, 0);
+  EventLoop loop(d, 0);
+  std::vector<Envelope> sent;
+  loop.set_sender([&](Envelope&& m) { sent.push_back(std::move(m)); });
+  Recorder node;
+  const TimeUs t0 = steady_us();
+  const TimeUs dues[] = {25'000, 5'000, 15'000};
+  std::thread poster([&] {
+    for (int i = 0; i < 3; ++i) loop.post(numbered(1, 0, i), t0 + dues[i]);
+    Envelope probe;
+    probe.set_from(1);
+    probe.set_to(0);
+    probe.mutable_probe()->set_seq(5);
+    probe.mutable_probe()->set_sent_us(123);
+    loop.post(std::move(probe), t0 + 10'000);
+  });
+  loop.run(node, [&] { return steady_us() - t0 > 60'000; });
+  poster.join();
+  ASSERT_EQ(node.seqs, (std::vector<uint64_t>{1, 2, 0}));
+  for (size_t i = 0; i < 3; ++i) EXPECT_GE(node.at[i] - t0, dues[node.seqs[i]]) << "delivered early";
+  EXPECT_LT(node.at[0] - t0, 5'000 + 5'000);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].to(), 1u);
+  EXPECT_EQ(sent[0].probe_reply().seq(), 5u);
+  EXPECT_EQ(sent[0].probe_reply().sent_us(), 123);
+  EXPECT_GE(node.timer_at - t0, 30'000);
 }

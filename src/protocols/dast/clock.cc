@@ -4,8 +4,11 @@ namespace txn::dast {
 
 Ts StretchClock::fresh(TimeUs now) {
   Ts x{now + offset_, 0, site_};
-  if (const Ts* m = min_pending(); m != nullptr && !(x < *m)) {
-    x.t = m->t - 1;  // stretch: freeze just below the oldest unresolved CRT
+  // Stretch: freeze just below the oldest unresolved CRT's microsecond. Not
+  // just below the CRT itself: a timestamp in its microsecond (lower counter or
+  // site) would leave only successors above it, since the counter bumps.
+  if (const Ts* m = min_pending(); m != nullptr && x.t >= m->t) {
+    x.t = m->t - 1;
     x.c = 0;
   }
   if (!(last_ < x)) {  // monotonic: never reissue or go back

@@ -99,6 +99,7 @@ class Replica : public ReplicaNode {
   void on_sync(Env& env, NodeId from, const ::dast::IRSync& m);
   void on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m);
   void serve_wants(Env& env);
+  void wake_when_past(Env& env, const Ts& t);
 
   void observe(Env& env, NodeId from, const Ts& ts);
   Entry& add_entry(const TxnRequest& txn, TxnShape shape, const Ts& ts, bool executable,
@@ -143,6 +144,7 @@ class Replica : public ReplicaNode {
   std::vector<ExecRecord> exec_log_;
   uint64_t n_executed_ = 0;
   TimeUs sync_interval_us_;
+  TimeUs wake_at_ = 0;                               // physical time a kWantTimer is set for (0: none)
 };
 
 class Manager : public Node {

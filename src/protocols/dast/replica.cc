@@ -91,6 +91,7 @@ void Replica::start(Env& env) {
 bool Replica::idle() const { return entries_.empty() && coords_.empty(); }
 
 void Replica::on_timer(Env& env, uint64_t id) {
+  if (id == kWantTimer && env.now_us() >= wake_at_) wake_at_ = 0;
   if (id == kSyncTimer) {
     TimeUs now = env.mono_us();
     for (auto it = released_.begin(); it != released_.end();)
@@ -118,6 +119,21 @@ void Replica::serve_wants(Env& env) {
     ts.erase(ts.begin(), ts.lower_bound(clock));  // everything below our clock is answered
     it = ts.empty() ? wanted_.erase(it) : std::next(it);
   }
+  for (const auto& [peer, ts] : wanted_) wake_when_past(env, *ts.begin());
+}
+
+// Our clock passes `t` at a known physical moment unless a pending CRT
+// stretches it below t (then its resolution, a message, is what moves it):
+// look again at that moment.
+void Replica::wake_when_past(Env& env, const Ts& t) {
+  const Ts* pending = clock_.min_pending();
+  if (pending != nullptr && *pending <= t) return;
+  const TimeUs now = env.now_us();
+  const TimeUs at = t.t - clock_.offset() + 1;  // physical time at which now + offset > t.t
+  if (at <= now) return;                        // passed already (or within this microsecond)
+  if (wake_at_ > now && wake_at_ <= at) return; // a timer that early is set
+  wake_at_ = at;
+  env.set_timer(kWantTimer, at - now);
 }
 
 void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
@@ -133,8 +149,10 @@ void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
   // CRT pending here: move the clock past it now. A stretched clock would
   // otherwise pass it only once the pending CRT resolves, though nothing needs
   // that (e.g. a counter-proposal just above another site's frozen clock).
+  // Only below the pending CRTs' microsecond: the timestamps issued next bump
+  // t's counter, and in that microsecond they would order after a pending CRT.
   const Ts* pending = clock_.min_pending();
-  if (t.t <= env.now_us() + clock_.offset() && (pending == nullptr || t < *pending))
+  if (t.t <= env.now_us() + clock_.offset() && (pending == nullptr || t.t < pending->t))
     clock_.observe(t, env.now_us());
   std::vector<NodeId> dests(m.notify().begin(), m.notify().end());
   if (dests.empty()) dests.push_back(from);
@@ -143,13 +161,7 @@ void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
       throw BadMessage("ClockWant names node " + str(n) + ", not a peer in this region");
   }
   for (NodeId n : dests) wanted_[n].insert(t);
-  serve_wants(env);
-  if (!wanted_.empty()) {
-    // Our physical clock has not reached t yet: look again when it should have.
-    TimeUs wait = t.t - (env.now_us() + clock_.offset()) + 100;
-    if (wait > 0 && wait < sync_interval_us_) env.set_timer(kWantTimer, wait);
-  }
-  try_execute(env);
+  try_execute(env);  // serves the wants, and sets a timer for those in our future
 }
 
 void Replica::on_message(Env& env, const Envelope& msg) {
@@ -551,7 +563,11 @@ void Replica::try_execute(Env& env) {
   serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
   while (!queue_.empty()) {
     Entry& e = entries_.at(queue_.begin()->second);
-    if (!e.executable || !watermark_passed(env, e.ts) || !run_pieces(env, e)) return;
+    if (!e.executable || !watermark_passed(env, e.ts)) {
+      wake_when_past(env, e.ts);  // our own clock may be what it waits for
+      return;
+    }
+    if (!run_pieces(env, e)) return;
     leave_slot(env, e);
     if (local_pieces_done(e)) complete(env, e);
     else e.slot_passed = true;  // its deferrable pieces run when their inputs arrive
