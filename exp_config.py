@@ -49,8 +49,10 @@ ZIPFS = [0.5, 0.7, 0.9]              # exp 3: zipf coefficient of TPC-A keys (0.
 SCALABILITY_N_REGIONS = [3]          # exp 4: regions used, the first k (each <= REGIONS; slog is skipped below 3)
 ROBUST_RTT_VAR = [0, 10, 20, 30]     # exp 5: cross-region jitter, 100 +- x ms RTT std-dev (same rule as JITTER_MS)
 FIXED_CLIENT_PROCESS_PER_SHARD = 1   # exp 2-5 run at one fixed load: client processes per shard (1..16) x
-FIXED_CONCURRENCY = 2                # closed-loop coordinators each (1..256); the artifact used 15-50 on 2 cores per
-                                     # process, here 2 keeps 27 processes on 2 cores below saturation
+FIXED_CONCURRENCY = 1                # closed-loop coordinators each (1..256); the artifact used 15-50 on 2 cores per
+                                     # process. 1 keeps 27 processes on 2 cores below saturation (measured on a 2-core
+                                     # VM, local swarm: 1 -> ~190 txn/s, IRT p99 15-18 ms; 2 -> ~330 txn/s, IRT p99
+                                     # ~40 ms, CPU-bound); raise it on bigger machines
 
 # ---------------------------------------------------------------- protocol options
 DAST_DEFER_COMMUTATIVE = True        # DAST: a piece waiting for a cross-region value that commutes with every other

@@ -62,7 +62,7 @@ class ExpConfig:
     scalability_n_regions: tuple = (3,)
     robust_rtt_var: tuple = (0, 10, 20, 30)
     fixed_client_process_per_shard: int = 1
-    fixed_concurrency: int = 2
+    fixed_concurrency: int = 1
     dast_defer_commutative: bool = True
 
     @property

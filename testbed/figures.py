@@ -140,6 +140,7 @@ def load_runs(exp_dir, tail: float) -> pd.DataFrame:
                    reason=reason, backend=meta.get("backend"), shaping=meta.get("shaping"),
                    git_sha=meta.get("git_sha"),
                    steal_pct=(meta.get("machine_cpu") or {}).get("steal_pct", math.nan),
+                   busy_pct=(meta.get("machine_cpu") or {}).get("busy_pct", math.nan),
                    **{m: math.nan for m in METRICS})
         if status == "ok":
             summary = read_json(run_dir / "summary.json") or {}
@@ -249,6 +250,9 @@ def _fmt(v, nd=1) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}f}"
 
 
+CPU_BUSY_WARN_PCT = 70  # machine CPU busy over a run above which latency tails carry CPU queueing (2-core VM)
+
+
 def _xfmt(x: float) -> str:
     return f"{x:g}"
 
@@ -294,6 +298,15 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
              f"{reps} repeat{'s' if reps != 1 else ''}/point (median" + (", bars min-max)" if reps > 1 else ")"),
              f"latency: nearest-rank over committed txns started in the window; "
              f"IRT = intra-region txn, CRT = cross-region txn; tail = p{tail:g}"]
+    busy = runs.dropna(subset=["busy_pct"]) if "busy_pct" in runs else runs.iloc[0:0]
+    if len(busy):  # a saturated CPU shows up as latency: say where the machine was busy
+        lo, hi = f"{busy.busy_pct.min():.0f}", f"{busy.busy_pct.max():.0f}"
+        part = f"host CPU busy {lo if lo == hi else lo + '-' + hi} %"
+        hot = sorted(set(busy.x[busy.busy_pct > CPU_BUSY_WARN_PCT]))
+        if hot:
+            part += (f", above {CPU_BUSY_WARN_PCT} % at x = {', '.join(_xfmt(x) for x in hot)} "
+                     "(tails there include CPU queueing)")
+        parts.insert(-1, part)
     steal = runs["steal_pct"].dropna() if "steal_pct" in runs else []
     if len(steal) and steal.max() > 5:  # the hypervisor took CPU from the runs: say so beside the numbers
         parts.insert(-1, f"CPU steal during runs {steal.median():.0f} % median, {steal.max():.0f} % max")

@@ -18,7 +18,7 @@ def rec(i, cls, start_s, lat_ms, status="committed", attempts=1):
 
 def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, start="2024-01-01T00:00:00",
              status="ok", error=None, check_code=0, clients=None, tput=100.0, committed=None, series="",
-             regions=3, jitter=0.0, run_id=None):
+             regions=3, jitter=0.0, run_id=None, busy=None):
     """A run folder as the runner leaves it; clients: {name: [record tuples]}."""
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
     d = root / exp / run_id
@@ -35,6 +35,8 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
             "repeat": repeat, "point_key": key}
     if error:
         meta["error"] = error
+    if busy is not None:
+        meta["machine_cpu"] = {"busy_pct": busy, "steal_pct": 0.1}
     (d / "meta.json").write_text(json.dumps(meta))
     if status == "ok":
         n = sum(len(r) for r in clients.values()) if committed is None else committed
@@ -181,6 +183,16 @@ def test_caption_names_scale_rtt_mechanism_and_swept_values(tmp_path):
                  "RTT std-dev swept 0/20 ms", "shaping app (local backend)", "runs 10 s, measured 2-9 s",
                  "1 repeat/point", "tail = p99"):
         assert part in cap, part
+
+
+def test_caption_says_where_the_cpu_was_saturated(tmp_path):
+    make_run(tmp_path, x=2, key="a", busy=45.0)
+    make_run(tmp_path, x=8, key="b", busy=91.5)
+    cap = figures.caption(figures.load_runs(tmp_path / "n_clients", 99), None, "TPC-C", 1, 99)
+    assert "host CPU busy 45-92 %, above 70 % at x = 8 (tails there include CPU queueing)" in cap
+    make_run(tmp_path, exp="tpca", x=0.5, key="c", busy=40.0)
+    cap = figures.caption(figures.load_runs(tmp_path / "tpca", 99), None, "TPC-A", 1, 99)
+    assert "host CPU busy 40 %" in cap and "above" not in cap
 
 
 def test_empty_experiment_still_gives_a_figure(tmp_path):
