@@ -35,10 +35,10 @@ def validate(**knobs) -> dict:
     k = {**DEFAULTS, **{n: v for n, v in knobs.items() if v is not None}}
     for n, (lo, hi) in RANGES.items():
         v = k[n]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-            raise ValueError(f"{n}={v!r}: must be a number in [{lo}, {hi}]")
-        if isinstance(DEFAULTS[n], int) and not float(v).is_integer():
-            raise ValueError(f"{n}={v!r}: must be an integer in [{lo}, {hi}]")
+        kind = "an integer" if isinstance(DEFAULTS[n], int) else "a number"
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi
+                or (kind == "an integer" and not float(v).is_integer())):
+            raise ValueError(f"{n}={v!r}: must be {kind} in [{lo}, {hi}]")
     if k["mode"] not in MODES:
         raise ValueError(f"mode={k['mode']!r}: must be one of {', '.join(MODES)}")
     if k["rtt_ms"] is not None:

@@ -54,6 +54,13 @@ def test_yaml_shape(tmp_path):
     assert c["n_concurrent"] == 2 and c["warmup_s"] + c["cooldown_s"] < c["duration_s"]
 
 
+def test_integer_knobs_say_integer():
+    with pytest.raises(ValueError, match=r"regions=0: must be an integer in \[1, 64\]"):
+        deploy.build_deployment(regions=0)
+    with pytest.raises(ValueError, match=r"zipf=2: must be a number in \[0, 1\]"):
+        deploy.build_deployment(zipf=2)
+
+
 def test_dast_options_reach_the_deployment_file():
     assert deploy.build_deployment()["dast"] == {"defer_commutative": True}
     assert deploy.build_deployment(defer_commutative=False)["dast"] == {"defer_commutative": False}
