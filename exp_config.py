@@ -23,6 +23,8 @@ NETEM_LIMIT = 100000        # packets each netem queue holds (the kernel default
 CONTROL_PORTS = [22, 19000]  # never delayed, source or destination: ssh from the driver, and the driver's control port
 
 # ---------------------------------------------------------------- containers (Docker Swarm)
+DEPLOYMENT = 'edge'         # names the deployment: containers <DEPLOYMENT>_r<region>_s<shard> and <DEPLOYMENT>_driver,
+                            # its Docker label and its lock (one job at a time per deployment, across checkouts)
 IMAGE_NAME = 'edge-txn:latest'  # image every container runs (built by docker/)
 NETWORK_NAME = 'edge_txn'   # attachable overlay network
 SUBNET = '10.55.0.0/16'     # overlay subnet, a.b.0.0/16 (up to /23 if fewer regions); regions use a.b.<region>.0/24

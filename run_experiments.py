@@ -32,27 +32,7 @@ def main(argv=None) -> int:
                  ["n_clients"])
     except ValueError as e:
         ap.error(str(e))
-    from testbed import mainjob
-    try:
-        where = mainjob.choose(a.backend)
-        if where == "swarm-via-driver":
-            return mainjob.run_in_driver("run_experiments.py", argv if argv is not None else sys.argv[1:], a.config)
-    except (RuntimeError, ValueError) as e:
-        print(f"run_experiments: error: {e}", file=sys.stderr)
-        return 2
-    backend = "local" if where == "local" else "swarm"
-    rc, pdfs = 0, []
-    for name in names:
-        code, pdf = runner.run_experiment(name, a.config, a.quick, a.fresh, backend, a.out)
-        if pdf:
-            pdfs.append(pdf)
-        rc = max(rc, code)
-        if code in (2, 130):  # bad configuration or interrupted: stop here
-            break
-    print("\nfigures:" if pdfs else "\nno figure written")
-    for p in pdfs:
-        print(f"  {p}")
-    return rc
+    return runner.run_experiments(names, a, argv if argv is not None else sys.argv[1:], "run_experiments.py")
 
 
 if __name__ == "__main__":

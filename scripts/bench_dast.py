@@ -14,7 +14,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testbed.deploy import build_deployment  # noqa: E402
-from testbed.local import LocalBackend, RunError  # noqa: E402
+from testbed.local import LocalRunner as LocalBackend  # noqa: E402
+from testbed.runtypes import RunError  # noqa: E402
 from testbed.results import format_table  # noqa: E402
 
 IRT_P99_TARGET_MS, CRT_P99_TARGET_MS = 15.0, 225.0

@@ -3,12 +3,14 @@
     backend = open_backend("auto", cfg)          # cfg: ExpConfig from testbed.config.load_exp_config()
     knobs = base_knobs(cfg, regions=3, rtt_jitter_ms=10)   # deploy knobs (testbed/deploy.py DEFAULTS)
     deploy = backend.deployment(mode="dast", concurrency=2, **knobs)
-    res = backend.run(deploy, "exp1", meta_extra={"point": {...}})    # -> local.RunResult
+    res = backend.run(deploy, "exp1", meta_extra={"point": {...}})    # -> runtypes.RunResult
     backend.close()
 
 A backend turns deploy knobs into a deployment whose hosts/ports fit it (loopback ports for `local`, container
-addresses for `swarm`), runs it into results/<name>/<run-id>/ (same files either way), and says which shaping
-mechanism its runs use. Failures raise local.RunError (with run_dir when a folder was started).
+addresses for `swarm`), runs it into results/<name>/<run-id>/ (same files either way) through the shared run
+lifecycle (testbed/lifecycle.py), and says which shaping mechanism its runs use. A run that could not finish
+raises runtypes.RunError, an interrupted one runtypes.Interrupted (both with run_dir). open_backend() (which
+knows both backends) is in testbed/backends.py.
 """
 from __future__ import annotations
 
@@ -19,9 +21,8 @@ from pathlib import Path
 
 from . import deploy as deploylib
 from .config import ExpConfig, rtt_matrix
-from .local import REPO, LocalBackend as _LocalRunner, RunResult
-
-BACKENDS = ("auto", "local", "swarm")
+from .local import REPO, LocalRunner
+from .runtypes import RunResult
 
 
 def one_way_jitter(rtt_jitter_ms: float) -> float:
@@ -65,8 +66,8 @@ class Backend(ABC):
     @abstractmethod
     def run(self, deploy: dict, name: str, out_root="results", config: dict | None = None,
             meta_extra: dict | None = None, probe: int = 0) -> RunResult:
-        """Run it into <out_root>/<name>/<run-id>/, summarise, check; RunError on failure.
-        probe > 0: an RTT self-test instead (RunResult.probe, see testbed/selftest.py)."""
+        """Run it into <out_root>/<name>/<run-id>/, summarise, check (lifecycle.Runner.run).
+        probe > 0: an RTT self-test instead (RunResult.probe, see testbed/rtt.py)."""
 
     def selftest_knobs(self, cfg: ExpConfig) -> dict:
         """Deploy knobs of the RTT self-test: the configured matrix, no jitter, one light client per shard."""
@@ -85,7 +86,7 @@ class LocalBackend(Backend):
 
     def __init__(self, build_dir=REPO / "build", progress: bool = True, **runner_opts):
         self.build_dir = Path(build_dir)
-        self.runner = _LocalRunner(build_dir=self.build_dir, progress=progress, **runner_opts)
+        self.runner = LocalRunner(build_dir=self.build_dir, progress=progress, **runner_opts)
 
     def built_modes(self) -> list[str]:
         return built_modes(self.build_dir)
@@ -96,17 +97,3 @@ class LocalBackend(Backend):
     def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0) -> RunResult:
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe,
                                meta_extra={"backend": self.name, **(meta_extra or {})})
-
-
-def open_backend(kind: str, cfg: ExpConfig, **opts) -> Backend:
-    """kind: local | swarm | auto (swarm when this process runs in the driver container of a deployment
-    brought up by start_containers.py, i.e. /etc/edge-txn/containers.yml exists; else local)."""
-    if kind not in BACKENDS:
-        raise ValueError(f"backend={kind!r}: must be one of {', '.join(BACKENDS)}")
-    if kind == "auto":
-        from . import swarm_backend
-        kind = "swarm" if swarm_backend.inside_driver() else "local"
-    if kind == "local":
-        return LocalBackend(**opts)
-    from .swarm_backend import SwarmBackend
-    return SwarmBackend(cfg, **opts)

@@ -1,13 +1,20 @@
-"""Command line of run_local.py: one local run, summary table, checker verdict."""
+"""Command line of run_local.py (and `python -m testbed.cli`): one run, summary table, checker verdict.
+
+--backend swarm runs it on the containers of start_containers.py: inside the driver container directly, or, when
+called on the host, through the driver (testbed/mainjob.py, so Ctrl-C here stops it there). Exit codes: 0 ok,
+1 the run failed (its folder says why), 2 bad input or the deployment is busy, 128 + signal when interrupted.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import deploy as deploylib
+from . import deploy as deploylib, lock
 from .backend import LocalBackend
-from .local import RunError
+from .jobs import job
 from .results import format_table
+from .runtypes import RunError
+from .swarm_backend import SwarmBackend, inside_driver
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -39,16 +46,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--build-dir", default=None, help="where txn-server/txn-client are (default build/)")
     ap.add_argument("--backend", default="local", choices=("local", "swarm"),
                     help="local: processes on 127.0.0.1; swarm: the containers of start_containers.py "
-                         "(run this inside the driver: docker exec edge_driver python -m testbed.cli --backend swarm)")
+                         "(on the host it is run through the driver container)")
+    ap.add_argument("--wait", action="store_true", help="swarm: wait for a job that holds the deployment instead "
+                    "of refusing at once")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
+    if a.backend == "swarm" and not inside_driver():
+        from . import mainjob
+        return mainjob.run_job_in_driver(["python", "-m", "testbed.cli", *argv], wait=a.wait)
     try:
         if a.backend == "swarm":
-            from .swarm_backend import SwarmBackend
             backend = SwarmBackend()
             knobs.pop("base_port", None)
         else:
@@ -58,21 +70,36 @@ def main(argv=None) -> int:
         print(f"run_local: error: {e}", file=sys.stderr)
         return 2
     try:
-        res = backend.run(deploy, a.name, out_root=a.out, config={"knobs": knobs, "deploy": deploy})
+        # local single runs share nothing (own ports, own folder): only a swarm run takes the deployment's lock
+        with job(a.backend, a.out, a.wait) if a.backend == "swarm" else _no_lock():
+            res = backend.run(deploy, a.name, out_root=a.out, config={"knobs": knobs, "deploy": deploy})
+    except lock.Busy as e:
+        print(f"run_local: {e}", file=sys.stderr)
+        return 2
     except RunError as e:
-        print(f"run_local: run failed: {e}", file=sys.stderr)
+        what = "interrupted" if e.interrupted else "run failed"
+        print(f"run_local: {what}: {e}", file=sys.stderr)
         if e.run_dir:
             print(f"run folder: {e.run_dir}", file=sys.stderr)
-        return 1
+        return getattr(e, "exit_code", 1)
+    finally:
+        backend.close()
     print(format_table(res.summary))
     print(f"checker: {res.check['verdict']}" + (f" ({res.check.get('error')})" if res.check.get("error") else ""))
     for v in res.check["violations"][:10]:
         print(f"  {v}")
     print(f"run folder: {res.run_dir}")
-    committed = res.summary["classes"]["all"]["committed"]
-    if committed == 0:
-        print("run_local: no transaction committed in the window", file=sys.stderr)
-    return 0 if res.consistent and committed > 0 else 1
+    if not res.ok:
+        print(f"run_local: {res.reason}", file=sys.stderr)
+    return 0 if res.ok else 1
+
+
+class _no_lock:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ class ExpConfig:
     shaping: str = "auto"
     netem_limit: int = 100000
     control_ports: tuple = (22, 19000)
+    deployment: str = "edge"
     image_name: str = "edge-txn:latest"
     network_name: str = "edge_txn"
     subnet: str = "10.55.0.0/16"
@@ -64,6 +65,14 @@ class ExpConfig:
     fixed_client_process_per_shard: int = 1
     fixed_concurrency: int = 1
     dast_defer_commutative: bool = True
+
+    @property
+    def driver_name(self) -> str:
+        return f"{self.deployment}_driver"
+
+    def container_name(self, region: int, shard: int) -> str:
+        """Shard container of region and shard counted from 1: <DEPLOYMENT>_r<region>_s<shard>."""
+        return f"{self.deployment}_r{region}_s{shard}"
 
     @property
     def subnet_prefix(self) -> str:
@@ -190,6 +199,9 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     if isinstance(ports, (str, bytes)) or not hasattr(ports, "__iter__"):
         raise ValueError(f"CONTROL_PORTS={ports!r}: must be a list of ports in [1, 65535]")
     c["control_ports"] = tuple(dict.fromkeys(_num("CONTROL_PORTS item", p, 1, 65535, True) for p in ports))
+    if not isinstance(cfg.deployment, str) or not re.fullmatch(r"[a-z][a-z0-9-]{0,23}", cfg.deployment):
+        raise ValueError(f"DEPLOYMENT={cfg.deployment!r}: must be 1-24 lower-case letters, digits or '-', "
+                         "starting with a letter")
     for name in ("IMAGE_NAME", "NETWORK_NAME"):
         v = getattr(cfg, name.lower())
         if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*", v):

@@ -25,8 +25,13 @@ from pathlib import Path
 import pandas as pd
 
 from . import results as resultslib
+from .rundirs import read_json, run_outcome, run_start, scan_runs
 
 MANIFEST = "sweep.json"
+
+
+class NoRuns(ValueError):
+    """An experiment with no run folder to draw."""
 SYSTEM_ORDER = ("dast", "janus", "tapir", "slog")
 STYLES = {  # DAST red solid, Janus orange dashed, SLOG blue dotted, Tapir green dash-dot
     "dast": dict(label="DAST", color="tab:red", linestyle="-", marker="s"),
@@ -46,67 +51,6 @@ def metric_titles(tail: float) -> dict:
 
 
 # ---------------------------------------------------------------- reading run folders
-
-def read_json(path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def verdict(check: dict, summary: dict) -> tuple[str, str]:
-    """("ok", "") or ("failed", reason) of a finished run from its checker verdict and summary."""
-    if check.get("exit_code") == 1:
-        return "failed", f"inconsistent: {check.get('verdict')}"
-    if check.get("exit_code") != 0:
-        return "failed", f"checker could not read the run: {check.get('error', check.get('verdict'))}"
-    if not summary.get("classes", {}).get("all", {}).get("committed"):
-        return "failed", "no commits in the measurement window"
-    return "ok", ""
-
-
-def run_outcome(run_dir, meta: dict | None = None) -> tuple[str, str]:
-    """("ok", "") or ("failed", reason) for a run folder: the runner's recorded outcome when there is one,
-    else from the files (run status, checker verdict, commits in the window)."""
-    run_dir = Path(run_dir)
-    meta = read_json(run_dir / "meta.json") if meta is None else meta
-    if not meta:
-        return "failed", "no meta.json (the run was cut off)"
-    if isinstance(meta.get("outcome"), dict):
-        return meta["outcome"].get("status", "failed"), meta["outcome"].get("reason", "")
-    if meta.get("status") != "ok":
-        return "failed", "run error: " + str(meta.get("error", "status " + str(meta.get("status")))).splitlines()[0]
-    check = read_json(run_dir / "check.json")
-    if not check:
-        return "failed", "no checker verdict (check.json)"
-    summary = read_json(run_dir / "summary.json")
-    if not summary and check.get("exit_code") == 0:
-        return "failed", "no summary.json"
-    return verdict(check, summary or {})
-
-
-def run_start(meta: dict, run_dir: Path) -> tuple:
-    """Sort key: when the run started (the runner's sub-second stamp, else meta's start_time; ties: run id)."""
-    t = meta.get("runner_start_unix")
-    if not isinstance(t, (int, float)):
-        from datetime import datetime
-        try:
-            t = datetime.fromisoformat(str(meta.get("start_time"))).timestamp()
-        except ValueError:
-            t = 0.0
-    return (float(t), run_dir.name)
-
-
-def scan_runs(exp_dir) -> list[tuple[Path, dict]]:
-    """(run_dir, meta) of every sweep run under results/<name>/, oldest first."""
-    out = []
-    for m in sorted(Path(exp_dir).glob("*/meta.json")):
-        meta = read_json(m)
-        if meta and "point_key" in meta and "system" in meta and "x" in meta:
-            out.append((m.parent, meta))
-    out.sort(key=lambda rm: run_start(rm[1], rm[0]))
-    return out
-
 
 def _deploy_info(run_dir: Path) -> dict:
     import yaml
@@ -451,6 +395,8 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     except ValueError:
         exp = None
     runs = load_runs(exp_dir, tail)
+    if runs.empty:
+        raise NoRuns(f"no runs of {name} under {exp_dir}/")
     agg = aggregate(runs, manifest)
     sel = select(runs, manifest)
     x_name = (manifest or {}).get("x", {}).get("name") or (runs.x_name.iloc[0] if len(runs) else "x")

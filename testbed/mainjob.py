@@ -1,19 +1,23 @@
 """Where the main job runs (run_experiments.py): the local swarm when Docker is there, local processes otherwise.
 
-On the host with --backend auto (Docker answers) or swarm: build the image if its sources changed, bring the
-containers up (start_containers, idempotent: an existing deployment is reused), run the RTT self-test, then run
-run_experiments.py again inside the driver container with --backend swarm. The checkout is mounted there, so
-the run folders and figures land in this checkout's results/. The containers stay up for the next job
-(`python start_containers.py --down` removes them).
+On the host with --backend auto (Docker answers) or swarm, holding the deployment's lock (testbed/lock.py) for
+the whole job: build the image if its sources changed, bring the containers up (start_containers, idempotent: an
+existing deployment is reused or repaired), run the RTT self-test, then run the same script again inside the
+driver container with --backend swarm (testbed/driverexec.py: Ctrl-C, SIGTERM and SIGHUP here stop it there).
+The checkout is mounted in the driver, so the run folders and figures land in this checkout's results/. The
+containers stay up for the next job (`make down` removes them).
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
+from . import interrupts, lock
+from .driverexec import container_state, exec_in_driver, relay_paths
+from .runtypes import Interrupted
 from .swarm_backend import inside_driver
-
-REPO_IN_DRIVER = "/work/edge-txn"
 
 
 def docker_available() -> tuple[bool, str]:
@@ -56,37 +60,101 @@ def strip_backend(argv: list[str]) -> list[str]:
     return out
 
 
-def run_in_driver(script: str, argv: list[str], config=None, log=print) -> int:
+def run_killable(argv: list[str], stop: interrupts.Stop) -> int:
+    """Run a host command (its output goes straight through); a stop request kills its process group."""
+    p = subprocess.Popen(argv, start_new_session=True, preexec_fn=interrupts.die_with_parent)
+    while p.poll() is None:
+        if stop.requested:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+            stop.check()
+        try:
+            p.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    return p.returncode
+
+
+def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bool = False) -> int:
     """Image, containers, self-test, then `python <script> argv --backend swarm` in the driver (script relative
-    to the checkout)."""
+    to the checkout). Returns the job's exit code (128 + signal when stopped by one)."""
     from . import swarm
     from .config import load_exp_config
     from .hosts import load_hosts
+    from .lifecycle import git_sha
     from .selftest import swarm_self_test
-    from .swarm import REPO
     cfg = load_exp_config(config)
-    log(f"main job: image {cfg.image_name} (rebuilt only if its sources changed)")
-    rc = subprocess.call(["bash", str(REPO / "docker" / "build_image.sh"), "--if-stale", cfg.image_name])
-    if rc != 0:
-        log("main job: the image build failed (see above)")
+    hosts = load_hosts()
+    cmd_line = " ".join([os.path.basename(sys.argv[0]), *argv])
+    try:
+        with interrupts.stop_on_signals(say=log) as stop, \
+                lock.JobLock(lock.swarm_lock_name(cfg.deployment), cmd_line).acquire(wait, say=log) as held:
+            log(f"main job: image {cfg.image_name} (rebuilt only if its sources changed)")
+            if run_killable(["bash", str(swarm.REPO / "docker" / "build_image.sh"), "--if-stale", cfg.image_name],
+                            stop) != 0:
+                log("main job: the image build failed (see above)")
+                return 2
+            state = swarm.up(cfg, hosts, log=log)
+            stop.check()
+            if not swarm_self_test(cfg, state, log=log, env=held.env()):
+                log("main job: the RTT self-test failed: the emulated network is not what exp_config.py says; "
+                    "stopping")
+                return 128 + stop.signum if stop.requested else 2
+            driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
+            sha = git_sha()
+            env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
+            job = ["python", script, *strip_backend(argv), "--backend", "swarm"]
+            log(f"main job: docker exec -i {driver} {' '.join(job)}")
+            rc = exec_in_driver(driver, job, env, line_filter=relay_paths(str(swarm.REPO)), stop=stop)
+            if rc != 0:
+                _after_bad_exit(driver, hosts, state, log)
+            log("main job: the containers stay up for the next run; `make down` removes them")
+            return rc
+    except lock.Busy as e:
+        log(f"main job: {e}")
         return 2
-    state = swarm.up(cfg, load_hosts(), log=log)
-    if not swarm_self_test(cfg, state, log=log):
-        log("main job: the RTT self-test failed: the emulated network is not what exp_config.py says; stopping")
+    except Interrupted as e:
+        log(f"main job: {e}; nothing was left running")
+        return e.exit_code
+
+
+def _after_bad_exit(driver: str, hosts, state: dict, log) -> None:
+    """The job in the driver ended badly (or was stopped): name the driver's own state when it was the driver
+    that died, and stop whatever engine processes the job left in the shard containers."""
+    from . import swarm
+    where = container_state(driver)
+    if where and where != "running":
+        log(f"the driver container {driver} {where} during the job: its run was cut off (recorded as failed); "
+            "the next `make main` (or `make up`) replaces the driver")
+    left = swarm.stop_engines(hosts, state)
+    if left:
+        log("stopped engine processes the job left behind: " + ", ".join(f"{n} in {c}" for c, n in sorted(left.items())))
+
+
+def run_job_in_driver(job_argv: list[str], wait: bool = False, log=print) -> int:
+    """A one-off job (e.g. `python -m testbed.cli ...`) in the driver of the deployment that is up (containers.yml
+    of this checkout), holding the deployment's lock; Ctrl-C here stops it there."""
+    from . import swarm
+    from .hosts import load_hosts
+    from .lifecycle import git_sha
+    state = swarm.load_state()
+    if state is None:
+        log(f"error: {swarm.CONTAINERS_YML.name} not found: no deployment is up; `make up` brings one up")
         return 2
     driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
-    tty = ["-t"] if sys.stdout.isatty() else []
-    from .local import _git_sha
-    # unbuffered: the driver's progress (stderr) and tables (stdout) arrive here in the order they were written
-    sha = _git_sha()
-    env = ["-e", "PYTHONUNBUFFERED=1"] + (["-e", f"EDGE_TXN_GIT_SHA={sha}"] if sha else [])
-    cmd = ["docker", "exec", *tty, *env, driver, "python", script, *strip_backend(argv), "--backend", "swarm"]
-    log(f"main job: {' '.join(cmd)}")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    for line in p.stdout:  # paths in the driver are paths of this checkout
-        sys.stdout.write(line.replace(REPO_IN_DRIVER + "/", "").replace(REPO_IN_DRIVER, str(REPO)))
-        sys.stdout.flush()
-    rc = p.wait()
-    log("main job: the containers stay up for the next run; remove them with "
-        "`.venv/bin/python start_containers.py --down`")
-    return rc
+    try:
+        with interrupts.stop_on_signals(say=log) as stop, \
+                lock.JobLock(lock.swarm_lock_name(state.get("deployment", "edge")),
+                             " ".join(job_argv)).acquire(wait, say=log) as held:
+            sha = git_sha()
+            env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
+            rc = exec_in_driver(driver, job_argv, env, line_filter=relay_paths(str(swarm.REPO)), stop=stop)
+            if rc != 0:
+                _after_bad_exit(driver, load_hosts(), state, log)
+            return rc
+    except lock.Busy as e:
+        log(f"error: {e}")
+        return 2

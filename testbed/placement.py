@@ -1,6 +1,6 @@
 """Where each container runs and which address it gets (pure; start_containers.py acts on the plan).
 
-One container per shard, named edge_r<region>_s<shard>, at <a.b>.<region>.<shard>; regions and shards are
+One container per shard, named <DEPLOYMENT>_r<region>_s<shard>, at <a.b>.<region>.<shard>; regions and shards are
 counted from 1 in names and addresses (so a.b.0.0/24 stays free for the driver and control). The deployment
 file counts from 0: deploy region = Container.region - 1, shard-in-region = Container.shard - 1.
 Hosts: round-robin over hosts.yml in (region, shard) order, or, when every host gives `cpus`, a smooth
@@ -13,9 +13,6 @@ from dataclasses import dataclass
 
 from .config import ExpConfig
 from .hosts import Host
-
-DRIVER_NAME = "edge_driver"
-
 
 @dataclass(frozen=True)
 class Container:
@@ -57,9 +54,10 @@ def plan(cfg: ExpConfig, hosts) -> list[Container]:
                 raise ValueError(f"SUBNET={cfg.subnet}: too small for REGIONS={R} x SHARDS_PER_REGION={N} "
                                  f"({ip} falls outside); use a /16")
             if ipaddress.IPv4Address(ip) == driver:
-                raise ValueError(f"DRIVER_IP={cfg.driver_ip}: collides with shard container edge_r{r}_s{s}")
-            out.append(Container(f"edge_r{r}_s{s}", ip, picks[(r - 1) * N + s - 1], r, s))
+                raise ValueError(f"DRIVER_IP={cfg.driver_ip}: collides with shard container "
+                                 f"{cfg.container_name(r, s)}")
+            out.append(Container(cfg.container_name(r, s), ip, picks[(r - 1) * N + s - 1], r, s))
     if driver not in net:
         raise ValueError(f"DRIVER_IP={cfg.driver_ip}: outside SUBNET={cfg.subnet}")
-    out.append(Container(DRIVER_NAME, str(driver), list(hosts)[0], 0, 0, "driver"))
+    out.append(Container(cfg.driver_name, str(driver), list(hosts)[0], 0, 0, "driver"))
     return out

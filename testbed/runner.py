@@ -2,46 +2,40 @@
 
 For every built protocol of SYSTEMS (an unbuilt one is skipped with a message), every point of the
 experiment and every repeat: build the deployment, run it into results/<exp>/<run-id>/, and record the
-outcome in the run's meta.json: ok, or failed with a reason (run error, inconsistent checker verdict, no
-commits in the window). A failure never stops the sweep (Ctrl-C or SIGTERM does, cleanly: the run that was
-interrupted is marked failed, the figure is still drawn from what exists).
+outcome (the run lifecycle records it in the run's meta.json: ok, or failed with a reason -- run error,
+inconsistent checker verdict, no commits in the window -- or interrupted). A failure never stops the sweep;
+Ctrl-C, SIGTERM or SIGHUP does, cleanly: the run under way is recorded as interrupted, nothing is left running,
+the figure is still drawn from what exists, and the exit code is 128 + the signal (130 for Ctrl-C).
 
 Resume: a run is identified by its point key (a hash of the experiment, the protocol, every deploy knob but
 the per-repeat seed, the backend and its shaping mechanism) and its repeat index. A run with the same key and
-repeat that ended ok is reused; failed ones are run again; --fresh runs everything again (old folders stay).
+repeat that ended ok, and whose folder still validates (testbed/rundirs.py), is reused; failed, interrupted,
+cut-off or damaged ones are run again; --fresh runs everything again (old folders stay).
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import signal
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import deploy as deploylib
-from . import experiments, figures
-from .backend import BACKENDS, base_knobs, open_backend
+from . import experiments, figures, interrupts, lock
+from .backend import base_knobs
+from .backends import BACKENDS, open_backend
 from .config import ExpConfig, load_exp_config
 from .experiments import Experiment, Point
-from .local import RunError
+from .jobs import job
+from .rundirs import run_outcome, scan_runs
+from .runtypes import Interrupted, RunError
 
 KEY_VERSION = 1
 NOT_MEASUREMENT = ("seed", "base_port", "host")  # knobs that place a run or vary per repeat
-WATCHDOG_EXTRA_S = 180      # on top of duration + drain: the backend's own limits must have failed by then
 EST_STARTUP_S = 8           # first guess of per-run overhead for the ETA, before a run has been timed
-
-
-class RunTimeout(RunError):
-    """The runner's watchdog fired (the backend's own time limits did not stop the run)."""
-
-
-class Interrupted(Exception):
-    pass
 
 
 def _canon(v):
@@ -89,7 +83,7 @@ class Sweep:
     tasks: list = field(default_factory=list)
     outcomes: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)   # system -> why
-    interrupted: bool = False
+    interrupted: Interrupted | None = None   # what stopped the sweep, if anything
 
     @property
     def failed(self) -> list:
@@ -139,12 +133,12 @@ def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
 
 
 def reusable_runs(exp_dir: Path) -> dict:
-    """(point_key, repeat) -> the newest run folder of that point and repeat that ended ok."""
-    out = {}
-    for run_dir, meta in figures.scan_runs(exp_dir):   # oldest first: newer ones overwrite
-        if figures.run_outcome(run_dir, meta)[0] == "ok":
-            out[(meta["point_key"], int(meta.get("repeat", 0)))] = run_dir
-    return out
+    """(point_key, repeat) -> the newest run folder of that point and repeat, when that run ended ok and its
+    folder validates (a newer failed or damaged run is not papered over by an older ok one)."""
+    newest = {}
+    for run_dir, meta in scan_runs(exp_dir):   # oldest first: newer ones overwrite
+        newest[(meta["point_key"], int(meta.get("repeat", 0)))] = (run_dir, meta)
+    return {k: rd for k, (rd, meta) in newest.items() if run_outcome(rd, meta)[0] == "ok"}
 
 
 # ---------------------------------------------------------------- progress
@@ -210,98 +204,28 @@ class Progress:
 
 # ---------------------------------------------------------------- running
 
-def _record(run_dir: Path | None, status: str, reason: str) -> None:
-    """Write the runner's verdict into the run's meta.json (the run folder stays the single record)."""
-    if run_dir is None:
-        return
-    path = Path(run_dir) / "meta.json"
-    meta = figures.read_json(path) or {"status": "failed", "error": reason or "no meta.json"}
-    meta["outcome"] = {"status": status, "reason": reason}
-    if status != "ok" and meta.get("status") == "ok" and reason.startswith("interrupted"):
-        meta.update(status="failed", error=reason)
-    path.write_text(json.dumps(meta, indent=2) + "\n")
-
-
-class _Signals:
-    """While a sweep runs (main thread only): SIGTERM stops it like Ctrl-C, and a watchdog (SIGALRM) cuts a
-    run that outlives every limit of the backend."""
-
-    def __init__(self):
-        self.main = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
-        self.old = {}
-
-    def __enter__(self):
-        if self.main:
-            def on_term(signum, _frame):
-                raise KeyboardInterrupt(signal.Signals(signum).name)
-
-            def on_alarm(_signum, _frame):
-                raise RunTimeout(f"runner watchdog: the run outlived {self.limit:.0f}s")
-            self.old = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
-                        signal.SIGALRM: signal.signal(signal.SIGALRM, on_alarm)}
-        return self
-
-    def arm(self, seconds: float) -> None:
-        self.limit = seconds
-        if self.main:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
-
-    def disarm(self) -> None:
-        if self.main:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
-    def __exit__(self, *exc):
-        self.disarm()
-        for s, h in self.old.items():
-            signal.signal(s, h)
-        return False
-
-
-def watchdog_limit(deploy: dict) -> float:
-    """Seconds after which the runner cuts a run the backend has not stopped itself."""
-    c = deploy["client"]
-    return float(c["duration_s"]) + float(c.get("drain_timeout_s", 10)) + WATCHDOG_EXTRA_S
-
-
-def _interrupted(e: BaseException) -> bool:
-    return isinstance(e, KeyboardInterrupt) or bool(getattr(e, "interrupted", False))
-
-
-def run_one(backend, exp: Experiment, cfg: ExpConfig, t: Task, out_root: Path, sig: _Signals,
-            quick: bool) -> Outcome:
+def run_one(backend, exp: Experiment, cfg: ExpConfig, t: Task, out_root: Path, quick: bool) -> Outcome:
+    """One run of the sweep; its outcome is the one the run lifecycle recorded. Interrupted propagates."""
     meta_extra = {"experiment": exp.name, "system": t.system,
                   "x": {"name": exp.x_name, "value": t.point.x, "unit": exp.x_unit},
                   "series": t.point.series, "point_label": t.point.label, "repeat": t.repeat,
-                  "n_repeat": cfg.n_repeat, "point_key": t.key, "mechanism": backend.mechanism, "quick": quick}
+                  "n_repeat": cfg.n_repeat, "point_key": t.key, "mechanism": backend.mechanism, "quick": quick,
+                  "runner_start_unix": time.time()}
     config = {"experiment": exp.name, "knobs": t.knobs, "exp_config": cfg.as_dict(), "quick": quick}
     t0 = time.monotonic()
-    run_dir = None
     try:
         deploy = backend.deployment(**t.knobs)
-        sig.arm(watchdog_limit(deploy))
-        try:
-            meta_extra["runner_start_unix"] = time.time()
-            res = backend.run(deploy, exp.name, out_root=str(out_root), config=config, meta_extra=meta_extra)
-        finally:
-            sig.disarm()
-        run_dir = res.run_dir
-        status, reason = figures.verdict(res.check or {}, res.summary or {})
-    except (KeyboardInterrupt, RunError) as e:
-        run_dir = getattr(e, "run_dir", None)
-        reason = "interrupted" if _interrupted(e) else ("run error: " + str(e).splitlines()[0] if str(e) else
-                                                       f"run error: {type(e).__name__}")
-        if isinstance(e, RunTimeout):
-            reason = f"timeout: {e}"
-        _record(run_dir, "failed", reason)
-        if _interrupted(e):
-            raise Interrupted(reason) from None
-        return Outcome(t, "failed", reason, Path(run_dir) if run_dir else None, wall_s=time.monotonic() - t0)
+        res = backend.run(deploy, exp.name, out_root=str(out_root), config=config, meta_extra=meta_extra)
+    except Interrupted:
+        raise
+    except RunError as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return Outcome(t, "failed", reason, Path(e.run_dir) if e.run_dir else None, wall_s=time.monotonic() - t0)
     except Exception as e:  # noqa: BLE001 - a bug or an unexpected backend error fails this run only
         reason = f"error: {type(e).__name__}: {e}".splitlines()[0]
         traceback.print_exc(file=sys.stderr)
         return Outcome(t, "failed", reason, None, wall_s=time.monotonic() - t0)
-    _record(run_dir, status, reason)
-    return Outcome(t, status, reason, Path(run_dir), wall_s=time.monotonic() - t0)
+    return Outcome(t, res.status, res.reason, Path(res.run_dir), wall_s=time.monotonic() - t0)
 
 
 def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fresh: bool = False,
@@ -317,19 +241,20 @@ def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fres
     est = cfg.duration_s + EST_STARTUP_S
     progress = Progress(len(sweep.tasks), est, tty=tty)
     try:
-        with _Signals() as sig:
+        with interrupts.stop_on_signals() as stop:
             for t in sweep.tasks:
+                stop.check()
                 progress.start(t, cfg.n_repeat)
                 old = reuse.get((t.key, t.repeat))
                 if old is not None:
                     o = Outcome(t, "ok", "", old, reused=True)
                 else:
-                    o = run_one(backend, exp, cfg, t, out_root, sig, quick)
+                    o = run_one(backend, exp, cfg, t, out_root, quick)
                 sweep.outcomes.append(o)
                 progress.finish(o)
-    except (Interrupted, KeyboardInterrupt):
-        sweep.interrupted = True
-        progress.write("interrupted: stopping the sweep (the interrupted run is marked failed)")
+    except Interrupted as e:
+        sweep.interrupted = e
+        progress.write(f"{e}: stopped the sweep (the run under way is recorded as interrupted)")
     finally:
         progress.close()
     return sweep
@@ -351,12 +276,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "job run in the driver container), else local processes; local; swarm")
     ap.add_argument("--config", default=None, help="experiment config file (default: exp_config.py)")
     ap.add_argument("--out", default="results", help="results root (default results/)")
+    ap.add_argument("--wait", action="store_true",
+                    help="when another job holds the deployment (or this results folder), wait for it to finish "
+                         "instead of refusing at once")
 
 
 def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kind="auto", out="results",
                    log=print) -> tuple[int, Path | None]:
     """One experiment end to end: sweep, close the backend, draw the figure, print the table and the PDF path.
-    Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad configuration, 130 interrupted."""
+    Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad configuration, 128 + signal interrupted."""
     exp = experiments.get(name)
     try:
         cfg = load_exp_config(config)
@@ -384,14 +312,52 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
             backend.close()
         except Exception as e:  # noqa: BLE001
             print(f"warning: closing the backend failed: {e}", file=sys.stderr)
-    fig = figures.draw(exp.name, root=out, tail=cfg.tail_percentile)
+    n_reused = sum(o.reused for o in sweep.outcomes)
+    code = sweep.interrupted.exit_code if sweep.interrupted else 1 if sweep.failed else 0
+    try:
+        fig = figures.draw(exp.name, root=out, tail=cfg.tail_percentile)
+    except figures.NoRuns as e:
+        log(f"\nno figure: {e}")
+        return code or 1, None
     log("")
     log(figures.point_table(fig.table, fig.tail))
-    n_reused = sum(o.reused for o in sweep.outcomes)
     log(f"\n{len(sweep.outcomes)} of {len(sweep.tasks)} runs done ({n_reused} reused, {len(sweep.failed)} failed) "
-        f"in {_hms(time.monotonic() - t0)}" + ("; INTERRUPTED" if sweep.interrupted else ""))
+        f"in {_hms(time.monotonic() - t0)}" + (f"; INTERRUPTED ({sweep.interrupted})" if sweep.interrupted else ""))
     log(f"figure: {fig.pdf}  (also {fig.png.name}, {fig.csv.name})")
-    return (130 if sweep.interrupted else 1 if sweep.failed else 0), fig.pdf
+    return code, fig.pdf
+
+
+def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], script: str) -> int:
+    """The command lines' common body: run on the host through the driver container (testbed/mainjob.py), or
+    here (local backend, or inside the driver) holding the job's lock; experiments stop at the first bad
+    configuration or interrupt. Prints the figure paths."""
+    from . import mainjob
+    prog = Path(script).stem
+    try:
+        where = mainjob.choose(a.backend)
+        if where == "swarm-via-driver":
+            return mainjob.run_in_driver(script, argv, a.config, wait=a.wait)
+    except (RuntimeError, ValueError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    kind = "local" if where == "local" else "swarm"
+    rc, pdfs = 0, []
+    try:
+        with job(kind, a.out, a.wait):
+            for name in names:
+                code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out)
+                if pdf:
+                    pdfs.append(pdf)
+                rc = max(rc, code)
+                if code == 2 or code > 128:  # bad configuration or interrupted: stop here
+                    break
+    except (lock.Busy, RuntimeError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    print("\nfigures:" if pdfs else "\nno figure written")
+    for p in pdfs:
+        print(f"  {p}")
+    return rc
 
 
 def main(name: str, argv=None) -> int:
@@ -401,13 +367,5 @@ def main(name: str, argv=None) -> int:
                                  f"results/{exp.name}/<run-id>/, then draws results/data-{exp.name}.pdf (+ .png, "
                                  ".csv). Re-running resumes: ok runs of the same configuration are reused.")
     add_arguments(ap)
-    a = ap.parse_args(argv)
-    from . import mainjob
-    try:
-        where = mainjob.choose(a.backend)
-        if where == "swarm-via-driver":
-            return mainjob.run_in_driver(exp.script(), argv if argv is not None else sys.argv[1:], a.config)
-    except (RuntimeError, ValueError) as e:
-        print(f"{exp.script()}: error: {e}", file=sys.stderr)
-        return 2
-    return run_experiment(name, a.config, a.quick, a.fresh, "local" if where == "local" else "swarm", a.out)[0]
+    argv = sys.argv[1:] if argv is None else argv
+    return run_experiments([name], ap.parse_args(argv), argv, exp.script())

@@ -7,7 +7,8 @@ up(cfg, hosts):
   3. create the attachable overlay SUBNET (with OVERLAY_MTU), unless this deployment's network exists;
   4. a fresh SSH key pair for the deployment (.edge-txn/id_ed25519, never in the image);
   5. one container per shard (placement.plan) with its static IP, NET_ADMIN, a CPU limit and labels, and the
-     driver container at DRIVER_IP with the checkout mounted at /work/edge-txn;
+     driver container at DRIVER_IP with the checkout mounted at /work/edge-txn, the Docker socket of its host
+     (so a run can say why a container stopped answering) and the job-lock folder (testbed/lock.py);
   6. wait until every container runs sshd; choose the shaping mechanism (netem probe in a shard container) and,
      with netem, install the tc plan in every shard container (/etc/edge-txn/tc.sh, re-run by the entrypoint
      when a container restarts);
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from . import shaping
+from . import lock, shaping
 from .config import ExpConfig, rtt_matrix
 from .hosts import Host
 from .placement import Container, plan
@@ -43,6 +44,7 @@ STATE_DIR = REPO / ".edge-txn"
 CONTAINERS_YML = REPO / "containers.yml"
 DRIVER_MOUNT = "/work/edge-txn"
 DRIVER_ETC = "/etc/edge-txn"
+DOCKER_SOCKET = "/var/run/docker.sock"
 REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 
@@ -248,7 +250,9 @@ def specs(cfg: ExpConfig, containers: list[Container], pubkey: str, deployment: 
         if cpus:
             kw["nano_cpus"] = int(cpus * 1e9)
         if c.role == "driver":
-            kw["volumes"] = {str(repo): {"bind": DRIVER_MOUNT, "mode": "rw"}}
+            kw["volumes"] = {str(repo): {"bind": DRIVER_MOUNT, "mode": "rw"},
+                             DOCKER_SOCKET: {"bind": DOCKER_SOCKET, "mode": "rw"},
+                             str(lock.lock_dir()): {"bind": str(lock.DEFAULT_DIR), "mode": "rw"}}
             kw["environment"]["PYTHONPATH"] = DRIVER_MOUNT
             kw["working_dir"] = DRIVER_MOUNT
         image_id = (image_ids or {}).get(c.host.address)
@@ -340,9 +344,11 @@ def _wait_up(started: dict, timeout_s: float, log=None) -> None:
             time.sleep(0.3)
 
 
-def up(cfg: ExpConfig, hosts, deployment: str = "edge-txn", repo: Path = REPO, state_dir: Path = STATE_DIR,
+def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, state_dir: Path = STATE_DIR,
        containers_yml: Path = CONTAINERS_YML, log=None, up_timeout_s: float = 120) -> dict:
-    """Bring the deployment up (see the module doc); returns the containers.yml content."""
+    """Bring the deployment up (see the module doc); returns the containers.yml content.
+    deployment: the label value (default: DEPLOYMENT)."""
+    deployment = deployment or cfg.deployment
     hosts = list(hosts)
     t_start = time.monotonic()
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
@@ -508,9 +514,10 @@ def write_state(state: dict, path: Path = CONTAINERS_YML) -> None:
     Path(path).write_text(head + yaml.safe_dump(state, sort_keys=False))
 
 
-def down(cfg: ExpConfig, hosts, deployment: str = "edge-txn", state_dir: Path = STATE_DIR,
+def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path = STATE_DIR,
          containers_yml: Path = CONTAINERS_YML, log=None) -> dict:
     """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice)."""
+    deployment = deployment or cfg.deployment
     state = load_state(containers_yml) or {}
     hosts = list(hosts)
     clients = connect(hosts)
@@ -533,6 +540,34 @@ def down(cfg: ExpConfig, hosts, deployment: str = "edge-txn", state_dir: Path = 
         _remove_keys(state_dir)
         Path(containers_yml).unlink(missing_ok=True)
         return {"containers_removed": n, "swarm_left": left}
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+ENGINE_SWEEP = ("for p in $(pgrep -x txn-server; pgrep -x txn-client); do kill -9 $p 2>/dev/null && echo $p; done; "
+                "rm -rf /tmp/edge-run/*; true")
+
+
+def stop_engines(hosts, state: dict) -> dict:
+    """Kill every engine process in the deployment's shard containers and remove their run folders (after a
+    job was cut off, e.g. its driver container stopped). Returns {container: processes stopped} for those that
+    had any; containers that do not run are skipped."""
+    clients = connect(hosts)
+    try:
+        found = {}
+        by_name = {c["name"]: c for c in state.get("containers", []) if c.get("role") == "shard"}
+        for _, ct in _labelled(clients, state.get("deployment", "")):
+            if ct.name not in by_name or ct.status != "running":
+                continue
+            try:
+                rc, out = exec_run(ct, ["sh", "-c", ENGINE_SWEEP])
+            except Exception:  # noqa: BLE001 -- stopped between list and exec: nothing runs there
+                continue
+            n = len(out.split())
+            if n:
+                found[ct.name] = n
+        return found
     finally:
         for c in clients.values():
             c.close()

@@ -6,10 +6,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import deploy as deploylib, genconfig, swarm
+from . import deploy as deploylib, genconfig, interrupts, lock, swarm
 from .backend import base_knobs
 from .config import load_exp_config
 from .hosts import load_hosts
+from .runtypes import RunError
 
 
 def _load(config, hosts_file):
@@ -28,29 +29,36 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", default=None, help="hosts file (default hosts.yml)")
     ap.add_argument("--self-test", action="store_true", help="after bring-up, measure the RTT matrix "
                     "from inside the containers and compare it with the configured one")
+    ap.add_argument("--wait", action="store_true", help="wait for a job that holds the deployment (a sweep, a run) "
+                    "instead of refusing at once")
     a = ap.parse_args(argv)
     prog = "start_containers"
     try:
         cfg, hosts = _load(a.config, a.hosts)
-        t0 = time.monotonic()
-        if a.down:
-            r = swarm.down(cfg, hosts, log=print)
-            print(f"{prog}: removed {r['containers_removed']} containers, the network and the key pair"
-                  + (", left the swarm it had created" if r["swarm_left"] else "")
-                  + f" in {time.monotonic() - t0:.1f}s")
+        with interrupts.stop_on_signals() as stop, \
+                lock.JobLock(lock.swarm_lock_name(cfg.deployment)).acquire(a.wait) as held:
+            t0 = time.monotonic()
+            if a.down:
+                r = swarm.down(cfg, hosts, log=print)
+                print(f"{prog}: removed {r['containers_removed']} containers, the network and the key pair"
+                      + (", left the swarm it had created" if r["swarm_left"] else "")
+                      + f" in {time.monotonic() - t0:.1f}s")
+                return 0
+            state = swarm.up(cfg, hosts, log=print)
+            print(f"{prog}: {len(state['containers'])} containers up in {time.monotonic() - t0:.1f}s "
+                  f"(shaping {state['mechanism']}); wrote {swarm.CONTAINERS_YML.name}")
+            stop.check()
+            if a.self_test:
+                from .selftest import swarm_self_test
+                if not swarm_self_test(cfg, state, log=print, env=held.env()):
+                    return stop.exit_code() or 1
             return 0
-        state = swarm.up(cfg, hosts, log=print)
-        print(f"{prog}: {len(state['containers'])} containers up in {time.monotonic() - t0:.1f}s "
-              f"(shaping {state['mechanism']}); wrote {swarm.CONTAINERS_YML.name}")
-        if a.self_test:
-            from .selftest import swarm_self_test
-            ok = swarm_self_test(cfg, state, log=print)
-            if not ok:
-                return 1
-        return 0
-    except (ValueError, swarm.SwarmError) as e:
+    except (ValueError, swarm.SwarmError, lock.Busy) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except RunError as e:  # interrupted between steps
+        print(f"{prog}: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 1)
 
 
 def genconfig_main(argv=None) -> int:

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from testbed import deploy, figures, results
+from testbed import deploy, figures, results, rundirs, validate
 
 HEADER = "txn_id,type,type_name,class,start_us,latency_us,attempts,status\n"
 WINDOW = dict(duration=10, warmup=2, cooldown=1)    # window [2 s, 9 s)
@@ -43,6 +43,7 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
         (d / "summary.json").write_text(json.dumps({"classes": {"all": {"committed": n, "throughput_tps": tput}}}))
         (d / "check.json").write_text(json.dumps({"exit_code": check_code, "verdict": "CONSISTENT" if check_code == 0
                                                   else "INCONSISTENT (2 violations)"}))
+    validate.write_manifest(d)
     return d
 
 
@@ -101,7 +102,7 @@ def test_failed_point_is_a_failure_not_a_zero(tmp_path):
                             json.loads((tmp_path / "n_clients" / figures.MANIFEST).read_text()))
     by_x = agg.set_index("x")
     assert list(by_x.status) == ["ok", "failed", "failed"]
-    assert by_x.loc[4.0, "reasons"] == "run error: server died mid-run: s0.0.1 exited with code 6"
+    assert by_x.loc[4.0, "reasons"] == "server died mid-run: s0.0.1 exited with code 6"
     assert by_x.loc[8.0, "reasons"].startswith("inconsistent")
     assert math.isnan(by_x.loc[4.0, "throughput_tps_median"]) and math.isnan(by_x.loc[8.0, "irt_p50_ms_median"])
 
@@ -171,7 +172,7 @@ def test_without_manifest_the_newest_configuration_of_a_point_wins(tmp_path):
 def test_no_commits_is_a_failure(tmp_path):
     make_run(tmp_path, committed=0)
     assert figures.load_runs(tmp_path / "n_clients", 99).status.iloc[0] == "failed"
-    assert figures.run_outcome(next((tmp_path / "n_clients").iterdir()))[1] == "no commits in the measurement window"
+    assert rundirs.run_outcome(next((tmp_path / "n_clients").iterdir()))[1] == "no commits in the measurement window"
 
 
 def test_caption_names_scale_rtt_mechanism_and_swept_values(tmp_path):
@@ -195,9 +196,10 @@ def test_caption_says_where_the_cpu_was_saturated(tmp_path):
     assert "host CPU busy 40 %" in cap and "above" not in cap
 
 
-def test_empty_experiment_still_gives_a_figure(tmp_path):
-    fig = figures.draw("tpca", root=tmp_path, tail=99)
-    assert fig.pdf.is_file() and fig.png.is_file() and len(pd.read_csv(fig.csv)) == 0
+def test_experiment_without_runs_is_an_error_not_an_empty_figure(tmp_path):
+    with pytest.raises(figures.NoRuns, match="no runs of tpca"):
+        figures.draw("tpca", root=tmp_path, tail=99)
+    assert not (tmp_path / "data-tpca.pdf").exists()
 
 
 def test_genfigure_drawfig(tmp_path):

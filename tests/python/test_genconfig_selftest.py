@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from testbed import deploy, genconfig, selftest, swarm
+from testbed import deploy, genconfig, lock, rtt, selftest, swarm
 from testbed.config import load_exp_config
 from testbed.hosts import Host
 from testbed.placement import plan
@@ -74,24 +74,24 @@ def write_probe(d, node, region, rtts, lost):
 def test_probe_matrix_minimum_judged_median_reported(tmp_path):
     write_probe(tmp_path, "c0.0.0", 0, {0: [5.2, 5.9, 5.4], 1: [101.0, 100.2, 150.0]}, {0: 0, 1: 0})
     write_probe(tmp_path, "c1.0.0", 1, {0: [100.9, 100.4], 1: [5.1, 30.0, 31.0]}, {0: 0, 1: 0})
-    m = selftest.probe_matrix(tmp_path, 2)
+    m = rtt.probe_matrix(tmp_path, 2)
     assert m["rtt_ms"] == [[5.2, 100.2], [100.4, 5.1]]
     assert m["median_ms"] == [[5.4, 101.0], [100.65, 30.0]]
-    assert selftest.compare(m, [[5, 100], [100, 5]]) == []
-    bad = selftest.compare(m, [[5, 80], [80, 5]])
+    assert rtt.compare(m, [[5, 100], [100, 5]]) == []
+    bad = rtt.compare(m, [[5, 80], [80, 5]])
     assert bad == ["region 1 -> 2: measured 100.2 ms, configured 80 ms (tolerance +-8.0 ms)",
                    "region 2 -> 1: measured 100.4 ms, configured 80 ms (tolerance +-8.0 ms)"]
     # region 2 -> 2: median 30 ms over a 5.1 ms minimum: starved CPU, reported but not a failure
-    assert selftest.contention_warnings(m, [[5, 100], [100, 5]]) == [
+    assert rtt.contention_warnings(m, [[5, 100], [100, 5]]) == [
         "region 2 -> 2: median 30.0 ms vs minimum 5.1 ms"]
-    table = selftest.format_matrix(m, [[5, 100], [100, 5]])
+    table = rtt.format_matrix(m, [[5, 100], [100, 5]])
     assert "5.2/5" in table and "100.2/100" in table
 
 
 def test_missing_replies_and_losses_fail(tmp_path):
     write_probe(tmp_path, "c0.0.0", 0, {0: [5.0], 1: []}, {0: 4, 1: 5})
-    m = selftest.probe_matrix(tmp_path, 2)
-    bad = selftest.compare(m, [[5, 100], [100, 5]])
+    m = rtt.probe_matrix(tmp_path, 2)
+    bad = rtt.compare(m, [[5, 100], [100, 5]])
     assert "region 1 -> 2: no reply (configured 100 ms)" in bad
     assert "region 1 -> 1: 4 of 5 probes lost" in bad
     assert "region 2 -> 1: no reply (configured 100 ms)" in bad
@@ -100,14 +100,14 @@ def test_missing_replies_and_losses_fail(tmp_path):
 def test_ping_output_parsing_and_matrix():
     out = ("PING 10.55.2.1 (10.55.2.1) 56(84) bytes of data.\n64 bytes from 10.55.2.1: icmp_seq=1 ttl=64 "
            "time=100.3 ms\n64 bytes from 10.55.2.1: icmp_seq=2 ttl=64 time=99.9 ms\n")
-    assert selftest.ping_samples(out) == [100.3, 99.9]
+    assert rtt.ping_samples(out) == [100.3, 99.9]
     calls = []
 
     def run_in(region, argv):
         calls.append((region, argv[-1]))
         same = argv[-1].split(".")[2] == str(region)
         return 0, f"time={5.1 if same else 100.2} ms\n" * 3
-    m = selftest.ping_matrix(run_in, {1: ["10.55.1.1", "10.55.1.2"], 2: ["10.55.2.1"]}, 2, count=3)
+    m = rtt.ping_matrix(run_in, {1: ["10.55.1.1", "10.55.1.2"], 2: ["10.55.2.1"]}, 2, count=3)
     assert m["rtt_ms"] == [[5.1, 100.2], [100.2, 5.1]]
     assert (1, "10.55.1.2") in calls and (2, "10.55.2.1") in calls  # own region: another container if any
     assert m["lost"] == [[0, 0], [0, 0]]
@@ -137,7 +137,9 @@ def test_container_specs_static_ip_caps_labels_and_no_key_material(tmp_path):
     assert s.kwargs["environment"]["EDGE_TXN_AUTHORIZED_KEYS"] == "ssh-ed25519 AAAA test"
     drv = specs[-1]
     assert drv.container.ip == "10.55.0.240" and drv.kwargs["volumes"] == {
-        str(tmp_path): {"bind": swarm.DRIVER_MOUNT, "mode": "rw"}}
+        str(tmp_path): {"bind": swarm.DRIVER_MOUNT, "mode": "rw"},
+        "/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},    # names a dead container's state
+        str(lock.lock_dir()): {"bind": "/run/lock/edge-txn", "mode": "rw"}}       # one job per deployment
     # a changed knob changes the digest (bring-up replaces the container); the same inputs keep it
     again = swarm.specs(cfg, cs, "ssh-ed25519 AAAA test", "dep1", {"localhost": 2}, repo=tmp_path)
     other = swarm.specs(cfg, cs, "ssh-ed25519 BBBB test", "dep1", {"localhost": 2}, repo=tmp_path)

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from testbed import deploy
-from testbed.local import _LIVE, LocalBackend, RunError
+from testbed.local import _LIVE, LocalRunner as LocalBackend
+from testbed.runtypes import RunError
 
 from conftest import procs_mentioning
 

@@ -77,7 +77,7 @@ def test_summary_of_empty_run(tmp_path):
 
 
 def test_cpu_shares_busy_and_steal():
-    from testbed.local import cpu_shares, cpu_times
+    from testbed.lifecycle import cpu_shares, cpu_times
     # user nice system idle iowait irq softirq steal
     before, after = [100, 0, 50, 800, 10, 0, 0, 40], [130, 0, 60, 860, 10, 0, 0, 140]
     assert cpu_shares(before, after) == {"busy_pct": 20.0, "steal_pct": 50.0}

@@ -10,10 +10,12 @@ import time
 
 import pytest
 
-from testbed import deploy, experiments, figures, results, runner
+from pathlib import Path
+
+from testbed import deploy, experiments, figures, results, rundirs, runner, validate
 from testbed.backend import Backend, LocalBackend
 from testbed.config import load_exp_config
-from testbed.local import RunError, RunResult, new_run_id
+from testbed.runtypes import Interrupted, RunError, RunResult, new_run_id
 
 from conftest import procs_mentioning
 
@@ -28,13 +30,12 @@ def cfg(**over):
 
 
 class FakeBackend(Backend):
-    """Writes a complete run folder per run. behaviour(knobs) -> ok | error | inconsistent | nocommit |
-    interrupt | hang."""
+    """Writes a complete run folder per run, as the run lifecycle does (meta.json with status and reason, files.json).
+    behaviour(knobs) -> ok | error | inconsistent | nocommit | interrupt."""
     name, mechanism = "fake", "app"
 
     def __init__(self, behaviour=lambda k: "ok", modes=("dast",)):
         self.behaviour, self.modes, self.calls, self.closed = behaviour, modes, [], False
-        self.knobs_of = {}
 
     def built_modes(self):
         return list(self.modes)
@@ -48,38 +49,37 @@ class FakeBackend(Backend):
         knobs = deploy_dict.pop("_knobs")
         self.calls.append((knobs["mode"], knobs["concurrency"], knobs["seed"]))
         what = self.behaviour(knobs)
-        run_dir = os.path.join(out_root, name, new_run_id())
-        os.makedirs(os.path.join(run_dir, "clients"))
-        deploy.write_yaml(deploy_dict, os.path.join(run_dir, "deploy.yml"))
-        meta = {"run_id": os.path.basename(run_dir), "backend": self.name, "shaping": "app",
+        run_dir = Path(out_root) / name / new_run_id()
+        (run_dir / "clients").mkdir(parents=True)
+        deploy.write_yaml(deploy_dict, run_dir / "deploy.yml")
+        meta = {"run_id": run_dir.name, "backend": self.name, "shaping": "app",
                 "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(meta_extra or {})}
-        if what in ("error", "interrupt", "hang"):
-            if what == "hang":
-                try:
-                    time.sleep(30)
-                except RunError as e:  # the runner's watchdog, as the local backend would record it
-                    meta.update(status="failed", error=str(e))
-                    json.dump(meta, open(os.path.join(run_dir, "meta.json"), "w"))
-                    e.run_dir = run_dir
-                    raise
-            msg = "interrupted by SIGINT" if what == "interrupt" else "server s0.0.1 exited with code 6"
-            meta.update(status="failed", error=msg)
-            json.dump(meta, open(os.path.join(run_dir, "meta.json"), "w"))
-            raise RunError(msg, run_dir, interrupted=what == "interrupt")
-        meta["status"] = "ok"
-        json.dump(meta, open(os.path.join(run_dir, "meta.json"), "w"))
+
+        def finish(status, reason):
+            meta.update(status=status, reason=reason or None)
+            validate.write_manifest(run_dir)
+            rundirs.write_json(run_dir / "meta.json", meta)
+
+        if what == "error":
+            finish("failed", "server s0.0.1 exited with code 6")
+            raise RunError("server s0.0.1 exited with code 6", run_dir)
+        if what == "interrupt":
+            e = Interrupted(signal.SIGINT, run_dir=run_dir)
+            finish("interrupted", str(e))
+            raise e
         w0 = deploy_dict["client"]["warmup_s"] * 1e6
         rows = [] if what == "nocommit" else [
             (i, 0, "NewOrder", "CRT" if i % 4 == 0 else "IRT", int(w0 + i * 1000),
              (150 if i % 4 == 0 else 10 + knobs["concurrency"]) * 1000, 1, "committed") for i in range(100)]
-        with open(os.path.join(run_dir, "clients", "c0.0.0.records.csv"), "w") as f:
-            f.write(HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
+        (run_dir / "clients" / "c0.0.0.records.csv").write_text(
+            HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
         summary = results.summarize_run(run_dir)
         check = {"exit_code": 1 if what == "inconsistent" else 0,
                  "verdict": "INCONSISTENT (1 violations)" if what == "inconsistent" else "CONSISTENT"}
-        json.dump(check, open(os.path.join(run_dir, "check.json"), "w"))
-        from pathlib import Path
-        return RunResult(Path(run_dir), summary, check)
+        rundirs.write_json(run_dir / "check.json", check)
+        status, reason = rundirs.verdict(check, summary)
+        finish(status, reason)
+        return RunResult(run_dir, status, reason, summary, check)
 
     def close(self):
         self.closed = True
@@ -115,9 +115,10 @@ def test_failed_runs_are_recorded_and_rerun(tmp_path):
     assert len(b.calls) == 6                                                       # the sweep went on
     failed = [o for o in s.outcomes if o.status == "failed"]
     assert [o.task.point.x for o in failed] == [4, 4]                              # x = 1 proc x 2 shards x 2
+    assert failed[0].reason == "server s0.0.1 exited with code 6"
     meta = json.loads((failed[0].run_dir / "meta.json").read_text())
-    assert meta["outcome"] == {"status": "failed", "reason": "run error: server s0.0.1 exited with code 6"}
-    assert meta["status"] == "failed" and meta["experiment"] == "n_clients" and meta["x"]["value"] == 4
+    assert meta["status"] == "failed" and meta["reason"] == "server s0.0.1 exited with code 6"
+    assert meta["experiment"] == "n_clients" and meta["x"]["value"] == 4
 
     b2 = FakeBackend()
     s2, _ = sweep(tmp_path, b2)
@@ -134,7 +135,7 @@ def test_bad_verdicts_are_failures(tmp_path, what, reason):
     s, _ = sweep(tmp_path, b)
     bad = [o for o in s.outcomes if o.status != "ok"]
     assert len(bad) == 2 and {o.reason for o in bad} == {reason}
-    assert figures.run_outcome(bad[0].run_dir) == ("failed", reason)
+    assert rundirs.run_outcome(bad[0].run_dir) == ("failed", reason)
     b2 = FakeBackend()
     sweep(tmp_path, b2)
     assert sorted(b2.calls) == [("dast", 4, 1), ("dast", 4, 2)]
@@ -196,28 +197,17 @@ def test_bad_knob_is_rejected_before_anything_runs(tmp_path):
     assert b.calls == []
 
 
-def test_interrupt_stops_the_sweep_and_marks_the_run_failed(tmp_path):
+def test_interrupt_stops_the_sweep_and_records_the_run_interrupted(tmp_path):
     seen = []
     b = FakeBackend(lambda k: "interrupt" if (seen.append(1) or len(seen)) == 2 else "ok")
     s, _ = sweep(tmp_path, b)
-    assert s.interrupted and len(b.calls) == 2 and len(s.outcomes) == 1
+    assert s.interrupted and s.interrupted.exit_code == 130 and len(b.calls) == 2 and len(s.outcomes) == 1
     metas = [json.loads(p.read_text()) for p in (tmp_path / "n_clients").glob("*/meta.json")]
-    cut = [m for m in metas if m["status"] == "failed"]
-    assert len(cut) == 1 and cut[0]["outcome"] == {"status": "failed", "reason": "interrupted"}
+    cut = [m for m in metas if m["status"] != "ok"]
+    assert len(cut) == 1 and cut[0]["status"] == "interrupted" and cut[0]["reason"] == "interrupted by SIGINT"
     b2 = FakeBackend()
     sweep(tmp_path, b2)
     assert len(b2.calls) == 5                                                      # resumes, re-runs the cut one
-
-
-def test_watchdog_cuts_a_hanging_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "watchdog_limit", lambda d: 1.0)
-    b = FakeBackend(lambda k: "hang" if k["concurrency"] == 1 and k["seed"] == 1 else "ok")
-    t0 = time.monotonic()
-    s, _ = sweep(tmp_path, b, c=cfg(DURATION_S=1, WARMUP_S=0.2, COOLDOWN_S=0.2))
-    assert time.monotonic() - t0 < 10
-    o = s.outcomes[0]
-    assert o.status == "failed" and o.reason.startswith("timeout: runner watchdog") and o.run_dir is not None
-    assert [x.status for x in s.outcomes[1:]] == ["ok"] * 5                        # and the sweep went on
 
 
 def test_run_experiment_closes_the_backend_and_draws(tmp_path, monkeypatch, capsys):
@@ -228,7 +218,7 @@ def test_run_experiment_closes_the_backend_and_draws(tmp_path, monkeypatch, caps
     rc, pdf = runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res")
     out = capsys.readouterr().out
     assert rc == 1 and b.closed and pdf == tmp_path / "res" / "data-n_clients.pdf" and pdf.is_file()
-    assert "figure: " + str(pdf) in out and "failed: run error" in out
+    assert "figure: " + str(pdf) in out and "failed: server s0.0.1 exited with code 6" in out
     assert (tmp_path / "res" / "data-n_clients.png").is_file() and (tmp_path / "res" / "data-n_clients.csv").is_file()
 
 
@@ -292,8 +282,7 @@ def test_with_local_backend_fake_binaries_and_ctrl_c(fake_bin, tmp_path):
     fig = figures.draw("n_clients", root=tmp_path)
     assert list(fig.table.irt_p50_ms_median) == [20.0, 20.0] and list(fig.table.crt_p50_ms_median) == [150.0, 150.0]
 
-    # Ctrl-C in the middle of a run (once its clients run: see the note on local.py's start-up window in
-    # docs/experiments.md): the sweep stops, the run is marked failed, no process is left
+    # Ctrl-C in the middle of a run: the sweep stops, the run is recorded as interrupted, no process is left
     before = set((tmp_path / "n_clients").iterdir())
 
     def ctrl_c():
@@ -312,5 +301,5 @@ def test_with_local_backend_fake_binaries_and_ctrl_c(fake_bin, tmp_path):
     assert s2.interrupted and s2.outcomes == []
     newest = max((tmp_path / "n_clients").glob("*/meta.json"), key=lambda p: p.stat().st_mtime)
     meta = json.loads(newest.read_text())
-    assert meta["status"] == "failed" and meta["outcome"]["reason"] == "interrupted"
+    assert meta["status"] == "interrupted" and meta["reason"] == "interrupted by SIGINT"
     assert procs_mentioning(str(tmp_path)) == []
