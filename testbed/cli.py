@@ -49,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "(on the host it is run through the driver container)")
     ap.add_argument("--wait", action="store_true", help="swarm: wait for a job that holds the deployment instead "
                     "of refusing at once")
+    ap.add_argument("--config", default=None, help="swarm, on the host: experiment config whose DEPLOYMENT names the "
+                    "deployment to run on (default exp_config.py)")
     return ap.parse_args(argv)
 
 
@@ -58,7 +60,7 @@ def main(argv=None) -> int:
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
     if a.backend == "swarm" and not inside_driver():
         from . import mainjob
-        return mainjob.run_job_in_driver(["python", "-m", "testbed.cli", *argv], wait=a.wait)
+        return mainjob.run_job_in_driver(["python", "-m", "testbed.cli", *argv], config=a.config, wait=a.wait)
     try:
         if a.backend == "swarm":
             backend = SwarmBackend()

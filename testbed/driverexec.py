@@ -51,8 +51,9 @@ def exec_in_driver(driver: str, argv: list[str], env: dict | None = None, out=No
                    stop: interrupts.Stop | None = None, grace_s: float = STOP_GRACE_S,
                    timeout_s: float | None = None) -> int:
     """Run argv in the driver container and relay its output (stdout and stderr, in order) to `out`.
-    Returns its exit code; when a stop was requested here, 128 + that signal once the job ended (or was killed
-    after grace_s). timeout_s: a job still running after this long is stopped like a SIGTERM (exit code 124)."""
+    Returns the job's exit code (after a forwarded stop the job's own code says whether it was cut short: 128 +
+    signal, or its normal code when it had just finished); 128 + the signal when it had to be killed after grace_s.
+    timeout_s: a job still running after this long is stopped like a SIGTERM (exit code 124)."""
     out = out or sys.stdout
     stop = stop or interrupts.current()
     flags = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")]
@@ -67,7 +68,7 @@ def exec_in_driver(driver: str, argv: list[str], env: dict | None = None, out=No
         lines.put(None)
     threading.Thread(target=reader, daemon=True).start()
 
-    forwarded_at, t0, timed_out = None, time.monotonic(), False
+    forwarded_at, t0, timed_out, killed = None, time.monotonic(), False, False
     while True:
         try:
             line = lines.get(timeout=0.2)
@@ -97,9 +98,12 @@ def exec_in_driver(driver: str, argv: list[str], env: dict | None = None, out=No
         if forwarded_at is not None and time.monotonic() - forwarded_at > grace_s:
             _say(out, f"the job in {driver} did not stop within {grace_s:g}s; killing it")
             p.kill()
+            killed = True
             break
     rc = p.wait()
-    return 128 + stop.signum if stop.requested else 124 if timed_out else rc
+    if timed_out:
+        return 124
+    return 128 + stop.signum if killed and stop.requested else rc
 
 
 def _signame(signum) -> str:

@@ -144,6 +144,7 @@ def watch_stdin(stop: Stop, fd: int = 0) -> threading.Thread:
                 words = line.decode(errors="replace").split()
                 if len(words) == 2 and words[0] == "STOP" and words[1] in signal.Signals.__members__:
                     stop.request(int(signal.Signals[words[1]]), "forwarded by the host")
+                    return  # the end-of-file that follows is part of the same stop
 
     t = threading.Thread(target=loop, name="stdin-watch", daemon=True)
     t.start()

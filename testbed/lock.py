@@ -58,6 +58,11 @@ def local_lock_name(out_root) -> str:
     return "local-" + hashlib.sha256(str(Path(out_root).resolve()).encode()).hexdigest()[:12]
 
 
+def what_is_locked(name: str) -> str:
+    kind, _, rest = name.partition("-")
+    return {"swarm": f"deployment {rest!r}", "local": "this results folder"}.get(kind, name)
+
+
 def describe(holder: dict | None) -> str:
     if not holder:
         return "another job (it has not said which yet)"
@@ -105,10 +110,10 @@ class JobLock:
                     raise
             if not wait:
                 os.close(fd)
-                raise Busy(f"{self.name} is busy: {describe(self.holder())} holds it; wait for it to finish, "
-                           "stop it (Ctrl-C there, or kill -INT its pid), or run again with --wait")
+                raise Busy(f"{what_is_locked(self.name)} is busy: {describe(self.holder())} holds it; wait for it to "
+                           "finish, stop it (Ctrl-C there, or kill -INT its pid), or run again with --wait")
             if not announced:
-                say(f"waiting for {describe(self.holder())} to release {self.name} (--wait) ...")
+                say(f"waiting for {describe(self.holder())} to release {what_is_locked(self.name)} (--wait) ...")
                 announced = True
             try:
                 interrupts.current().sleep(0.5)

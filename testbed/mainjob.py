@@ -13,9 +13,10 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path, PurePosixPath
 
 from . import interrupts, lock
-from .driverexec import container_state, exec_in_driver, relay_paths
+from .driverexec import REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver, relay_paths
 from .runtypes import Interrupted
 from .swarm_backend import inside_driver
 
@@ -57,6 +58,36 @@ def strip_backend(argv: list[str]) -> list[str]:
             skip = True
         elif not x.startswith("--backend="):
             out.append(x)
+    return out
+
+
+PATH_OPTIONS = ("--config", "--out")
+REPO_IN_DRIVER = PurePosixPath(_DRIVER_REPO)
+
+
+def driver_argv(argv: list[str], repo: Path, cwd: Path | None = None) -> list[str]:
+    """argv for the job in the driver: the values of --config and --out (paths on this machine) become the same
+    paths in the checkout mounted there; ValueError for one outside the checkout (the driver cannot see it)."""
+    cwd = Path(cwd or os.getcwd())
+
+    def convert(opt: str, value: str) -> str:
+        path = (cwd / value).resolve()
+        if path != repo and repo not in path.parents:
+            raise ValueError(f"{opt} {value}: must lie inside the checkout {repo} (the driver container sees only it)")
+        return str(REPO_IN_DRIVER / path.relative_to(repo))
+
+    out, i = [], 0
+    while i < len(argv):
+        x = argv[i]
+        name, eq, val = x.partition("=")
+        if name in PATH_OPTIONS and eq:
+            out.append(f"{name}={convert(name, val)}")
+        elif x in PATH_OPTIONS and i + 1 < len(argv):
+            out += [x, convert(x, argv[i + 1])]
+            i += 1
+        else:
+            out.append(x)
+        i += 1
     return out
 
 
@@ -106,14 +137,14 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
             driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
             sha = git_sha()
             env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
-            job = ["python", script, *strip_backend(argv), "--backend", "swarm"]
+            job = ["python", script, *driver_argv(strip_backend(argv), swarm.REPO), "--backend", "swarm"]
             log(f"main job: docker exec -i {driver} {' '.join(job)}")
             rc = exec_in_driver(driver, job, env, line_filter=relay_paths(str(swarm.REPO)), stop=stop)
             if rc != 0:
                 _after_bad_exit(driver, hosts, state, log)
             log("main job: the containers stay up for the next run; `make down` removes them")
             return rc
-    except lock.Busy as e:
+    except (lock.Busy, ValueError) as e:
         log(f"main job: {e}")
         return 2
     except Interrupted as e:
@@ -134,27 +165,29 @@ def _after_bad_exit(driver: str, hosts, state: dict, log) -> None:
         log("stopped engine processes the job left behind: " + ", ".join(f"{n} in {c}" for c, n in sorted(left.items())))
 
 
-def run_job_in_driver(job_argv: list[str], wait: bool = False, log=print) -> int:
-    """A one-off job (e.g. `python -m testbed.cli ...`) in the driver of the deployment that is up (containers.yml
-    of this checkout), holding the deployment's lock; Ctrl-C here stops it there."""
+def run_job_in_driver(job_argv: list[str], config=None, wait: bool = False, log=print) -> int:
+    """A one-off job (e.g. `python -m testbed.cli ...`) in the driver of the deployment that is up (DEPLOYMENT of
+    the config; its containers.yml in this checkout), holding the deployment's lock; Ctrl-C here stops it there."""
     from . import swarm
+    from .config import load_exp_config
     from .hosts import load_hosts
     from .lifecycle import git_sha
-    state = swarm.load_state()
+    path = swarm.state_paths(load_exp_config(config).deployment)[1]
+    state = swarm.load_state(path)
     if state is None:
-        log(f"error: {swarm.CONTAINERS_YML.name} not found: no deployment is up; `make up` brings one up")
+        log(f"error: {path.name} not found: deployment is not up; `make up` brings it up")
         return 2
     driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
     try:
         with interrupts.stop_on_signals(say=log) as stop, \
-                lock.JobLock(lock.swarm_lock_name(state.get("deployment", "edge")),
-                             " ".join(job_argv)).acquire(wait, say=log) as held:
+                lock.JobLock(lock.swarm_lock_name(state.get("deployment", "edge"))).acquire(wait, say=log) as held:
             sha = git_sha()
             env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
-            rc = exec_in_driver(driver, job_argv, env, line_filter=relay_paths(str(swarm.REPO)), stop=stop)
+            rc = exec_in_driver(driver, driver_argv(job_argv, swarm.REPO), env,
+                                line_filter=relay_paths(str(swarm.REPO)), stop=stop)
             if rc != 0:
                 _after_bad_exit(driver, load_hosts(), state, log)
             return rc
-    except lock.Busy as e:
+    except (lock.Busy, ValueError) as e:
         log(f"error: {e}")
         return 2

@@ -40,8 +40,8 @@ from .placement import Container, plan
 
 REPO = Path(__file__).resolve().parents[1]
 LABEL = "edge-txn.deployment"
-STATE_DIR = REPO / ".edge-txn"
-CONTAINERS_YML = REPO / "containers.yml"
+STATE_ROOT = REPO / ".edge-txn"
+CONTAINERS_YML = REPO / "containers.yml"   # the default deployment's (DEPLOYMENT = 'edge')
 DRIVER_MOUNT = "/work/edge-txn"
 DRIVER_ETC = "/etc/edge-txn"
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -50,6 +50,14 @@ REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 class SwarmError(RuntimeError):
     """A bring-up or teardown problem, explained in one message."""
+
+
+def state_paths(deployment: str, repo: Path = REPO) -> tuple[Path, Path]:
+    """(key folder, containers.yml) of a deployment in a checkout. The default deployment keeps the well-known
+    containers.yml (genConfig.py reads it); any other gets containers.<name>.yml, so a second deployment (the
+    tests' own, say) never touches the first one's files."""
+    yml = repo / ("containers.yml" if deployment == "edge" else f"containers.{deployment}.yml")
+    return repo / ".edge-txn" / deployment, yml
 
 
 def _say(log, msg):
@@ -191,7 +199,7 @@ def ensure_network(manager, cfg: ExpConfig, deployment: str, log=None):
 
 # ---------------------------------------------------------------- keys
 
-def keypair(state_dir: Path = STATE_DIR) -> tuple[Path, str]:
+def keypair(state_dir: Path) -> tuple[Path, str]:
     """The deployment's ed25519 key pair (created once per deployment; down() deletes it). -> (private, public)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -344,11 +352,13 @@ def _wait_up(started: dict, timeout_s: float, log=None) -> None:
             time.sleep(0.3)
 
 
-def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, state_dir: Path = STATE_DIR,
-       containers_yml: Path = CONTAINERS_YML, log=None, up_timeout_s: float = 120) -> dict:
+def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, state_dir: Path | None = None,
+       containers_yml: Path | None = None, log=None, up_timeout_s: float = 120) -> dict:
     """Bring the deployment up (see the module doc); returns the containers.yml content.
-    deployment: the label value (default: DEPLOYMENT)."""
+    deployment: the label value (default: DEPLOYMENT); state_dir/containers_yml default to state_paths()."""
     deployment = deployment or cfg.deployment
+    default_dir, default_yml = state_paths(deployment, repo)
+    state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
     hosts = list(hosts)
     t_start = time.monotonic()
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
@@ -490,13 +500,15 @@ def _remove_gwbridge(client) -> None:
 def _remove_keys(state_dir: Path) -> None:
     for f in ("id_ed25519", "id_ed25519.pub"):
         (state_dir / f).unlink(missing_ok=True)
-    try:
-        state_dir.rmdir()
-    except OSError:
-        pass
+    for d in (state_dir, state_dir.parent):  # .edge-txn/<deployment>, then .edge-txn when it is empty
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 def load_state(path: Path = CONTAINERS_YML) -> dict | None:
+    """containers.yml of a running deployment (None when there is none)."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -509,15 +521,17 @@ def load_state(path: Path = CONTAINERS_YML) -> dict | None:
     return data
 
 
-def write_state(state: dict, path: Path = CONTAINERS_YML) -> None:
+def write_state(state: dict, path: Path) -> None:
     head = "# Written by start_containers.py: the running deployment (read by genConfig.py and the swarm backend).\n"
     Path(path).write_text(head + yaml.safe_dump(state, sort_keys=False))
 
 
-def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path = STATE_DIR,
-         containers_yml: Path = CONTAINERS_YML, log=None) -> dict:
+def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path | None = None,
+         containers_yml: Path | None = None, log=None) -> dict:
     """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice)."""
     deployment = deployment or cfg.deployment
+    default_dir, default_yml = state_paths(deployment)
+    state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
     state = load_state(containers_yml) or {}
     hosts = list(hosts)
     clients = connect(hosts)
@@ -545,8 +559,11 @@ def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path =
             c.close()
 
 
-ENGINE_SWEEP = ("for p in $(pgrep -x txn-server; pgrep -x txn-client); do kill -9 $p 2>/dev/null && echo $p; done; "
-                "rm -rf /tmp/edge-run/*; true")
+# kill every run's wrappers, life limits and engines at once (so no wrapper writes into a folder being removed),
+# then the folders; prints how many engine processes there were. The command line must not contain the text
+# the pattern matches ('[/]' does not match itself; the folder is spelled through $d), or pkill kills it too.
+ENGINE_SWEEP = ("n=$( (pgrep -x txn-server; pgrep -x txn-client) | wc -l); pkill -9 -f '[/]tmp/edge-run/'; "
+                "pkill -9 -x txn-server; pkill -9 -x txn-client; d=/tmp/edge-run; rm -rf \"$d\"/*; echo $n")
 
 
 def stop_engines(hosts, state: dict) -> dict:
@@ -564,7 +581,7 @@ def stop_engines(hosts, state: dict) -> dict:
                 rc, out = exec_run(ct, ["sh", "-c", ENGINE_SWEEP])
             except Exception:  # noqa: BLE001 -- stopped between list and exec: nothing runs there
                 continue
-            n = len(out.split())
+            n = int(out.split()[-1]) if out.split() and out.split()[-1].isdigit() else 0
             if n:
                 found[ct.name] = n
         return found

@@ -49,7 +49,11 @@ def inside_driver() -> bool:
 
 
 class SshError(RuntimeError):
-    pass
+    """A command or copy over SSH that failed; `why` is the short cause (e.g. `SSHException SSH session not active`)."""
+
+    def __init__(self, msg: str, why: str = ""):
+        super().__init__(msg)
+        self.why = why or msg
 
 
 class Ssh:
@@ -64,7 +68,8 @@ class Ssh:
             self.client.connect(ip, 22, "root", key_filename=str(key_path), timeout=timeout, banner_timeout=timeout,
                                 auth_timeout=timeout, allow_agent=False, look_for_keys=False)
         except Exception as e:  # noqa: BLE001 -- paramiko raises many types; all mean: not reachable
-            raise SshError(f"cannot ssh to {ip}: {type(e).__name__} {e}".strip()) from None
+            why = f"{type(e).__name__} {e}".strip()
+            raise SshError(f"cannot ssh to {ip}: {why}", why) from None
         self.client.get_transport().set_keepalive(2)
         self.lock = threading.Lock()
 
@@ -93,7 +98,8 @@ class Ssh:
             return rc, out.decode(errors="replace")
         except (OSError, EOFError, TimeoutError, AttributeError, paramiko.SSHException) as e:
             # AttributeError: get_transport() is None once the connection dropped
-            raise SshError(f"`{cmd[:60]}` on {self.ip}: {type(e).__name__} {e}".strip()) from None
+            why = f"{type(e).__name__} {e}".strip()
+            raise SshError(f"`{cmd[:60]}` on {self.ip}: {why}", why) from None
         finally:
             self.lock.release()
 
@@ -107,7 +113,8 @@ class Ssh:
                 finally:
                     sftp.close()
             except (OSError, EOFError, AttributeError, paramiko.SSHException) as e:
-                raise SshError(f"copying {local.name} to {self.ip}: {type(e).__name__} {e}") from None
+                why = f"{type(e).__name__} {e}".strip()
+                raise SshError(f"copying {local.name} to {self.ip}: {why}", why) from None
 
     def get_tree(self, remote_dir: str, local_dir: Path, timeout: float = 60) -> int:
         """Copy the files of remote_dir/{logs,servers,clients} into local_dir/...; returns the count."""
@@ -131,7 +138,8 @@ class Ssh:
                 finally:
                     sftp.close()
             except (OSError, EOFError, AttributeError, paramiko.SSHException) as e:
-                raise SshError(f"copying results from {self.ip}: {type(e).__name__} {e}") from None
+                why = f"{type(e).__name__} {e}".strip()
+                raise SshError(f"copying results from {self.ip}: {why}", why) from None
         return n
 
     def close(self) -> None:
@@ -167,7 +175,7 @@ class RemoteProc(Proc):
         self.runner, self.conn, self.container, self.name, self.argv, self.rdir = (
             runner, conn, container, name, argv, rdir)
         log = f"logs/{name}"
-        inner = (f"echo $$ > {log}.wpid; timeout -k 5 {life_s:.0f} {shlex.join(argv)} > {log}.log 2>&1 & "
+        inner = (f"echo $$ > {log}.wpid; timeout {life_s:.0f} {shlex.join(argv)} > {log}.log 2>&1 & "
                  f"echo $! > {log}.pid; wait $!; echo $? > {log}.rc.tmp; mv {log}.rc.tmp {log}.rc")
         try:
             rc, out = conn.sh(f"cd {rdir} || exit 1; setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 &"
@@ -216,6 +224,7 @@ class SwarmRunner(Runner):
         self.rdir = ""
         self._last_poll = 0.0
         self._t_start = 0.0
+        self._gone: set[str] = set()   # containers found dead or unreachable during this run
 
     # ---- connections and the containers' state
     def conn(self, ip: str) -> Ssh:
@@ -229,10 +238,12 @@ class SwarmRunner(Runner):
     def container_problem(self, ip: str, err) -> str:
         """One line: which container, what Docker says about it (when the driver can see it), what SSH said."""
         name = self.names.get(ip, ip)
+        why = getattr(err, "why", None) or str(err)
+        self._gone.add(ip)
         state = docker_state(name, self._t_start)
         if state:
-            return f"container {name} {state} (ssh: {err})"
-        return (f"container {name} ({ip}) stopped answering over SSH ({err}); its state is not visible from the "
+            return f"container {name} {state} (ssh: {why})"
+        return (f"container {name} ({ip}) stopped answering over SSH ({why}); its state is not visible from the "
                 "driver: look at `docker ps -a` on its host")
 
     def _each(self, ips, fn, timeout: float) -> dict:
@@ -254,6 +265,7 @@ class SwarmRunner(Runner):
     # ---- lifecycle hooks
     def prepare(self, deploy, cfg_path, run_dir):
         self._t_start = time.time()
+        self._gone = set()
         self.rdir = f"{REMOTE_ROOT}/{run_dir.name}"
         self.rc, self.ready_names, self._last_poll = {}, set(), 0.0
         c = deploy["client"]
@@ -321,13 +333,17 @@ class SwarmRunner(Runner):
     def teardown(self, run_dir: Path, procs: list) -> list[str]:
         notes = []
         if self.rdir:
-            pattern = "[/]" + self.rdir.lstrip("/") + "/"   # '[/]' keeps the pattern from matching this command
-            cmd = (f"for f in {self.rdir}/logs/*.pid {self.rdir}/logs/*.wpid; do [ -e \"$f\" ] && "
+            # '[/]' and no other "<rdir>/" in the command keep pkill from matching this very command
+            pattern = "[/]" + self.rdir.lstrip("/") + "/"
+            cmd = (f"cd {self.rdir} 2>/dev/null && for f in logs/*.pid logs/*.wpid; do [ -e \"$f\" ] && "
                    f"kill -9 $(cat \"$f\") 2>/dev/null; done; pkill -9 -f {shlex.quote(pattern)} 2>/dev/null; "
-                   f"rm -rf {shlex.quote(self.rdir)}; true")
+                   f"cd /; rm -rf {shlex.quote(self.rdir)}; true")
+            for ip in [ip for ip in self.conns if ip in self._gone]:  # nothing of the run survives there
+                notes.append(f"{self.names.get(ip, ip)}: not cleaned (the container was gone)")
+                self._drop(ip)
             for ip, r in self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), CMD_TIMEOUT_S + 2).items():
                 if isinstance(r, Exception):
-                    notes.append(f"cleanup of {self.names.get(ip, ip)} failed: {r}")
+                    notes.append(f"{self.names.get(ip, ip)}: cleanup failed ({getattr(r, 'why', r)})")
                     self._drop(ip)
         _chown_like_parent(run_dir)
         for n in notes:

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
                 return 0
             state = swarm.up(cfg, hosts, log=print)
             print(f"{prog}: {len(state['containers'])} containers up in {time.monotonic() - t0:.1f}s "
-                  f"(shaping {state['mechanism']}); wrote {swarm.CONTAINERS_YML.name}")
+                  f"(shaping {state['mechanism']}); wrote {swarm.state_paths(cfg.deployment)[1].name}")
             stop.check()
             if a.self_test:
                 from .selftest import swarm_self_test
@@ -71,14 +71,16 @@ def genconfig_main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, default=d["concurrency"], help="coordinators per client process")
     ap.add_argument("--regions", type=int, default=None, help="use the first k regions (default REGIONS)")
     ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
-    ap.add_argument("--containers", default=str(swarm.CONTAINERS_YML), help="containers.yml of the deployment")
+    ap.add_argument("--containers", default=None,
+                    help="containers.yml of the deployment (default: the one of DEPLOYMENT in exp_config.py)")
     ap.add_argument("--out", default="config/deploy.yml")
     a = ap.parse_args(argv)
     try:
         cfg = load_exp_config(a.config)
-        state = swarm.load_state(Path(a.containers))
+        path = Path(a.containers) if a.containers else swarm.state_paths(cfg.deployment)[1]
+        state = swarm.load_state(path)
         if state is None:
-            raise ValueError(f"{a.containers}: not found; run start_containers.py first")
+            raise ValueError(f"{path}: not found; run start_containers.py first")
         knobs = base_knobs(cfg, regions=a.regions)
         dep = genconfig.deployment(state, mode=a.mode, workload=a.workload, clients_per_shard=a.clients_per_shard,
                                    concurrency=a.concurrency, **knobs)

@@ -1,4 +1,5 @@
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -6,6 +7,29 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+IMAGE = os.environ.get("EDGE_TXN_TEST_IMAGE", "edge-txn:latest")
+
+
+def docker_client():
+    """A docker-py client when a Docker daemon answers, else None."""
+    try:
+        import docker
+        c = docker.from_env(timeout=10)
+        c.ping()
+        return c
+    except Exception:  # noqa: BLE001 -- any failure means: no usable daemon here
+        return None
+
+
+@pytest.fixture(scope="session")
+def image():
+    """Builds the image exactly as a user would (docker/build_image.sh; cached layers make reruns quick)."""
+    p = subprocess.run(["bash", str(REPO / "docker" / "build_image.sh"), IMAGE], cwd=REPO, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    print(p.stdout[-3000:])
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "build_image: built" in p.stdout
+    return IMAGE
 
 
 def procs_mentioning(text: str) -> list[str]:
@@ -33,3 +57,37 @@ def fake_bin(tmp_path):
         p.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{fake}" {role} "$@"\n')
         p.chmod(0o755)
     return d
+
+
+# ---------------------------------------------------------------- the user's deployment is not the tests' business
+TEST_DEPLOYMENT_PREFIX = "tst"   # every deployment the tests bring up is named tst...; anything else is a user's
+
+
+def _user_deployments():
+    """(containers, networks) of every edge-txn deployment not made by the tests, as comparable tuples; None when
+    no Docker daemon answers."""
+    c = docker_client()
+    if c is None:
+        return None
+    try:
+        label = "edge-txn.deployment"
+        cts = sorted((ct.name, ct.id, ct.status, ct.attrs["State"].get("StartedAt"), ct.labels.get("edge-txn.spec"))
+                     for ct in c.containers.list(all=True, filters={"label": label})
+                     if not ct.labels.get(label, "").startswith(TEST_DEPLOYMENT_PREFIX))
+        nets = sorted((n.name, n.id) for n in c.networks.list()
+                      if label in (n.attrs.get("Labels") or {})
+                      and not n.attrs["Labels"][label].startswith(TEST_DEPLOYMENT_PREFIX))
+        return cts, nets
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_deployment_untouched():
+    """A deployment the user has up (e.g. after `make main`) is exactly as it was after the whole suite: same
+    containers (ids, state, start time, spec), same networks. Fails the session otherwise."""
+    before = _user_deployments()
+    yield
+    if before is not None:
+        after = _user_deployments()
+        assert after == before, f"the test suite changed a user's deployment: before {before}, after {after}"

@@ -17,24 +17,14 @@ from testbed.config import load_exp_config
 from testbed.hosts import Host, parse_hosts
 from testbed.selftest import swarm_self_test
 
-from conftest import REPO
+from conftest import IMAGE, REPO, docker_client
 
-IMAGE = os.environ.get("EDGE_TXN_TEST_IMAGE", "edge-txn:latest")
-DEPLOYMENT = "edge-txn-it"
+DEPLOYMENT = "tstswarm"         # the tests' own deployment: names, network and subnet no user deployment has
+NETWORK = "tstswarm_net"
 LOCAL = [Host("localhost")]
 
 
-def _docker_client():
-    try:
-        import docker
-        c = docker.from_env(timeout=10)
-        c.ping()
-        return c
-    except Exception:  # noqa: BLE001 -- any failure means: no usable daemon here
-        return None
-
-
-DOCKER = _docker_client()
+DOCKER = docker_client()
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(
     DOCKER is None, reason="no Docker daemon answers at DOCKER_HOST or unix:///var/run/docker.sock")]
 
@@ -48,19 +38,9 @@ def labelled(deployment=DEPLOYMENT):
 
 
 def cfg_of(**over):
-    base = {"IMAGE_NAME": IMAGE, "NETWORK_NAME": "edge_txn_it", "SHAPING": "auto", "CONTAINER_CPUS": 1.5}
+    base = {"IMAGE_NAME": IMAGE, "DEPLOYMENT": DEPLOYMENT, "NETWORK_NAME": NETWORK, "SUBNET": "10.231.0.0/16",
+            "DRIVER_IP": "10.231.0.240", "SHAPING": "auto", "CONTAINER_CPUS": 1.5}
     return load_exp_config({**base, **over})
-
-
-@pytest.fixture(scope="module")
-def image():
-    """Builds the image exactly as a user would (docker/build_image.sh; cached layers make reruns quick)."""
-    p = subprocess.run(["bash", str(REPO / "docker" / "build_image.sh"), IMAGE], cwd=REPO, text=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    print(p.stdout[-3000:])
-    assert p.returncode == 0, p.stdout[-3000:]
-    assert "build_image: built" in p.stdout
-    return IMAGE
 
 
 @pytest.fixture
@@ -74,7 +54,7 @@ def clean(tmp_path):
     yield dict(state_dir=tmp_path / "state", containers_yml=tmp_path / "containers.yml")
     for c in labelled():
         c.remove(force=True)
-    for n in DOCKER.networks.list(names=["edge_txn_it"]):
+    for n in DOCKER.networks.list(names=[NETWORK]):
         n.remove()
     if before != "active" and swarm_state() == "active":
         DOCKER.swarm.leave(force=True)
@@ -88,27 +68,27 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
 
     # --- the plan, as Docker sees it
     names = sorted(c["name"] for c in state["containers"])
-    assert names == sorted([f"edge_r{r}_s{s}" for r in (1, 2, 3) for s in (1, 2)] + ["edge_driver"])
+    assert names == sorted([f"tstswarm_r{r}_s{s}" for r in (1, 2, 3) for s in (1, 2)] + ["tstswarm_driver"])
     by_name = {c.name: c for c in labelled()}
     assert sorted(by_name) == names
     for c in state["containers"]:
         ct = by_name[c["name"]]
         assert ct.status == "running"
-        net = ct.attrs["NetworkSettings"]["Networks"]["edge_txn_it"]
+        net = ct.attrs["NetworkSettings"]["Networks"][NETWORK]
         assert net["IPAddress"] == c["ip"]
         assert "NET_ADMIN" in ct.attrs["HostConfig"]["CapAdd"]
         assert ct.attrs["HostConfig"]["NanoCpus"] == 1_500_000_000
-    assert by_name["edge_r2_s1"].attrs["NetworkSettings"]["Networks"]["edge_txn_it"]["IPAddress"] == "10.55.2.1"
-    mounts = by_name["edge_driver"].attrs["Mounts"]
+    assert by_name["tstswarm_r2_s1"].attrs["NetworkSettings"]["Networks"][NETWORK]["IPAddress"] == "10.231.2.1"
+    mounts = by_name["tstswarm_driver"].attrs["Mounts"]
     assert any(m["Destination"] == swarm.DRIVER_MOUNT and Path(m["Source"]) == REPO for m in mounts)
-    overlay = DOCKER.networks.get("edge_txn_it")
+    overlay = DOCKER.networks.get(NETWORK)
     assert overlay.attrs["Driver"] == "overlay" and overlay.attrs["Attachable"]
-    assert overlay.attrs["IPAM"]["Config"][0]["Subnet"] == "10.55.0.0/16"
+    assert overlay.attrs["IPAM"]["Config"][0]["Subnet"] == "10.231.0.0/16"
     assert overlay.attrs["Options"].get("com.docker.network.driver.mtu") == "1450"
     assert swarm_state() == "active"
     # no key baked in the image: the key is this deployment's, generated now
     pub = (clean["state_dir"] / "id_ed25519.pub").read_text().split()[1]
-    rc, keys = swarm.exec_run(by_name["edge_r1_s1"], ["cat", "/root/.ssh/authorized_keys"])
+    rc, keys = swarm.exec_run(by_name["tstswarm_r1_s1"], ["cat", "/root/.ssh/authorized_keys"])
     assert rc == 0 and pub in keys and len(keys.strip().splitlines()) == 1
     # shaping: netem where the kernel has it, else app, recorded
     assert state["mechanism"] in ("netem", "app") and state["mechanism_detail"]
@@ -118,7 +98,7 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
     ids = {c["name"]: c["id"] for c in state["containers"]}
     state2 = swarm.up(cfg, LOCAL, deployment=DEPLOYMENT, log=print, **clean)
     assert {c["name"]: c["id"] for c in state2["containers"]} == ids
-    assert len(labelled()) == 7 and len(DOCKER.networks.list(names=["edge_txn_it"])) == 1
+    assert len(labelled()) == 7 and len(DOCKER.networks.list(names=[NETWORK])) == 1
 
     # --- RTT self-test from inside the containers
     lines = []
@@ -128,7 +108,7 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
     # --- a short DAST run driven from the driver; results land in the checkout's results/
     name = f"_it-swarm-{secrets.token_hex(3)}"
     try:
-        p = subprocess.run(["docker", "exec", "edge_driver", "python", "-m", "testbed.cli", "--backend", "swarm",
+        p = subprocess.run(["docker", "exec", "tstswarm_driver", "python", "-m", "testbed.cli", "--backend", "swarm",
                             "--duration", "6", "--warmup", "1", "--cooldown", "1", "--concurrency", "1",
                             "--name", name, "--out", "results"], capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
@@ -144,7 +124,7 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
         assert len(list((run / "clients").glob("*.records.csv"))) == 6
         assert (run / "logs" / "s0.0.0.log").is_file()
         # nothing of the run is left running in the containers
-        rc, out = swarm.exec_run(by_name["edge_r1_s1"], ["sh", "-c", "pgrep -x txn-server; pgrep -x txn-client; true"])
+        rc, out = swarm.exec_run(by_name["tstswarm_r1_s1"], ["sh", "-c", "pgrep -x txn-server; pgrep -x txn-client; true"])
         assert out == ""
     finally:
         shutil.rmtree(REPO / "results" / name, ignore_errors=True)
@@ -152,7 +132,7 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
     # --- teardown: no container, network or key left; the swarm it created is gone
     r = swarm.down(cfg, LOCAL, deployment=DEPLOYMENT, log=print, **clean)
     assert r["containers_removed"] == 7
-    assert labelled() == [] and DOCKER.networks.list(names=["edge_txn_it"]) == []
+    assert labelled() == [] and DOCKER.networks.list(names=[NETWORK]) == []
     assert not (clean["state_dir"] / "id_ed25519").exists() and not clean["containers_yml"].exists()
     if swarm_before != "active":
         assert r["swarm_left"] and swarm_state() != "active"
@@ -164,9 +144,9 @@ def test_container_dying_during_bring_up_leaves_nothing(image, clean):
     swarm_before = swarm_state()
     gwbridge_before = bool(DOCKER.networks.list(names=["docker_gwbridge"]))
     # the bare base image has no entrypoint that keeps running: every container exits at once
-    with pytest.raises(swarm.SwarmError, match=r"container edge_r\d_s\d died during bring-up \(exit code 0\)"):
+    with pytest.raises(swarm.SwarmError, match=r"container tstswarm_r\d_s\d died during bring-up \(exit code 0\)"):
         swarm.up(cfg_of(IMAGE_NAME="debian:bookworm-slim"), LOCAL, deployment=DEPLOYMENT, **clean)
-    assert labelled() == [] and DOCKER.networks.list(names=["edge_txn_it"]) == []
+    assert labelled() == [] and DOCKER.networks.list(names=[NETWORK]) == []
     assert swarm_state() == swarm_before
     if not gwbridge_before:
         assert DOCKER.networks.list(names=["docker_gwbridge"]) == []
@@ -174,11 +154,11 @@ def test_container_dying_during_bring_up_leaves_nothing(image, clean):
 
 
 def test_subnet_clash_is_named_before_anything_starts(image, clean):
-    net = DOCKER.networks.create("edge_txn_it_clash", driver="bridge",
+    net = DOCKER.networks.create("tstswarm_clash", driver="bridge",
                                  ipam={"Driver": "default", "Config": [{"Subnet": "10.57.0.0/16"}]})
     try:
         with pytest.raises(swarm.SwarmError, match=r"SUBNET=10.57.0.0/16 clashes with Docker network "
-                                                   r"'edge_txn_it_clash' \(10.57.0.0/16\)"):
+                                                   r"'tstswarm_clash' \(10.57.0.0/16\)"):
             swarm.up(cfg_of(SUBNET="10.57.0.0/16", DRIVER_IP="10.57.0.240"), LOCAL, deployment=DEPLOYMENT, **clean)
     finally:
         net.remove()

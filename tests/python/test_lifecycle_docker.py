@@ -1,0 +1,220 @@
+"""The run lifecycle under faults, on a one-node swarm of the tests' own (issue 11): a container killed mid-run,
+the driver stopped mid-run, Ctrl-C / SIGTERM / SIGHUP on the host job and on `docker exec -i`, a killed wrapper
+shell, leftovers of an earlier run, a second job on a busy deployment. Each test bounds the time until the job
+ended, checks what was recorded, that nothing is left running in any container, and (where the fault broke the
+deployment) that the next bring-up repairs it and its run is CONSISTENT."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import swarm
+from testbed.config import load_exp_config
+from testbed.hosts import Host
+
+from conftest import IMAGE, REPO, docker_client
+
+DOCKER = docker_client()
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(
+    DOCKER is None, reason="no Docker daemon answers at DOCKER_HOST or unix:///var/run/docker.sock")]
+
+DEPLOYMENT = "tstlife"
+KNOBS = dict(IMAGE_NAME=IMAGE, DEPLOYMENT=DEPLOYMENT, NETWORK_NAME="tstlife_net", SUBNET="10.232.0.0/16",
+             DRIVER_IP="10.232.0.240", REGIONS=2, SHARDS_PER_REGION=1, SHAPING="app", INTER_RTT_MS=40,
+             SYSTEMS=["dast"], N_REPEAT=1, DURATION_S=8, WARMUP_S=1, COOLDOWN_S=1, CONCURRENCY_LEVELS=[1],
+             SCALABILITY_N_REGIONS=[2])
+HOME = REPO / "results" / "_tests" / DEPLOYMENT   # inside the checkout: the driver sees it
+CFG_FILE = HOME / "exp_config.py"
+OUT = HOME / "results"
+SHARDS = [f"{DEPLOYMENT}_r1_s1", f"{DEPLOYMENT}_r2_s1"]
+DRIVER = f"{DEPLOYMENT}_driver"
+LOCAL = [Host("localhost")]
+
+
+@pytest.fixture(scope="module")
+def dep(image):
+    HOME.mkdir(parents=True, exist_ok=True)
+    CFG_FILE.write_text("".join(f"{k} = {v!r}\n" for k, v in KNOBS.items()))
+    cfg = load_exp_config(CFG_FILE)
+    state = swarm.up(cfg, LOCAL, log=print)
+    yield cfg
+    swarm.down(cfg, LOCAL, log=print)
+    shutil.rmtree(HOME, ignore_errors=True)
+    assert DOCKER.containers.list(all=True, filters={"label": f"{swarm.LABEL}={DEPLOYMENT}"}) == []
+    assert state["deployment"] == DEPLOYMENT
+
+
+def in_container(name: str, cmd: str) -> str:
+    return swarm.exec_run(DOCKER.containers.get(name), ["sh", "-c", cmd])[1]
+
+
+def engines_left() -> dict:
+    """Engine processes and run folders still in the shard containers, python jobs still in the driver."""
+    left = {}
+    for c in SHARDS:
+        ct = DOCKER.containers.get(c)
+        ct.reload()
+        if ct.status == "running":
+            out = in_container(c, "pgrep -a -x txn-server; pgrep -a -x txn-client; ls /tmp/edge-run 2>/dev/null; true")
+            if out.strip():
+                left[c] = out.strip()
+    drv = DOCKER.containers.get(DRIVER)
+    drv.reload()
+    if drv.status == "running":
+        out = swarm.exec_run(drv, ["pgrep", "-af", "python.*(testbed|run_experiments)"])[1]
+        if out.strip():
+            left[DRIVER] = out.strip()
+    return left
+
+
+def host_run(name: str, *extra, duration=20, new_session=True) -> subprocess.Popen:
+    """`run_local.py --backend swarm` on the host (it runs through the driver), output collected."""
+    return subprocess.Popen([sys.executable, "run_local.py", "--backend", "swarm", "--config", str(CFG_FILE),
+                             "--out", str(OUT), "--name", name, "--duration", str(duration), "--warmup", "1",
+                             "--cooldown", "1", "--concurrency", "1", *extra], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=new_session)
+
+
+def wait_clients_running(name: str, timeout=60) -> Path:
+    """Once the run's clients run in a shard container: its run folder (meta.json says running)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        runs = list((OUT / name).glob("*/meta.json"))
+        if runs and in_container(SHARDS[-1], "pgrep -x txn-client || true").strip():
+            time.sleep(1.5)
+            return runs[0].parent
+        time.sleep(0.3)
+    raise AssertionError(f"the run {name} did not get going within {timeout}s")
+
+
+def finish(p: subprocess.Popen, within: float) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    out, _ = p.communicate(timeout=within)
+    return p.returncode, out, time.monotonic() - t0
+
+
+def meta_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "meta.json").read_text())
+
+
+def next_run_is_consistent(dep, name: str) -> None:
+    """Bring-up repairs whatever the fault broke; a run on it is CONSISTENT and leaves nothing behind."""
+    swarm.up(dep, LOCAL, log=print)
+    rc, out, _ = finish(host_run(name, duration=5), within=120)
+    assert rc == 0 and "checker: CONSISTENT" in out, out
+    assert engines_left() == {}
+
+
+def test_container_killed_mid_run_fails_it_with_the_cause_and_leaves_nothing(dep):
+    p = host_run("kill")
+    run = wait_clients_running("kill")
+    DOCKER.containers.get(SHARDS[-1]).kill()
+    rc, out, took = finish(p, within=30)
+    assert rc == 1 and took < 15, out
+    assert f"container {SHARDS[-1]} exited (137)" in out, out
+    meta = meta_of(run)
+    assert meta["status"] == "failed" and meta["reason"].startswith(f"container {SHARDS[-1]} exited (137)")
+    assert engines_left() == {}
+    next_run_is_consistent(dep, "kill-after")
+
+
+def test_driver_stopped_mid_run_is_named_and_its_processes_stopped(dep):
+    p = host_run("drv")
+    run = wait_clients_running("drv")
+    DOCKER.containers.get(DRIVER).stop(timeout=2)
+    rc, out, took = finish(p, within=40)
+    assert rc != 0 and took < 20, out
+    assert f"the driver container {DRIVER} exited" in out and "stopped engine processes the job left behind" in out
+    assert meta_of(run)["status"] == "running"   # cut off: the figures and resume count it as failed
+    from testbed.rundirs import run_outcome
+    assert run_outcome(run)[0] == "failed" and "cut off" in run_outcome(run)[1]
+    assert engines_left() == {}
+    next_run_is_consistent(dep, "drv-after")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signal_on_the_host_job_stops_everything(dep, sig, code):
+    p = host_run(f"sig{int(sig)}")
+    run = wait_clients_running(f"sig{int(sig)}")
+    os.killpg(p.pid, sig)             # as the terminal does: the whole foreground process group
+    rc, out, took = finish(p, within=30)
+    assert rc == code and took < 10, out
+    meta = meta_of(run)
+    assert meta["status"] == "interrupted" and meta["reason"].startswith(f"interrupted by {sig.name}"), meta
+    assert engines_left() == {}
+
+
+def test_ctrl_c_on_docker_exec_i_stops_the_run_in_the_driver(dep):
+    drv_out = f"/work/edge-txn/{OUT.relative_to(REPO)}"
+    p = subprocess.Popen(["docker", "exec", "-i", DRIVER, "python", "-m", "testbed.cli", "--backend", "swarm",
+                          "--out", drv_out, "--name", "dexec", "--duration", "20", "--warmup", "1", "--cooldown",
+                          "1", "--concurrency", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    run = wait_clients_running("dexec")
+    os.killpg(p.pid, signal.SIGINT)   # Ctrl-C on the docker client: it goes away, its stdin closes in the driver
+    p.communicate(timeout=30)
+    t0 = time.monotonic()
+    while meta_of(run)["status"] == "running" and time.monotonic() - t0 < 15:
+        time.sleep(0.2)
+    assert time.monotonic() - t0 < 10
+    meta = meta_of(run)
+    assert meta["status"] == "interrupted" and "went away" in meta["reason"], meta
+    time.sleep(1)
+    assert engines_left() == {}
+
+
+def test_a_second_job_is_refused_naming_the_holder_and_waits_with_wait(dep):
+    first = host_run("hold", duration=8)
+    wait_clients_running("hold")
+    rc, out, took = finish(host_run("second", duration=3), within=30)
+    assert rc == 2 and took < 10 and "is busy" in out and "run_local.py" in out and "pid" in out, out
+    waiting = host_run("waited", "--wait", duration=3)
+    rc1, out1, _ = finish(first, within=60)
+    rc2, out2, _ = finish(waiting, within=120)
+    assert rc1 == 0 and rc2 == 0 and "waiting for" in out2 and "checker: CONSISTENT" in out2, out2
+    assert engines_left() == {}
+
+
+def test_a_killed_wrapper_shell_fails_the_run_naming_it(dep):
+    p = host_run("wrap")
+    run = wait_clients_running("wrap")
+    in_container(SHARDS[0], "kill -9 $(cat /tmp/edge-run/*/logs/s0.0.1.wpid)")
+    rc, out, took = finish(p, within=30)
+    assert rc == 1 and took < 10, out
+    assert meta_of(run)["reason"].startswith(f"s0.0.1 in {SHARDS[0]}: its wrapper shell is gone"), meta_of(run)
+    assert engines_left() == {}
+
+
+def test_leftovers_of_an_earlier_run_are_stopped_and_said(dep):
+    # an engine process no run owns (its job died without cleaning up): `txn-server` that just sleeps
+    in_container(SHARDS[0], "cp /bin/sleep /tmp/txn-server; mkdir -p /tmp/edge-run/old-run; "
+                            "setsid /tmp/txn-server 300 > /dev/null 2>&1 &")
+    assert in_container(SHARDS[0], "pgrep -x txn-server").strip()
+    rc, out, _ = finish(host_run("clean", duration=4), within=120)
+    assert rc == 0 and "checker: CONSISTENT" in out, out
+    assert f"{SHARDS[0]}: stopped 1 engine process(es) an earlier run left behind" in out, out
+    assert engines_left() == {}
+
+
+def test_sweep_on_the_host_shows_progress_and_ctrl_c_is_not_reused(dep):
+    p = subprocess.Popen([sys.executable, "run_experiments.py", "--config", str(CFG_FILE), "--out", str(OUT)],
+                         cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    run = wait_clients_running("n_clients", timeout=120)
+    time.sleep(5)                     # a progress line of the run itself
+    os.killpg(p.pid, signal.SIGINT)
+    rc, out, took = finish(p, within=40)
+    assert rc == 130 and took < 10, out
+    assert "[1/1] dast" in out and "ETA" in out and "s elapsed" in out     # progress comes through the pipe
+    assert meta_of(run)["status"] == "interrupted"
+    assert engines_left() == {}
+    rc, out, _ = finish(subprocess.Popen([sys.executable, "run_experiments.py", "--config", str(CFG_FILE), "--out",
+                                          str(OUT)], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT), within=240)
+    assert rc == 0 and "reused" not in out and "1 of 1 runs done (0 reused, 0 failed)" in out, out
