@@ -28,7 +28,7 @@ DEPLOYMENT = "tstlife"
 KNOBS = dict(IMAGE_NAME=IMAGE, DEPLOYMENT=DEPLOYMENT, NETWORK_NAME="tstlife_net", SUBNET="10.232.0.0/16",
              DRIVER_IP="10.232.0.240", REGIONS=2, SHARDS_PER_REGION=1, SHAPING="app", INTER_RTT_MS=40,
              SYSTEMS=["dast"], N_REPEAT=1, DURATION_S=8, WARMUP_S=1, COOLDOWN_S=1, CONCURRENCY_LEVELS=[1],
-             SCALABILITY_N_REGIONS=[2])
+             SCALABILITY_N_REGIONS=[2], ROBUST_RTT_VAR=[0])
 HOME = REPO / "results" / "_tests" / DEPLOYMENT   # inside the checkout: the driver sees it
 CFG_FILE = HOME / "exp_config.py"
 OUT = HOME / "results"
@@ -77,14 +77,17 @@ def host_run(name: str, *extra, duration=20, new_session=True) -> subprocess.Pop
     """`run_local.py --backend swarm` on the host (it runs through the driver), output collected."""
     return subprocess.Popen([sys.executable, "run_local.py", "--backend", "swarm", "--config", str(CFG_FILE),
                              "--out", str(OUT), "--name", name, "--duration", str(duration), "--warmup", "1",
-                             "--cooldown", "1", "--concurrency", "1", *extra], cwd=REPO, text=True,
+                             "--cooldown", "1", "--concurrency", "1", "--regions", "2", "--shards", "1",
+                             "--inter-rtt", "40", *extra], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=new_session)
 
 
-def wait_clients_running(name: str, timeout=60) -> Path:
+def wait_clients_running(name: str, timeout=60, p: subprocess.Popen | None = None) -> Path:
     """Once the run's clients run in a shard container: its run folder (meta.json says running)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
+        if p is not None and p.poll() is not None:
+            raise AssertionError(f"the job ended before its run got going:\n{p.communicate()[0]}")
         runs = list((OUT / name).glob("*/meta.json"))
         if runs and in_container(SHARDS[-1], "pgrep -x txn-client || true").strip():
             time.sleep(1.5)
@@ -113,7 +116,7 @@ def next_run_is_consistent(dep, name: str) -> None:
 
 def test_container_killed_mid_run_fails_it_with_the_cause_and_leaves_nothing(dep):
     p = host_run("kill")
-    run = wait_clients_running("kill")
+    run = wait_clients_running("kill", p=p)
     DOCKER.containers.get(SHARDS[-1]).kill()
     rc, out, took = finish(p, within=30)
     assert rc == 1 and took < 15, out
@@ -126,7 +129,7 @@ def test_container_killed_mid_run_fails_it_with_the_cause_and_leaves_nothing(dep
 
 def test_driver_stopped_mid_run_is_named_and_its_processes_stopped(dep):
     p = host_run("drv")
-    run = wait_clients_running("drv")
+    run = wait_clients_running("drv", p=p)
     DOCKER.containers.get(DRIVER).stop(timeout=2)
     rc, out, took = finish(p, within=40)
     assert rc != 0 and took < 20, out
@@ -141,7 +144,7 @@ def test_driver_stopped_mid_run_is_named_and_its_processes_stopped(dep):
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_signal_on_the_host_job_stops_everything(dep, sig, code):
     p = host_run(f"sig{int(sig)}")
-    run = wait_clients_running(f"sig{int(sig)}")
+    run = wait_clients_running(f"sig{int(sig)}", p=p)
     os.killpg(p.pid, sig)             # as the terminal does: the whole foreground process group
     rc, out, took = finish(p, within=30)
     assert rc == code and took < 10, out
@@ -156,7 +159,7 @@ def test_ctrl_c_on_docker_exec_i_stops_the_run_in_the_driver(dep):
                           "--out", drv_out, "--name", "dexec", "--duration", "20", "--warmup", "1", "--cooldown",
                           "1", "--concurrency", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    run = wait_clients_running("dexec")
+    run = wait_clients_running("dexec", p=p)
     os.killpg(p.pid, signal.SIGINT)   # Ctrl-C on the docker client: it goes away, its stdin closes in the driver
     p.communicate(timeout=30)
     t0 = time.monotonic()
@@ -171,7 +174,7 @@ def test_ctrl_c_on_docker_exec_i_stops_the_run_in_the_driver(dep):
 
 def test_a_second_job_is_refused_naming_the_holder_and_waits_with_wait(dep):
     first = host_run("hold", duration=8)
-    wait_clients_running("hold")
+    wait_clients_running("hold", p=first)
     rc, out, took = finish(host_run("second", duration=3), within=30)
     assert rc == 2 and took < 10 and "is busy" in out and "run_local.py" in out and "pid" in out, out
     waiting = host_run("waited", "--wait", duration=3)
@@ -183,7 +186,7 @@ def test_a_second_job_is_refused_naming_the_holder_and_waits_with_wait(dep):
 
 def test_a_killed_wrapper_shell_fails_the_run_naming_it(dep):
     p = host_run("wrap")
-    run = wait_clients_running("wrap")
+    run = wait_clients_running("wrap", p=p)
     in_container(SHARDS[0], "kill -9 $(cat /tmp/edge-run/*/logs/s0.0.1.wpid)")
     rc, out, took = finish(p, within=30)
     assert rc == 1 and took < 10, out
@@ -206,7 +209,7 @@ def test_sweep_on_the_host_shows_progress_and_ctrl_c_is_not_reused(dep):
     p = subprocess.Popen([sys.executable, "run_experiments.py", "--config", str(CFG_FILE), "--out", str(OUT)],
                          cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
-    run = wait_clients_running("n_clients", timeout=120)
+    run = wait_clients_running("n_clients", timeout=120, p=p)
     time.sleep(5)                     # a progress line of the run itself
     os.killpg(p.pid, signal.SIGINT)
     rc, out, took = finish(p, within=40)
