@@ -195,9 +195,10 @@ def test_caption_says_where_the_cpu_was_saturated(tmp_path):
     assert "host CPU busy 40 %" in cap and "above" not in cap
 
 
-def test_empty_experiment_still_gives_a_figure(tmp_path):
-    fig = figures.draw("tpca", root=tmp_path, tail=99)
-    assert fig.pdf.is_file() and fig.png.is_file() and len(pd.read_csv(fig.csv)) == 0
+def test_empty_experiment_is_an_error_and_writes_nothing(tmp_path):
+    with pytest.raises(figures.NoRuns, match=r"^no runs of tpca under .*/tpca/ \(run experiments/exp3_tpca.py first\)$"):
+        figures.draw("tpca", root=tmp_path, tail=99)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_genfigure_drawfig(tmp_path):
