@@ -50,6 +50,7 @@ class ExpConfig:
     overlay_mtu: int | None = 1450
     driver_ip: str = "10.55.0.240"
     container_cpus: object = None
+    ssh_connect_timeout_s: float = 15
     systems: tuple = SYSTEMS
     n_repeat: int = 1
     duration_s: float = 20
@@ -222,6 +223,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     cpus = cfg.container_cpus
     if cpus is not None and cpus != "auto":
         c["container_cpus"] = _num("CONTAINER_CPUS", cpus, 0.1, 1024)
+    c["ssh_connect_timeout_s"] = _num("SSH_CONNECT_TIMEOUT_S", cfg.ssh_connect_timeout_s, 1, 300)
     c["overlay_mtu"] = None if cfg.overlay_mtu is None else _num("OVERLAY_MTU", cfg.overlay_mtu, 576, 9000, True)
 
     try:

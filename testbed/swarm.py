@@ -56,23 +56,173 @@ def _say(log, msg):
 
 # ---------------------------------------------------------------- connecting
 
-def connect(hosts, timeout: float = 20) -> dict:
-    """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used."""
-    import docker
-    from docker.errors import DockerException
-    clients = {}
-    for h in hosts:
+class _Unreachable(Exception):
+    """An ssh:// host that cannot be used: what happened, and what to check."""
+
+    def __init__(self, what: str, hint: str):
+        super().__init__(what)
+        self.what, self.hint = what, hint
+
+
+def ssh_target(url: str) -> tuple[str, int, str | None, bool]:
+    """(hostname, port, user, proxied) that docker-py's paramiko connection uses for an ssh:// URL: the URL's
+    values, completed from ~/.ssh/config as docker-py does (proxied: a ProxyCommand carries the connection)."""
+    import urllib.parse
+    u = urllib.parse.urlsplit(url)
+    host, port, user, proxied = u.hostname or "", u.port, u.username, False
+    conf_file = Path("~/.ssh/config").expanduser()
+    if conf_file.is_file():
+        import paramiko
+        conf = paramiko.SSHConfig.from_path(str(conf_file)).lookup(host)
+        proxied = "proxycommand" in conf
+        port = port or (int(conf["port"]) if "port" in conf else None)
+        user = user or conf.get("user")
+        host = conf.get("hostname", host)
+    return host, port or 22, user, proxied
+
+
+def probe_ssh(host: str, port: int, timeout_s: float) -> str:
+    """Open TCP to host:port and read the SSH banner, each within timeout_s; returns the banner line.
+    _Unreachable says what failed: DNS, connect timeout, refused, no banner, not an SSH server."""
+    import socket
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise _Unreachable(f"cannot resolve {host} ({e.strerror})", "check the address in hosts.yml") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.settimeout(timeout_s)
         try:
-            c = docker.DockerClient(base_url=h.url, timeout=timeout, use_ssh_client=False)
-            c.ping()
-        except (DockerException, OSError, Exception) as e:  # paramiko raises its own types for ssh:// URLs
-            for c2 in clients.values():
-                c2.close()
-            hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
-                    f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
-                    "Docker run there?")
-            raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker: {_short(e)}; {hint}") from None
-        clients[h.address] = c
+            sock.connect(addr)
+        except TimeoutError:
+            raise _Unreachable(f"timed out connecting to {where} ({timeout_s:g} s)",
+                               f"is the host up and port {port} open to this machine (firewall)? "
+                               "SSH_CONNECT_TIMEOUT_S in exp_config.py sets the wait") from None
+        except ConnectionRefusedError:
+            raise _Unreachable(f"connection refused by {where}", f"is sshd running on {host}, on port {port}?") \
+                from None
+        except OSError as e:
+            raise _Unreachable(f"cannot connect to {where} ({e.strerror or e})",
+                               "is the host up and reachable from this machine?") from None
+        deadline, buf = time.monotonic() + timeout_s, b""
+        while True:  # RFC 4253: the server may send other lines before 'SSH-...'
+            lines = buf.split(b"\n")
+            for line in lines[:-1]:
+                if line.startswith(b"SSH-"):
+                    try:  # our own version line, so sshd logs a client that left rather than a bad banner
+                        sock.sendall(b"SSH-2.0-edge-txn-probe\r\n")
+                    except OSError:
+                        pass
+                    return line.decode(errors="replace").strip()
+            if len(buf) > 8192:
+                raise _Unreachable(f"{where} is not an SSH server (it sent {lines[0][:40].decode(errors='replace')!r})",
+                                   "does the port in hosts.yml (docker_url) belong to sshd?")
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                sock.settimeout(left)
+                chunk = sock.recv(1024)
+            except TimeoutError:
+                chunk = None
+            except OSError as e:
+                raise _Unreachable(f"{where} dropped the connection before its SSH banner ({e.strerror or e})",
+                                   f"is sshd on {host} refusing this machine (MaxStartups, tcp wrappers)?") from None
+            if chunk is None:
+                raise _Unreachable(f"no SSH banner within {timeout_s:g} s from {where}",
+                                   f"something accepts TCP on port {port} but no SSH server speaks: is sshd running "
+                                   "there and not overloaded, and is this its port?")
+            if not chunk:
+                raise _Unreachable(f"{where} closed the connection before its SSH banner",
+                                   f"is sshd on {host} refusing this machine (MaxStartups, tcp wrappers)?")
+            buf += chunk
+
+
+def _within(fn, timeout_s: float):
+    """fn() in a daemon thread: its result or its exception, or TimeoutError after timeout_s (the thread is left
+    to die with the process: paramiko's key exchange has no time limit of its own)."""
+    import threading
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller
+            out["error"] = e
+    t = threading.Thread(target=run, name="docker-connect", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise TimeoutError
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _open_docker(url: str, timeout: float):
+    import docker
+    c = docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=False)
+    try:
+        c.ping()
+    except BaseException:
+        c.close()
+        raise
+    return c
+
+
+def _connect_ssh(h: Host, timeout: float, ssh_timeout_s: float):
+    """A DockerClient for an ssh:// host within about ssh_timeout_s, or _Unreachable."""
+    import docker  # noqa: F401 -- imported here, not inside the time limit below
+    import paramiko
+    host, port, user, proxied = ssh_target(h.url)
+    login = (f"-p {port} " if port != 22 else "") + f"{user + '@' if user else ''}{host}"
+    if not proxied:  # with a ProxyCommand there is no direct TCP path to probe; the bound below still holds
+        probe_ssh(host, port, ssh_timeout_s)
+    try:
+        return _within(lambda: _open_docker(h.url, timeout), ssh_timeout_s)
+    except TimeoutError:
+        raise _Unreachable(f"no answer within {ssh_timeout_s:g} s after the SSH banner (key exchange, "
+                           "authentication or the Docker API stalled)",
+                           f"does `ssh {login} docker version` answer?") from None
+    except paramiko.AuthenticationException:
+        raise _Unreachable(f"auth failed as {user or 'your ssh user'}",
+                           f"can this machine `ssh {login}` with a key and no password (ssh-copy-id)?") from None
+    except paramiko.SSHException as e:
+        if "known_hosts" in str(e):
+            raise _Unreachable(f"the host key of {host} is not in ~/.ssh/known_hosts",
+                               f"ssh to it once (`ssh {login}`) to check and accept its key") from None
+        raise _Unreachable(f"{_short(e)}", f"does `ssh {login} docker version` answer?") from None
+
+
+def connect(hosts, timeout: float = 20, ssh_timeout_s: float = 15, log=None) -> dict:
+    """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used.
+    Each non-local host is announced; an ssh:// host fails within about ssh_timeout_s (SSH_CONNECT_TIMEOUT_S)
+    when it does not answer: TCP connect and the SSH banner are probed first, then docker-py's paramiko
+    connection and the ping get that long again."""
+    clients = {}
+    try:
+        for h in hosts:
+            ssh = h.url.startswith("ssh://")
+            if not h.is_local:
+                _say(log, f"connecting to {h.address} ({h.url}) ...")
+            try:
+                clients[h.address] = (_connect_ssh(h, timeout, ssh_timeout_s) if ssh else
+                                      _open_docker(h.url, timeout))
+            except _Unreachable as e:
+                raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker over SSH: {e.what}; {e.hint}") \
+                    from None
+            except Exception as e:  # noqa: BLE001 -- DockerException, OSError, paramiko's own types for ssh://
+                hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
+                        f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
+                        "Docker run there?")
+                over = " over SSH" if ssh else ""
+                raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker{over}: {_short(e)}; {hint}") \
+                    from None
+    except BaseException:
+        for c in clients.values():
+            c.close()
+        raise
     return clients
 
 
@@ -346,7 +496,7 @@ def up(cfg: ExpConfig, hosts, deployment: str = "edge-txn", repo: Path = REPO, s
     hosts = list(hosts)
     t_start = time.monotonic()
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
-    clients = connect(hosts)
+    clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
     created_swarm, started, fresh_key = False, {}, not (state_dir / "id_ed25519").is_file()
     prev = load_state(containers_yml)
     gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
@@ -513,7 +663,7 @@ def down(cfg: ExpConfig, hosts, deployment: str = "edge-txn", state_dir: Path = 
     """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice)."""
     state = load_state(containers_yml) or {}
     hosts = list(hosts)
-    clients = connect(hosts)
+    clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
     try:
         n = 0
         for _, ct in list(_labelled(clients, deployment)):
