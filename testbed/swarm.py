@@ -248,13 +248,15 @@ def check_image(clients: dict, image: str) -> dict:
     return ids
 
 
-def check_subnet(clients: dict, cfg: ExpConfig) -> None:
-    """SUBNET must not overlap any other Docker network (or an address of this machine)."""
+def check_subnet(clients: dict, cfg: ExpConfig, deployment: str = "edge-txn") -> None:
+    """SUBNET must not overlap any other Docker network (or an address of this machine). Not checked here, because
+    ensure_network() says more: the deployment's own network (whatever its name and subnet: a changed SUBNET is
+    not a clash with itself) and a network named NETWORK_NAME."""
     want = ipaddress.IPv4Network(cfg.subnet)
     for addr, c in clients.items():
         for net in c.networks.list():
             attrs = net.attrs
-            if attrs.get("Name") == cfg.network_name and LABEL in (attrs.get("Labels") or {}):
+            if attrs.get("Name") == cfg.network_name or (attrs.get("Labels") or {}).get(LABEL) == deployment:
                 continue
             for pool in (attrs.get("IPAM") or {}).get("Config") or []:
                 sub = pool.get("Subnet")
@@ -315,18 +317,47 @@ def _advertise_addr(host: Host) -> str:
     return "127.0.0.1"
 
 
+MTU_OPTION = "com.docker.network.driver.mtu"
+
+
+def network_changes(attrs: dict, cfg: ExpConfig) -> list[str]:
+    """What the exp_config.py values that define a deployment's network (NETWORK_NAME, SUBNET, OVERLAY_MTU) say
+    now against what the existing network was made with: ['SUBNET changed from a to b', ...]."""
+    subnets = [p.get("Subnet") for p in (attrs.get("IPAM") or {}).get("Config") or []]
+    mtu = (attrs.get("Options") or {}).get(MTU_OPTION)
+    out = []
+    if attrs.get("Name") != cfg.network_name:
+        out.append(f"NETWORK_NAME changed from {attrs.get('Name')!r} to {cfg.network_name!r}")
+    if subnets != [cfg.subnet]:
+        out.append(f"SUBNET changed from {', '.join(map(str, subnets)) or 'none'} to {cfg.subnet}")
+    if (mtu or None) != (str(cfg.overlay_mtu) if cfg.overlay_mtu else None):
+        out.append(f"OVERLAY_MTU changed from {mtu or 'None'} to {cfg.overlay_mtu}")
+    return out
+
+
 def ensure_network(manager, cfg: ExpConfig, deployment: str, log=None):
+    """The deployment's overlay network: the existing one (found by its label) when it matches exp_config.py,
+    else SwarmError: changed values while the deployment is up (tear down first), or NETWORK_NAME taken by a
+    network that is not this deployment's. Created when there is none."""
     from docker.types import IPAMConfig, IPAMPool
-    for net in manager.networks.list(names=[cfg.network_name]):
+    nets = manager.networks.list()
+    for net in nets:
+        if (net.attrs.get("Labels") or {}).get(LABEL) != deployment:
+            continue
+        changes = network_changes(net.attrs, cfg)
+        if changes:
+            raise SwarmError(f"{' and '.join(changes)} while deployment {deployment} is up (its network "
+                             f"{net.attrs.get('Name')} was made with the old value{'s' if len(changes) > 1 else ''}); "
+                             "tear it down first with the old exp_config.py values (`make down`, i.e. "
+                             "`.venv/bin/python start_containers.py --down`), then bring it up with the new ones")
+        return net
+    for net in nets:
         if net.attrs.get("Name") != cfg.network_name:
             continue
-        labels = net.attrs.get("Labels") or {}
         subnets = [p.get("Subnet") for p in (net.attrs.get("IPAM") or {}).get("Config") or []]
-        if labels.get(LABEL) != deployment or subnets != [cfg.subnet]:
-            raise SwarmError(f"NETWORK_NAME={cfg.network_name!r} exists already (subnets {subnets}) and was not "
-                             "made by this deployment; remove it or choose another NETWORK_NAME")
-        return net
-    opts = {"com.docker.network.driver.mtu": str(cfg.overlay_mtu)} if cfg.overlay_mtu else {}
+        raise SwarmError(f"NETWORK_NAME={cfg.network_name!r} exists already (subnets {subnets}) and was not "
+                         "made by this deployment; remove it or choose another NETWORK_NAME")
+    opts = {MTU_OPTION: str(cfg.overlay_mtu)} if cfg.overlay_mtu else {}
     _say(log, f"network: creating overlay {cfg.network_name} {cfg.subnet}"
          + (f" mtu {cfg.overlay_mtu}" if cfg.overlay_mtu else ""))
     try:
@@ -502,7 +533,7 @@ def up(cfg: ExpConfig, hosts, deployment: str = "edge-txn", repo: Path = REPO, s
     gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
     try:
         image_ids = check_image(clients, cfg.image_name)
-        check_subnet(clients, cfg)
+        check_subnet(clients, cfg, deployment)
         created_swarm = ensure_swarm(clients, hosts, log)
         manager = clients[hosts[0].address]
         ensure_network(manager, cfg, deployment, log)
