@@ -81,6 +81,35 @@ def ssh_target(url: str) -> tuple[str, int, str | None, bool]:
     return host, port or 22, user, proxied
 
 
+def _tcp_connect(infos, host: str, port: int, timeout_s: float):
+    """A socket connected to the first address of infos that accepts, all tried within timeout_s together (as
+    paramiko tries them); else _Unreachable: timed out when one of them did, refused when all refused."""
+    import socket
+    where, deadline, errors = f"{host}:{port}", time.monotonic() + timeout_s, []
+    for family, kind, proto, _, addr in infos:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            errors.append(TimeoutError())
+            break
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(left)
+        try:
+            sock.connect(addr)
+            return sock
+        except OSError as e:
+            sock.close()
+            errors.append(e)
+    if any(isinstance(e, TimeoutError) for e in errors):
+        raise _Unreachable(f"timed out connecting to {where} ({timeout_s:g} s)",
+                           f"is the host up and port {port} open to this machine (firewall)? "
+                           "SSH_CONNECT_TIMEOUT_S in exp_config.py sets the wait")
+    if all(isinstance(e, ConnectionRefusedError) for e in errors):
+        raise _Unreachable(f"connection refused by {where}", f"is sshd running on {host}, on port {port}?")
+    e = next(e for e in errors if not isinstance(e, ConnectionRefusedError))
+    raise _Unreachable(f"cannot connect to {where} ({e.strerror or e})",
+                       "is the host up and reachable from this machine?")
+
+
 def probe_ssh(host: str, port: int, timeout_s: float) -> str:
     """Open TCP to host:port and read the SSH banner, each within timeout_s; returns the banner line.
     _Unreachable says what failed: DNS, connect timeout, refused, no banner, not an SSH server."""
@@ -90,21 +119,8 @@ def probe_ssh(host: str, port: int, timeout_s: float) -> str:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise _Unreachable(f"cannot resolve {host} ({e.strerror})", "check the address in hosts.yml") from None
-    family, kind, proto, _, addr = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.settimeout(timeout_s)
-        try:
-            sock.connect(addr)
-        except TimeoutError:
-            raise _Unreachable(f"timed out connecting to {where} ({timeout_s:g} s)",
-                               f"is the host up and port {port} open to this machine (firewall)? "
-                               "SSH_CONNECT_TIMEOUT_S in exp_config.py sets the wait") from None
-        except ConnectionRefusedError:
-            raise _Unreachable(f"connection refused by {where}", f"is sshd running on {host}, on port {port}?") \
-                from None
-        except OSError as e:
-            raise _Unreachable(f"cannot connect to {where} ({e.strerror or e})",
-                               "is the host up and reachable from this machine?") from None
+    sock = _tcp_connect(infos, host, port, timeout_s)
+    with sock:
         deadline, buf = time.monotonic() + timeout_s, b""
         while True:  # RFC 4253: the server may send other lines before 'SSH-...'
             lines = buf.split(b"\n")

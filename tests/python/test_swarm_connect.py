@@ -240,3 +240,18 @@ def test_start_containers_says_connecting_then_one_line(tmp_path, silent):
         f"start_containers: error: host edge-test-host (ssh://127.0.0.1:{silent}): cannot reach Docker over SSH: "
         f"no SSH banner within 2 s from 127.0.0.1:{silent}; something accepts TCP on port {silent} but no SSH server "
         "speaks: is sshd running there and not overloaded, and is this its port?"]
+
+
+def test_every_address_of_a_name_is_tried(monkeypatch, silent, closed_port):
+    """A name with two addresses, the first refusing (say, IPv6 without sshd): the second is used, as paramiko
+    would; with both refusing, refused."""
+    real = socket.getaddrinfo
+    addrs = {"refusing": [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", closed_port))],
+             "silent": [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", silent))]}
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *a, **kw: (
+        addrs["refusing"] + addrs["silent"] if host == "two-addrs" else
+        addrs["refusing"] * 2 if host == "two-refusing" else real(host, port, *a, **kw)))
+    with pytest.raises(swarm._Unreachable, match="^no SSH banner within 1 s from two-addrs:22$"):
+        swarm.probe_ssh("two-addrs", 22, 1)
+    with pytest.raises(swarm._Unreachable, match="^connection refused by two-refusing:22$"):
+        swarm.probe_ssh("two-refusing", 22, 1)
