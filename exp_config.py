@@ -33,6 +33,8 @@ DRIVER_IP = '10.55.0.240'   # experiment-driver container; must lie in a.b.0.0/2
 CONTAINER_CPUS = None        # CPU limit per container (docker --cpus): None = no limit (the default: a CFS quota
                             # stalls a container for the rest of its 100 ms period once used up, which shows up
                             # as latency), a number, or 'auto' = 2x its fair share of its host (>= 0.5, <= host)
+SSH_CONNECT_TIMEOUT_S = 15  # seconds (1..300) to wait for each ssh:// host of hosts.yml to accept TCP, then to send its
+                            # SSH banner, then to let Docker be reached over it; a silent host fails after it, not hangs
 
 # ---------------------------------------------------------------- systems and measurement
 SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure; slog needs REGIONS >= 3

@@ -15,8 +15,8 @@ from testbed import experiments, figures  # noqa: E402
 
 def drawFig(name, results="results", tail=None, config=None):
     """Aggregate results/<name>/ and write results/data-<name>.{pdf,png,csv}; returns the PDF path.
-    tail: tail percentile (default: the sweep's TAIL_PERCENTILE, else exp_config.py's)."""
-    name = experiments.ALIASES.get(name, name)
+    tail: tail percentile (default: the sweep's TAIL_PERCENTILE, else exp_config.py's).
+    ValueError for an unknown name, figures.NoRuns (a ValueError) when there is no run to draw."""
     return figures.draw(name, root=results, tail=tail, config=config).pdf
 
 
@@ -27,14 +27,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tail", type=float, default=None, help="tail percentile (default: TAIL_PERCENTILE)")
     ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
     a = ap.parse_args(argv)
-    for n in a.names:
-        try:
-            fig = figures.draw(experiments.ALIASES.get(n, n), root=a.results, tail=a.tail, config=a.config)
-        except ValueError as e:
-            print(f"genFigure: error: {e}", file=sys.stderr)
-            return 2
-        print(figures.point_table(fig.table, fig.tail))
-        print(f"figure: {fig.pdf}")
+    try:
+        names = [experiments.get(n).name for n in a.names]   # every name checked before anything is drawn
+        for n in names:
+            fig = figures.draw(n, root=a.results, tail=a.tail, config=a.config)
+            print(figures.point_table(fig.table, fig.tail))
+            print(f"figure: {fig.pdf}")
+    except ValueError as e:
+        print(f"genFigure: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

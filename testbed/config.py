@@ -17,6 +17,7 @@ import importlib.util
 import ipaddress
 import math
 import re
+import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ class ExpConfig:
     overlay_mtu: int | None = 1450
     driver_ip: str = "10.55.0.240"
     container_cpus: object = None
+    ssh_connect_timeout_s: float = 15
     systems: tuple = SYSTEMS
     n_repeat: int = 1
     duration_s: float = 20
@@ -89,6 +91,33 @@ class ExpConfig:
 KNOBS = {f.name.upper(): f.name for f in dataclasses.fields(ExpConfig)}
 
 
+def _shown(path: str | Path) -> str:
+    """path relative to the working directory when it lies below it (as a user would type it), else as is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _exec_config_file(path: Path) -> ModuleType:
+    """Run the config file as a module. Whatever its body raises (a syntax error, a NameError, ...) becomes one
+    ValueError 'file:line: what', the line being the innermost one of the config file itself."""
+    spec = importlib.util.spec_from_file_location(f"_exp_config_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:  # also IndentationError, TabError; the file may be one the config imports
+        text = (e.text or "").strip()
+        where = f"{_shown(e.filename or path)}:{e.lineno or '?'}"
+        raise ValueError(f"{where}: {e.msg}" + (f" ({text})" if text else "")) from None
+    except Exception as e:  # noqa: BLE001 -- anything the module body raises is a mistake in the file
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        what = str(e).strip().splitlines()
+        raise ValueError(f"{_shown(path)}:{lines[-1] if lines else '?'}: {type(e).__name__}"
+                         + (f": {what[0]}" if what else "")) from None
+    return module
+
+
 def _knobs_of(source) -> dict:
     if source is None:
         source = DEFAULT_FILE
@@ -98,10 +127,7 @@ def _knobs_of(source) -> dict:
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"experiment config {path}: no such file")
-        spec = importlib.util.spec_from_file_location(f"_exp_config_{abs(hash(str(path)))}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        source = module
+        source = _exec_config_file(path.resolve())
     if isinstance(source, ModuleType):
         return {k: v for k, v in vars(source).items() if re.fullmatch(r"[A-Z][A-Z0-9_]*", k)}
     raise TypeError(f"load_exp_config: expected a module, a path or a dict, got {type(source).__name__}")
@@ -209,6 +235,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     cpus = cfg.container_cpus
     if cpus is not None and cpus != "auto":
         c["container_cpus"] = _num("CONTAINER_CPUS", cpus, 0.1, 1024)
+    c["ssh_connect_timeout_s"] = _num("SSH_CONNECT_TIMEOUT_S", cfg.ssh_connect_timeout_s, 1, 300)
     c["overlay_mtu"] = None if cfg.overlay_mtu is None else _num("OVERLAY_MTU", cfg.overlay_mtu, 576, 9000, True)
 
     try:

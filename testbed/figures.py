@@ -12,7 +12,9 @@ Per run: throughput from summary.json; median and tail latency per class (IRT, C
 client records (nearest-rank over committed transactions started in the measurement window) at the configured
 TAIL_PERCENTILE, whatever it is. Per point: the median over the ok repeats, with min and max as the spread.
 A point whose repeats all failed is a failure (drawn as an 'x' on the x axis, reason in the notes), never a
-zero. A protocol of SYSTEMS with no data is listed in the legend as "no data".
+zero. A protocol of SYSTEMS with no data is listed in the legend as "no data". An unknown experiment is a
+ValueError; an experiment with no run to draw (none at all, or none of its current sweep) raises NoRuns and
+writes nothing.
 """
 from __future__ import annotations
 
@@ -28,10 +30,6 @@ from . import results as resultslib
 from .rundirs import read_json, run_outcome, run_start, scan_runs
 
 MANIFEST = "sweep.json"
-
-
-class NoRuns(ValueError):
-    """An experiment with no run folder to draw."""
 SYSTEM_ORDER = ("dast", "janus", "tapir", "slog")
 STYLES = {  # DAST red solid, Janus orange dashed, SLOG blue dotted, Tapir green dash-dot
     "dast": dict(label="DAST", color="tab:red", linestyle="-", marker="s"),
@@ -372,10 +370,18 @@ def plot(agg: pd.DataFrame, runs: pd.DataFrame, *, pdf: Path, png: Path, **kw) -
     plt.close(fig)
 
 
+class NoRuns(ValueError):
+    """draw(): the experiment has no run folder to draw (none at all, or none of its current sweep.json)."""
+
+
 def draw(name: str, root="results", tail: float | None = None, config=None) -> Figure:
     """Aggregate results/<name>/ and write results/data-<name>.{pdf,png,csv}. tail: the tail percentile
-    (default: the sweep's recorded TAIL_PERCENTILE, else exp_config.py's)."""
+    (default: the sweep's recorded TAIL_PERCENTILE, else exp_config.py's). name: an experiment or its alias
+    exp1..exp5 (ValueError otherwise). Raises NoRuns, writing nothing, when there is no run to draw; a sweep
+    whose runs all failed is drawn (as failures)."""
     from . import experiments
+    exp = experiments.get(name)
+    name = exp.name
     root = Path(root)
     exp_dir = root / name
     manifest = read_json(exp_dir / MANIFEST)
@@ -390,19 +396,19 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     tail = float(tail)
     if not 0 < tail <= 100:
         raise ValueError(f"tail percentile {tail}: must be in (0, 100]")
-    try:
-        exp = experiments.get(name)
-    except ValueError:
-        exp = None
     runs = load_runs(exp_dir, tail)
-    if runs.empty:
-        raise NoRuns(f"no runs of {name} under {exp_dir}/")
-    agg = aggregate(runs, manifest)
     sel = select(runs, manifest)
-    x_name = (manifest or {}).get("x", {}).get("name") or (runs.x_name.iloc[0] if len(runs) else "x")
-    x_label = (manifest or {}).get("x", {}).get("label") or (exp.x_label if exp else x_name)
-    x_label = x_label.replace("{inter}", "the mean")
-    title = (manifest or {}).get("title") or (exp.title if exp else name)
+    if sel.empty:
+        where = f"no runs of {name} under {exp_dir}/"
+        if runs.empty:
+            raise NoRuns(f"{where} (run {exp.script()} first)")
+        n = len(runs)
+        raise NoRuns(f"{where} belong to its current sweep ({MANIFEST}; the {n} run{'s' if n != 1 else ''} there "
+                     f"{'are' if n != 1 else 'is'} of another configuration); run {exp.script()}")
+    agg = aggregate(runs, manifest)
+    x_name = (manifest or {}).get("x", {}).get("name") or runs.x_name.iloc[0]
+    x_label = ((manifest or {}).get("x", {}).get("label") or exp.x_label).replace("{inter}", "the mean")
+    title = (manifest or {}).get("title") or exp.title
     systems = list((manifest or {}).get("systems") or [])
     if not systems:
         try:
@@ -415,7 +421,7 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     reps = (manifest or {}).get("n_repeat")
     if (manifest or {}).get("quick"):
         title += "  (--quick preset)"
-    cap = caption(sel, manifest, (manifest or {}).get("workload") or (exp.workload if exp else ""), reps, tail)
+    cap = caption(sel, manifest, (manifest or {}).get("workload") or exp.workload, reps, tail)
     pdf, png, csv = (root / f"data-{name}.{ext}" for ext in ("pdf", "png", "csv"))
     plot(agg, sel, title=title, x_label=x_label, systems=systems, no_data_reason=no_data_reason, tail=tail,
          caption_text=cap, pdf=pdf, png=png)

@@ -66,23 +66,189 @@ def _say(log, msg):
 
 # ---------------------------------------------------------------- connecting
 
-def connect(hosts, timeout: float = 20) -> dict:
-    """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used."""
-    import docker
-    from docker.errors import DockerException
-    clients = {}
-    for h in hosts:
+class _Unreachable(Exception):
+    """An ssh:// host that cannot be used: what happened, and what to check."""
+
+    def __init__(self, what: str, hint: str):
+        super().__init__(what)
+        self.what, self.hint = what, hint
+
+
+def ssh_target(url: str) -> tuple[str, int, str | None, bool]:
+    """(hostname, port, user, proxied) that docker-py's paramiko connection uses for an ssh:// URL: the URL's
+    values, completed from ~/.ssh/config as docker-py does (proxied: a ProxyCommand carries the connection)."""
+    import urllib.parse
+    u = urllib.parse.urlsplit(url)
+    host, port, user, proxied = u.hostname or "", u.port, u.username, False
+    conf_file = Path("~/.ssh/config").expanduser()
+    if conf_file.is_file():
+        import paramiko
+        conf = paramiko.SSHConfig.from_path(str(conf_file)).lookup(host)
+        proxied = "proxycommand" in conf
+        port = port or (int(conf["port"]) if "port" in conf else None)
+        user = user or conf.get("user")
+        host = conf.get("hostname", host)
+    return host, port or 22, user, proxied
+
+
+def _tcp_connect(infos, host: str, port: int, timeout_s: float):
+    """A socket connected to the first address of infos that accepts, all tried within timeout_s together (as
+    paramiko tries them); else _Unreachable: timed out when one of them did, refused when all refused."""
+    import socket
+    where, deadline, errors = f"{host}:{port}", time.monotonic() + timeout_s, []
+    for family, kind, proto, _, addr in infos:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            errors.append(TimeoutError())
+            break
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(left)
         try:
-            c = docker.DockerClient(base_url=h.url, timeout=timeout, use_ssh_client=False)
-            c.ping()
-        except (DockerException, OSError, Exception) as e:  # paramiko raises its own types for ssh:// URLs
-            for c2 in clients.values():
-                c2.close()
-            hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
-                    f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
-                    "Docker run there?")
-            raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker: {_short(e)}; {hint}") from None
-        clients[h.address] = c
+            sock.connect(addr)
+            return sock
+        except OSError as e:
+            sock.close()
+            errors.append(e)
+    if any(isinstance(e, TimeoutError) for e in errors):
+        raise _Unreachable(f"timed out connecting to {where} ({timeout_s:g} s)",
+                           f"is the host up and port {port} open to this machine (firewall)? "
+                           "SSH_CONNECT_TIMEOUT_S in exp_config.py sets the wait")
+    if all(isinstance(e, ConnectionRefusedError) for e in errors):
+        raise _Unreachable(f"connection refused by {where}", f"is sshd running on {host}, on port {port}?")
+    e = next(e for e in errors if not isinstance(e, ConnectionRefusedError))
+    raise _Unreachable(f"cannot connect to {where} ({e.strerror or e})",
+                       "is the host up and reachable from this machine?")
+
+
+def probe_ssh(host: str, port: int, timeout_s: float) -> str:
+    """Open TCP to host:port and read the SSH banner, each within timeout_s; returns the banner line.
+    _Unreachable says what failed: DNS, connect timeout, refused, no banner, not an SSH server."""
+    import socket
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise _Unreachable(f"cannot resolve {host} ({e.strerror})", "check the address in hosts.yml") from None
+    sock = _tcp_connect(infos, host, port, timeout_s)
+    with sock:
+        deadline, buf = time.monotonic() + timeout_s, b""
+        while True:  # RFC 4253: the server may send other lines before 'SSH-...'
+            lines = buf.split(b"\n")
+            for line in lines[:-1]:
+                if line.startswith(b"SSH-"):
+                    try:  # our own version line, so sshd logs a client that left rather than a bad banner
+                        sock.sendall(b"SSH-2.0-edge-txn-probe\r\n")
+                    except OSError:
+                        pass
+                    return line.decode(errors="replace").strip()
+            if len(buf) > 8192:
+                raise _Unreachable(f"{where} is not an SSH server (it sent {lines[0][:40].decode(errors='replace')!r})",
+                                   "does the port in hosts.yml (docker_url) belong to sshd?")
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                sock.settimeout(left)
+                chunk = sock.recv(1024)
+            except TimeoutError:
+                chunk = None
+            except OSError as e:
+                raise _Unreachable(f"{where} dropped the connection before its SSH banner ({e.strerror or e})",
+                                   f"is sshd on {host} refusing this machine (MaxStartups, tcp wrappers)?") from None
+            if chunk is None:
+                raise _Unreachable(f"no SSH banner within {timeout_s:g} s from {where}",
+                                   f"something accepts TCP on port {port} but no SSH server speaks: is sshd running "
+                                   "there and not overloaded, and is this its port?")
+            if not chunk:
+                raise _Unreachable(f"{where} closed the connection before its SSH banner",
+                                   f"is sshd on {host} refusing this machine (MaxStartups, tcp wrappers)?")
+            buf += chunk
+
+
+def _within(fn, timeout_s: float):
+    """fn() in a daemon thread: its result or its exception, or TimeoutError after timeout_s (the thread is left
+    to die with the process: paramiko's key exchange has no time limit of its own)."""
+    import threading
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller
+            out["error"] = e
+    t = threading.Thread(target=run, name="docker-connect", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise TimeoutError
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _open_docker(url: str, timeout: float):
+    import docker
+    c = docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=False)
+    try:
+        c.ping()
+    except BaseException:
+        c.close()
+        raise
+    return c
+
+
+def _connect_ssh(h: Host, timeout: float, ssh_timeout_s: float):
+    """A DockerClient for an ssh:// host within about ssh_timeout_s, or _Unreachable."""
+    import docker  # noqa: F401 -- imported here, not inside the time limit below
+    import paramiko
+    host, port, user, proxied = ssh_target(h.url)
+    login = (f"-p {port} " if port != 22 else "") + f"{user + '@' if user else ''}{host}"
+    if not proxied:  # with a ProxyCommand there is no direct TCP path to probe; the bound below still holds
+        probe_ssh(host, port, ssh_timeout_s)
+    try:
+        return _within(lambda: _open_docker(h.url, timeout), ssh_timeout_s)
+    except TimeoutError:
+        raise _Unreachable(f"no answer within {ssh_timeout_s:g} s after the SSH banner (key exchange, "
+                           "authentication or the Docker API stalled)",
+                           f"does `ssh {login} docker version` answer?") from None
+    except paramiko.AuthenticationException:
+        raise _Unreachable(f"auth failed as {user or 'your ssh user'}",
+                           f"can this machine `ssh {login}` with a key and no password (ssh-copy-id)?") from None
+    except paramiko.SSHException as e:
+        if "known_hosts" in str(e):
+            raise _Unreachable(f"the host key of {host} is not in ~/.ssh/known_hosts",
+                               f"ssh to it once (`ssh {login}`) to check and accept its key") from None
+        raise _Unreachable(f"{_short(e)}", f"does `ssh {login} docker version` answer?") from None
+
+
+def connect(hosts, timeout: float = 20, ssh_timeout_s: float = 15, log=None) -> dict:
+    """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used.
+    Each non-local host is announced; an ssh:// host fails within about ssh_timeout_s (SSH_CONNECT_TIMEOUT_S)
+    when it does not answer: TCP connect and the SSH banner are probed first, then docker-py's paramiko
+    connection and the ping get that long again."""
+    clients = {}
+    try:
+        for h in hosts:
+            ssh = h.url.startswith("ssh://")
+            if not h.is_local:
+                _say(log, f"connecting to {h.address} ({h.url}) ...")
+            try:
+                clients[h.address] = (_connect_ssh(h, timeout, ssh_timeout_s) if ssh else
+                                      _open_docker(h.url, timeout))
+            except _Unreachable as e:
+                raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker over SSH: {e.what}; {e.hint}") \
+                    from None
+            except Exception as e:  # noqa: BLE001 -- DockerException, OSError, paramiko's own types for ssh://
+                hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
+                        f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
+                        "Docker run there?")
+                over = " over SSH" if ssh else ""
+                raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker{over}: {_short(e)}; {hint}") \
+                    from None
+    except BaseException:
+        for c in clients.values():
+            c.close()
+        raise
     return clients
 
 
@@ -108,13 +274,16 @@ def check_image(clients: dict, image: str) -> dict:
     return ids
 
 
-def check_subnet(clients: dict, cfg: ExpConfig) -> None:
-    """SUBNET must not overlap any other Docker network (or an address of this machine)."""
+def check_subnet(clients: dict, cfg: ExpConfig, deployment: str | None = None) -> None:
+    """SUBNET must not overlap any other Docker network (or an address of this machine). Not checked here, because
+    ensure_network() says more: the deployment's own network (whatever its name and subnet: a changed SUBNET is
+    not a clash with itself) and a network named NETWORK_NAME."""
+    deployment = deployment or cfg.deployment
     want = ipaddress.IPv4Network(cfg.subnet)
     for addr, c in clients.items():
         for net in c.networks.list():
             attrs = net.attrs
-            if attrs.get("Name") == cfg.network_name and LABEL in (attrs.get("Labels") or {}):
+            if attrs.get("Name") == cfg.network_name or (attrs.get("Labels") or {}).get(LABEL) == deployment:
                 continue
             for pool in (attrs.get("IPAM") or {}).get("Config") or []:
                 sub = pool.get("Subnet")
@@ -175,18 +344,47 @@ def _advertise_addr(host: Host) -> str:
     return "127.0.0.1"
 
 
+MTU_OPTION = "com.docker.network.driver.mtu"
+
+
+def network_changes(attrs: dict, cfg: ExpConfig) -> list[str]:
+    """What the exp_config.py values that define a deployment's network (NETWORK_NAME, SUBNET, OVERLAY_MTU) say
+    now against what the existing network was made with: ['SUBNET changed from a to b', ...]."""
+    subnets = [p.get("Subnet") for p in (attrs.get("IPAM") or {}).get("Config") or []]
+    mtu = (attrs.get("Options") or {}).get(MTU_OPTION)
+    out = []
+    if attrs.get("Name") != cfg.network_name:
+        out.append(f"NETWORK_NAME changed from {attrs.get('Name')!r} to {cfg.network_name!r}")
+    if subnets != [cfg.subnet]:
+        out.append(f"SUBNET changed from {', '.join(map(str, subnets)) or 'none'} to {cfg.subnet}")
+    if (mtu or None) != (str(cfg.overlay_mtu) if cfg.overlay_mtu else None):
+        out.append(f"OVERLAY_MTU changed from {mtu or 'None'} to {cfg.overlay_mtu}")
+    return out
+
+
 def ensure_network(manager, cfg: ExpConfig, deployment: str, log=None):
+    """The deployment's overlay network: the existing one (found by its label) when it matches exp_config.py,
+    else SwarmError: changed values while the deployment is up (tear down first), or NETWORK_NAME taken by a
+    network that is not this deployment's. Created when there is none."""
     from docker.types import IPAMConfig, IPAMPool
-    for net in manager.networks.list(names=[cfg.network_name]):
+    nets = manager.networks.list()
+    for net in nets:
+        if (net.attrs.get("Labels") or {}).get(LABEL) != deployment:
+            continue
+        changes = network_changes(net.attrs, cfg)
+        if changes:
+            raise SwarmError(f"{' and '.join(changes)} while deployment {deployment} is up (its network "
+                             f"{net.attrs.get('Name')} was made with the old value{'s' if len(changes) > 1 else ''}); "
+                             "tear it down first with the old exp_config.py values (`make down`, i.e. "
+                             "`.venv/bin/python start_containers.py --down`), then bring it up with the new ones")
+        return net
+    for net in nets:
         if net.attrs.get("Name") != cfg.network_name:
             continue
-        labels = net.attrs.get("Labels") or {}
         subnets = [p.get("Subnet") for p in (net.attrs.get("IPAM") or {}).get("Config") or []]
-        if labels.get(LABEL) != deployment or subnets != [cfg.subnet]:
-            raise SwarmError(f"NETWORK_NAME={cfg.network_name!r} exists already (subnets {subnets}) and was not "
-                             "made by this deployment; remove it or choose another NETWORK_NAME")
-        return net
-    opts = {"com.docker.network.driver.mtu": str(cfg.overlay_mtu)} if cfg.overlay_mtu else {}
+        raise SwarmError(f"NETWORK_NAME={cfg.network_name!r} exists already (subnets {subnets}) and was not "
+                         "made by this deployment; remove it or choose another NETWORK_NAME")
+    opts = {MTU_OPTION: str(cfg.overlay_mtu)} if cfg.overlay_mtu else {}
     _say(log, f"network: creating overlay {cfg.network_name} {cfg.subnet}"
          + (f" mtu {cfg.overlay_mtu}" if cfg.overlay_mtu else ""))
     try:
@@ -362,13 +560,13 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
     hosts = list(hosts)
     t_start = time.monotonic()
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
-    clients = connect(hosts)
+    clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
     created_swarm, started, fresh_key = False, {}, not (state_dir / "id_ed25519").is_file()
     prev = load_state(containers_yml)
     gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
     try:
         image_ids = check_image(clients, cfg.image_name)
-        check_subnet(clients, cfg)
+        check_subnet(clients, cfg, deployment)
         created_swarm = ensure_swarm(clients, hosts, log)
         manager = clients[hosts[0].address]
         ensure_network(manager, cfg, deployment, log)
@@ -534,7 +732,7 @@ def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path |
     state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
     state = load_state(containers_yml) or {}
     hosts = list(hosts)
-    clients = connect(hosts)
+    clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
     try:
         n = 0
         for _, ct in list(_labelled(clients, deployment)):

@@ -196,10 +196,10 @@ def test_caption_says_where_the_cpu_was_saturated(tmp_path):
     assert "host CPU busy 40 %" in cap and "above" not in cap
 
 
-def test_experiment_without_runs_is_an_error_not_an_empty_figure(tmp_path):
-    with pytest.raises(figures.NoRuns, match="no runs of tpca"):
+def test_empty_experiment_is_an_error_and_writes_nothing(tmp_path):
+    with pytest.raises(figures.NoRuns, match=r"^no runs of tpca under .*/tpca/ \(run experiments/exp3_tpca.py first\)$"):
         figures.draw("tpca", root=tmp_path, tail=99)
-    assert not (tmp_path / "data-tpca.pdf").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_genfigure_drawfig(tmp_path):
