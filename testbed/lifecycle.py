@@ -194,6 +194,11 @@ class Runner(ABC):
             self.say(f"warning: the hypervisor took {meta['machine_cpu']['steal_pct']:.0f} % of this machine's CPU "
                      "time during the run (steal); its latencies carry that")
         validate.write_manifest(run_dir)
+        if res.status == "ok" and not probe:  # what was just written must read back whole and agree with itself
+            problems = validate.validate_run(run_dir)
+            if problems:
+                res.status, res.reason = "failed", "invalid run folder: " + problems[0]
+                meta.update(status=res.status, reason=res.reason)
         write_json(run_dir / "meta.json", meta)
         if failure is not None:
             failure.run_dir = run_dir

@@ -91,3 +91,37 @@ def user_deployment_untouched():
     if before is not None:
         after = _user_deployments()
         assert after == before, f"the test suite changed a user's deployment: before {before}, after {after}"
+
+
+def seal_run(run_dir) -> None:
+    """Complete a synthetic run folder the way a real run leaves one, so that it validates (testbed/validate.py):
+    a state dump per replica of its deploy.yml, a records CSV (header only if missing) and a summary with
+    n_records per client, summary.json's records total (when there is a summary), and files.json."""
+    import json
+
+    import yaml
+
+    from testbed import results, validate
+    run_dir = Path(run_dir)
+    nodes = yaml.safe_load((run_dir / "deploy.yml").read_text())["nodes"]
+    (run_dir / "servers").mkdir(exist_ok=True)
+    (run_dir / "clients").mkdir(exist_ok=True)
+    total = 0
+    for n in nodes:
+        if n["kind"] == "replica":
+            dump = run_dir / "servers" / f"{n['name']}.state.json"
+            if not dump.exists():
+                dump.write_text(json.dumps({"node": n["name"], "shard": 0, "digest": "d", "workload": "tpcc"}))
+        elif n["kind"] == "client":
+            csv = run_dir / "clients" / f"{n['name']}.records.csv"
+            if not csv.exists():
+                csv.write_text(",".join(results.COLUMNS) + "\n")
+            rows = len(csv.read_text().splitlines()) - 1
+            total += rows
+            (run_dir / "clients" / f"{n['name']}.summary.json").write_text(json.dumps({"n_records": rows}))
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text())
+        data["records"] = total
+        summary.write_text(json.dumps(data))
+    validate.write_manifest(run_dir)

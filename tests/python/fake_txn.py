@@ -49,11 +49,12 @@ if role == "server":
 
 dur = d["client"]["duration_s"]
 time.sleep(dur)
+n = int(dur * 20)
 with open(os.path.join(a.out, f"{a.name}.records.csv"), "w") as f:
     f.write("txn_id,type,type_name,class,start_us,latency_us,attempts,status\n")
-    for i in range(int(dur * 20)):
+    for i in range(n):
         crt = i % 5 == 0
         f.write(f"{i},0,{'Payment' if crt else 'NewOrder'},{'CRT' if crt else 'IRT'},{i * 50000},"
                 f"{150000 if crt else 20000},1,committed\n")
 with open(os.path.join(a.out, f"{a.name}.summary.json"), "w") as f:
-    json.dump({"name": a.name}, f)
+    json.dump({"node": a.name, "n_records": n}, f)

@@ -5,7 +5,9 @@ import math
 import pandas as pd
 import pytest
 
-from testbed import deploy, figures, results, rundirs, validate
+from testbed import deploy, figures, results, rundirs
+
+from conftest import seal_run
 
 HEADER = "txn_id,type,type_name,class,start_us,latency_us,attempts,status\n"
 WINDOW = dict(duration=10, warmup=2, cooldown=1)    # window [2 s, 9 s)
@@ -43,7 +45,7 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
         (d / "summary.json").write_text(json.dumps({"classes": {"all": {"committed": n, "throughput_tps": tput}}}))
         (d / "check.json").write_text(json.dumps({"exit_code": check_code, "verdict": "CONSISTENT" if check_code == 0
                                                   else "INCONSISTENT (2 violations)"}))
-    validate.write_manifest(d)
+    seal_run(d)
     return d
 
 

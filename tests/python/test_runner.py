@@ -12,12 +12,12 @@ import pytest
 
 from pathlib import Path
 
-from testbed import deploy, experiments, figures, results, rundirs, runner, validate
+from testbed import deploy, experiments, figures, results, rundirs, runner
 from testbed.backend import Backend, LocalBackend
 from testbed.config import load_exp_config
 from testbed.runtypes import Interrupted, RunError, RunResult, new_run_id
 
-from conftest import procs_mentioning
+from conftest import procs_mentioning, seal_run
 
 HEADER = "txn_id,type,type_name,class,start_us,latency_us,attempts,status\n"
 
@@ -57,7 +57,7 @@ class FakeBackend(Backend):
 
         def finish(status, reason):
             meta.update(status=status, reason=reason or None)
-            validate.write_manifest(run_dir)
+            seal_run(run_dir)
             rundirs.write_json(run_dir / "meta.json", meta)
 
         if what == "error":

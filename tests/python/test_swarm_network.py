@@ -7,7 +7,7 @@ from testbed import swarm
 from testbed.config import load_exp_config
 from testbed.hosts import Host
 
-DEPLOYMENT = "edge-txn"
+DEPLOYMENT = "edge"
 TEAR_DOWN = ("tear it down first with the old exp_config.py values (`make down`, i.e. "
              "`.venv/bin/python start_containers.py --down`), then bring it up with the new ones")
 
@@ -76,21 +76,21 @@ def test_subnet_changed_while_up(new_subnet):
     # overlapping: the old network must not be reported as a clash with itself before this message
     with pytest.raises(swarm.SwarmError) as e:
         checks([ours()], cfg_with(subnet=new_subnet))
-    assert str(e.value) == (f"SUBNET changed from 10.55.0.0/16 to {new_subnet} while deployment edge-txn is up "
+    assert str(e.value) == (f"SUBNET changed from 10.55.0.0/16 to {new_subnet} while deployment edge is up "
                             f"(its network edge_txn was made with the old value); {TEAR_DOWN}")
 
 
 def test_network_name_changed_while_up_is_not_a_subnet_clash():
     with pytest.raises(swarm.SwarmError) as e:
         checks([ours()], cfg_with(network_name="edge_txn2"))
-    assert str(e.value) == ("NETWORK_NAME changed from 'edge_txn' to 'edge_txn2' while deployment edge-txn is up "
+    assert str(e.value) == ("NETWORK_NAME changed from 'edge_txn' to 'edge_txn2' while deployment edge is up "
                             f"(its network edge_txn was made with the old value); {TEAR_DOWN}")
 
 
 @pytest.mark.parametrize("old,new,what", [("1450", 1400, "from 1450 to 1400"), (None, 1450, "from None to 1450"),
                                           ("1450", None, "from 1450 to None")])
 def test_overlay_mtu_changed_while_up(old, new, what):
-    with pytest.raises(swarm.SwarmError, match=rf"^OVERLAY_MTU changed {what} while deployment edge-txn is up"):
+    with pytest.raises(swarm.SwarmError, match=rf"^OVERLAY_MTU changed {what} while deployment edge is up"):
         checks([ours(mtu=old)], cfg_with(overlay_mtu=new))
 
 
@@ -98,7 +98,7 @@ def test_several_changes_in_one_line():
     with pytest.raises(swarm.SwarmError) as e:
         checks([ours()], cfg_with(subnet="10.56.0.0/16", overlay_mtu=1400))
     assert str(e.value) == ("SUBNET changed from 10.55.0.0/16 to 10.56.0.0/16 and OVERLAY_MTU changed from 1450 to "
-                            "1400 while deployment edge-txn is up (its network edge_txn was made with the old values); "
+                            "1400 while deployment edge is up (its network edge_txn was made with the old values); "
                             f"{TEAR_DOWN}")
     assert "\n" not in str(e.value)
 
@@ -139,7 +139,7 @@ def test_up_with_a_changed_subnet_says_so_and_touches_nothing(monkeypatch, tmp_p
     yml = tmp_path / "containers.yml"
     yml.write_text(yaml.safe_dump({"deployment": DEPLOYMENT, "network": "edge_txn", "containers": []}))
     with pytest.raises(swarm.SwarmError, match=r"^SUBNET changed from 10.55.0.0/16 to 10.56.0.0/16 while "
-                                               r"deployment edge-txn is up"):
+                                               r"deployment edge is up"):
         swarm.up(cfg_with(subnet="10.56.0.0/16"), [Host("localhost")], containers_yml=yml,
                  state_dir=tmp_path / "state", log=lambda m: None)
     assert client.networks.created == [] and not net.removed and client.closed
