@@ -561,7 +561,8 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
     t_start = time.monotonic()
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
     clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
-    created_swarm, started, fresh_key = False, {}, not (state_dir / "id_ed25519").is_file()
+    created_swarm, created_net, started = False, False, {}
+    fresh_key = not (state_dir / "id_ed25519").is_file()
     prev = load_state(containers_yml)
     gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
     try:
@@ -569,7 +570,9 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         check_subnet(clients, cfg, deployment)
         created_swarm = ensure_swarm(clients, hosts, log)
         manager = clients[hosts[0].address]
+        had_net = any((n.attrs.get("Labels") or {}).get(LABEL) == deployment for n in manager.networks.list())
         ensure_network(manager, cfg, deployment, log)
+        created_net = not had_net
         key_path, pubkey = keypair(state_dir)
         host_cpus = {a: int(c.info().get("NCPU") or 1) for a, c in clients.items()}
         wanted = {s.container.name: s for s in specs(cfg, containers, pubkey, deployment, host_cpus, repo,
@@ -640,8 +643,9 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         for addr, ct in _labelled(clients, deployment):
             if ct.name not in kept_before:  # started, or created and failed to start, by this call
                 ct.remove(force=True)
-        if prev is None:
+        if created_net:  # only a network this call made (never one an up deployment uses)
             _remove_network(clients[hosts[0].address], cfg.network_name, deployment)
+        if prev is None:
             if fresh_key:
                 _remove_keys(state_dir)
             if created_swarm:
