@@ -89,6 +89,40 @@ TEST(Registry, EveryProtocolDirectoryIsListedAndKeepsTheContract) {
   }
 }
 
+TEST(Registry, TheToyProtocolIsRegisteredAtRunTimeAndKeepsTheContract) {
+  EXPECT_TRUE(has(protocol_names(), "toy"));
+  EXPECT_FALSE(has(built_in_protocols(), "toy"));
+  expect_envelope_field("toy");
+  const ProtocolSpec& toy = find_protocol("toy");
+  ASSERT_EQ(toy.roles.size(), 1u);
+  EXPECT_EQ(toy.roles[0].placement, Placement::Group);
+  const google::protobuf::Struct all = parse_json(registry_json());
+  const auto* json = protocol_in(all, "toy");
+  ASSERT_NE(json, nullptr) << "the toy protocol is missing from --list-modes --json";
+  const auto& role = json->fields().at("roles").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(role.at("name").string_value(), "sequencer");
+  EXPECT_EQ(role.at("placement").string_value(), "group");
+  EXPECT_EQ(role.at("size").number_value(), 1);
+  const auto& acks = json->fields().at("options").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(acks.at("type").string_value(), "int");
+  EXPECT_EQ(acks.at("default").number_value(), 1);
+  EXPECT_EQ(acks.at("min").number_value(), 1);
+  EXPECT_EQ(acks.at("max").number_value(), 3);
+  // Its option goes through the same checks as DAST's.
+  Deployment d = make_local_deployment("toy", 2, 1, 1);
+  EXPECT_EQ(d.node(d.role_nodes("sequencer").at(0)).name, "q0");
+  d.protocols["toy"]["acks"] = int64_t{3};
+  EXPECT_NO_THROW(validate(d));
+  EXPECT_EQ(protocol_options(d).integer("acks"), 3);
+  d.protocols["toy"]["acks"] = int64_t{4};
+  try {
+    validate(d);
+    ADD_FAILURE() << "acks 4 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "protocols.toy.acks: 4 out of range [1, 3]");
+  }
+}
+
 TEST(Registry, JsonPublishesEverything) {
   std::string text = registry_json();
   google::protobuf::Struct json = parse_json(text);
