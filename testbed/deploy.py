@@ -1,4 +1,8 @@
-"""Build, validate and write deployment files (docs/deploy-schema.md) for the local backend."""
+"""Build, validate and write deployment files (docs/deploy-schema.md) for the local backend.
+
+Modes, the processes a mode needs besides replicas and clients, its minimum number of regions and its options come
+from the engine's protocol registry (testbed/protocols.py); nothing here knows a protocol by name.
+"""
 from __future__ import annotations
 
 import socket
@@ -6,17 +10,24 @@ from pathlib import Path
 
 import yaml
 
-MODES = ("dast", "janus", "tapir", "slog")
-MANAGER_MODES = ("dast", "slog")  # modes that run one region manager per region
+from . import protocols
+
 WORKLOADS = ("tpcc", "tpca")
 REPLICAS = 3
 
 DEFAULTS = dict(
-    name="local", mode="dast", workload="tpcc", regions=3, shards=2, clients_per_shard=1,
+    name="local", mode=None, workload="tpcc", regions=3, shards=2, clients_per_shard=1,
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
-    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app", defer_commutative=True,
+    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
+    protocol_options=None, defer_commutative=None,
 )
+# mode None: the registry's default mode (its first protocol).
+# protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
+# defaults, and the deployment file gets all of them under protocols.<mode>.
+# OPTION_ALIASES: knobs that name a protocol option directly, kept for callers written before protocol_options. Each
+# applies to the modes whose protocol has that option (under protocol_options) and is ignored by the others.
+OPTION_ALIASES = ("defer_commutative",)
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
@@ -39,18 +50,20 @@ def validate(**knobs) -> dict:
         if (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi
                 or (kind == "an integer" and not float(v).is_integer())):
             raise ValueError(f"{n}={v!r}: must be {kind} in [{lo}, {hi}]")
-    if k["mode"] not in MODES:
-        raise ValueError(f"mode={k['mode']!r}: must be one of {', '.join(MODES)}")
+    registry = protocols.load()
+    if k["mode"] is None:
+        k["mode"] = registry.default_mode()
+    proto = registry.get(k["mode"])
+    if k["regions"] < proto.min_regions:
+        raise ValueError(f"regions={k['regions']}: mode {proto.name} needs regions in "
+                         f"[{proto.min_regions}, {RANGES['regions'][1]}]")
+    k["protocol_options"] = protocol_options(proto, k)
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
-    if not isinstance(k["defer_commutative"], bool):
-        raise ValueError(f"defer_commutative={k['defer_commutative']!r}: must be True or False")
     if k["mechanism"] not in ("app", "netem", "none"):
         raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
     if k["workload"] not in WORKLOADS:
         raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
-    if k["mode"] == "slog" and k["regions"] < 3:
-        raise ValueError(f"regions={k['regions']}: mode slog needs regions in [3, {RANGES['regions'][1]}]")
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:
@@ -58,6 +71,19 @@ def validate(**knobs) -> dict:
     if not str(k["name"]).replace("-", "").replace("_", "").isalnum():
         raise ValueError(f"name={k['name']!r}: must be letters, digits, '-' or '_'")
     return k
+
+
+def protocol_options(proto: protocols.Protocol, k: dict) -> dict:
+    """Every option of proto from the protocol_options knob and the aliases (which are removed from k)."""
+    given = k["protocol_options"] if k["protocol_options"] is not None else {}
+    if not isinstance(given, dict):
+        raise ValueError(f"protocol_options={given!r}: must be a mapping of option names to values")
+    values = {}
+    for alias in OPTION_ALIASES:
+        v, option = k.pop(alias), proto.option(alias)
+        if v is not None and option is not None:
+            values[alias] = option.check(v, alias)
+    return proto.check_options({**values, **given})
 
 
 def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
@@ -77,13 +103,12 @@ def check_rtt_matrix(m, regions: int) -> list[list[float]]:
     return [[float(v) for v in row] for row in m]
 
 
-def node_list(regions: int, shards: int, clients_per_shard: int, mode: str) -> list[dict]:
-    """Every process of a deployment (no host/port yet): replicas, one manager per region if the mode
-    has managers, clients. Names as in docs/deploy-schema.md."""
+def node_list(regions: int, shards: int, clients_per_shard: int, proto: protocols.Protocol) -> list[dict]:
+    """Every process of a deployment (no host/port yet): replicas, the processes of the protocol's roles (e.g. one
+    manager per region), clients. Names as in docs/deploy-schema.md."""
     nodes = [dict(name=f"s{r}.{s}.{i}", kind="replica", region=r, shard=s, replica=i)
              for r in range(regions) for s in range(shards) for i in range(REPLICAS)]
-    if mode in MANAGER_MODES:
-        nodes += [dict(name=f"m{r}", kind="manager", region=r) for r in range(regions)]
+    nodes += proto.role_nodes(regions)
     nodes += [dict(name=f"c{r}.{s}.{c}", kind="client", region=r, shard=s)
               for r in range(regions) for s in range(shards) for c in range(clients_per_shard)]
     return nodes
@@ -116,7 +141,7 @@ def build_deployment(place=None, **knobs) -> dict:
     place(nodes) sets every node's host and port; default: all on knobs['host'] with free ports from base_port."""
     k = validate(**knobs)
     R, N, C, host = int(k["regions"]), int(k["shards"]), int(k["clients_per_shard"]), k["host"]
-    nodes = node_list(R, N, C, k["mode"])
+    nodes = node_list(R, N, C, protocols.load().get(k["mode"]))
     if place is None:
         for node, port in zip(nodes, allocate_ports(len(nodes), host, int(k["base_port"]))):
             node.update(host=host, port=port)
@@ -133,11 +158,17 @@ def build_deployment(place=None, **knobs) -> dict:
         "client": {"n_concurrent": int(k["concurrency"]), "duration_s": float(k["duration"]),
                    "warmup_s": float(k["warmup"]), "cooldown_s": float(k["cooldown"]),
                    "drain_timeout_s": float(k["drain_timeout"])},
+        "protocols": {k["mode"]: k["protocol_options"]},
         "nodes": nodes,
     }
-    if k["mode"] == "dast":
-        d["dast"] = {"defer_commutative": k["defer_commutative"]}
     return d
+
+
+def __getattr__(name: str):
+    """MODES: the registry's modes, for callers written before testbed/protocols.py (use protocols.load().names())."""
+    if name == "MODES":
+        return tuple(protocols.load().names())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def write_yaml(deploy: dict, path) -> Path:

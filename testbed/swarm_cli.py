@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import deploy as deploylib, genconfig, interrupts, lock, swarm
+from . import deploy as deploylib, genconfig, interrupts, lock, protocols, swarm
 from .backend import base_knobs
 from .config import load_exp_config
 from .hosts import load_hosts
@@ -65,7 +65,7 @@ def genconfig_main(argv=None) -> int:
     d = deploylib.DEFAULTS
     ap = argparse.ArgumentParser(description="Write the deployment file the engine reads for the containers "
                                  "in containers.yml (see docs/deploy-schema.md).")
-    ap.add_argument("--mode", default="dast", help=f"protocol: {'|'.join(deploylib.MODES)}")
+    ap.add_argument("--mode", default=None, help="protocol: one of `txn-server --list-modes` (default: the first)")
     ap.add_argument("--workload", default=d["workload"], help="tpcc|tpca")
     ap.add_argument("--clients-per-shard", type=int, default=d["clients_per_shard"])
     ap.add_argument("--concurrency", type=int, default=d["concurrency"], help="coordinators per client process")
@@ -85,7 +85,7 @@ def genconfig_main(argv=None) -> int:
         dep = genconfig.deployment(state, mode=a.mode, workload=a.workload, clients_per_shard=a.clients_per_shard,
                                    concurrency=a.concurrency, **knobs)
         path = deploylib.write_yaml(dep, a.out)
-    except (ValueError, swarm.SwarmError) as e:
+    except (ValueError, protocols.RegistryError, swarm.SwarmError) as e:
         print(f"genConfig: error: {e}", file=sys.stderr)
         return 2
     print(f"genConfig: wrote {path} ({len(dep['nodes'])} processes, mode {dep['mode']}, "

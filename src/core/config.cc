@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "protocol.h"
+
 namespace txn {
 namespace {
 
@@ -69,7 +71,52 @@ void range(const std::string& key, double v, double lo, double hi) {
   }
 }
 
-bool mode_needs_manager(const std::string& mode) { return mode == "dast" || mode == "slog"; }
+// The `kind`s a node may have under `spec`, for error messages.
+std::string kinds_of(const ProtocolSpec& spec) {
+  std::string k = "replica|client";
+  for (const auto& r : spec.roles) k += "|" + r.name;
+  return k;
+}
+
+// protocols.<p>.<name>: the option's schema, or a ConfigError naming the key.
+const OptionSpec& option_of(const ProtocolSpec& p, const std::string& name) {
+  if (const OptionSpec* o = p.option(name)) return *o;
+  std::string list;
+  for (const auto& o : p.options) list += (list.empty() ? "" : ", ") + o.name;
+  fail("protocols." + p.name + "." + name, "not an option of " + p.name + " (options: " + (list.empty() ? "none" : list) + ")");
+}
+
+// protocols.<name>: every option known to that protocol's schema and acceptable.
+void check_protocol_options(const std::string& name, const OptionValues& values) {
+  const ProtocolSpec& p = find_protocol(name, "protocols." + name);
+  for (const auto& [k, v] : values) {
+    std::string why = option_of(p, k).problem(v);
+    if (!why.empty()) fail("protocols." + name + "." + k, why);
+  }
+}
+
+// The roles of d.mode: one node per region, or a group of distinct regions.
+void check_roles(const Deployment& d, const ProtocolSpec& spec) {
+  for (const auto& role : spec.roles) {
+    std::vector<int> in_region(d.regions, 0);
+    uint32_t members = 0;
+    for (const auto& n : d.nodes) {
+      if (n.kind != NodeKind::Role || n.role != role.name) continue;
+      ++members;
+      if (++in_region[n.region] > 1)
+        fail("nodes[" + std::to_string(n.id) + "]", "second " + role.name + " in region " + std::to_string(n.region) +
+                                                        (role.placement == Placement::Group ? " (its group needs distinct regions)" : ""));
+    }
+    if (role.placement == Placement::PerRegion) {
+      for (uint32_t r = 0; r < d.regions; ++r)
+        if (!in_region[r])
+          fail("nodes", "region " + std::to_string(r) + " has no " + role.name + " (mode " + d.mode + " needs one per region)");
+    } else if (members != role.size) {
+      fail("nodes", "mode " + d.mode + " needs " + std::to_string(role.size) + " " + role.name +
+                        " nodes in distinct regions, found " + std::to_string(members));
+    }
+  }
+}
 
 }  // namespace
 
@@ -96,10 +143,17 @@ NodeId Deployment::replica_id(uint32_t shard, uint32_t replica) const {
                     std::to_string(shard));
 }
 
-NodeId Deployment::manager_id(uint32_t region) const {
+NodeId Deployment::role_node(const std::string& role, uint32_t region) const {
   for (const auto& x : nodes)
-    if (x.kind == NodeKind::Manager && x.region == region) return x.id;
-  throw ConfigError("no manager for region " + std::to_string(region));
+    if (x.kind == NodeKind::Role && x.role == role && x.region == region) return x.id;
+  throw ConfigError("no " + role + " in region " + std::to_string(region));
+}
+
+std::vector<NodeId> Deployment::role_nodes(const std::string& role) const {
+  std::vector<NodeId> r;
+  for (const auto& x : nodes)
+    if (x.kind == NodeKind::Role && x.role == role) r.push_back(x.id);
+  return r;
 }
 
 std::vector<NodeId> Deployment::replicas_of(uint32_t shard) const {
@@ -128,10 +182,10 @@ std::vector<NodeId> Deployment::clients() const {
 }
 
 void validate(const Deployment& d) {
-  static const std::set<std::string> modes = {"dast", "janus", "tapir", "slog"};
-  if (!modes.count(d.mode)) fail("mode", "'" + d.mode + "' unknown (expected dast|janus|tapir|slog)");
+  const ProtocolSpec& spec = find_protocol(d.mode);
   range("regions", d.regions, 1, 64);
-  if (d.mode == "slog" && d.regions < 3) fail("regions", "slog needs regions >= 3");
+  if (d.regions < spec.min_regions)
+    fail("regions", d.mode + " needs regions >= " + std::to_string(spec.min_regions));
   range("shards_per_region", d.shards_per_region, 1, 1024);
   if (d.replicas != 3) fail("replicas", std::to_string(d.replicas) + " unsupported (expected 3)");
 
@@ -180,14 +234,12 @@ void validate(const Deployment& d) {
     fail("client.warmup_s", "warmup_s + cooldown_s must be < duration_s");
   if (c.retry_limit < 1) fail("client.retry_limit", "must be >= 1");
 
-  if (!(d.dast.sync_interval_ms > 0)) fail("dast.sync_interval_ms", "must be > 0");
-  range("dast.ewma_alpha", d.dast.ewma_alpha, 0, 1);
+  for (const auto& [name, values] : d.protocols) check_protocol_options(name, values);
 
   // Nodes.
   if (d.nodes.empty()) fail("nodes", "no nodes listed");
   std::set<std::string> names, addrs;
   std::set<std::pair<uint32_t, uint32_t>> reps;  // (shard, replica)
-  std::vector<int> managers(d.regions, 0);
   for (size_t i = 0; i < d.nodes.size(); ++i) {
     const auto& n = d.nodes[i];
     std::string key = "nodes[" + std::to_string(i) + "]";
@@ -200,7 +252,9 @@ void validate(const Deployment& d) {
     if (!addrs.insert(a).second) fail(key + ".port", "duplicate host:port " + a + " (node " + n.name + ")");
     if (n.region >= d.regions)
       fail(key + ".region", std::to_string(n.region) + " out of range [0, " + std::to_string(d.regions - 1) + "]");
-    if (n.kind != NodeKind::Manager) {
+    if (n.kind == NodeKind::Role && !spec.role(n.role))
+      fail(key + ".kind", "'" + n.role + "' unknown (expected " + kinds_of(spec) + ")");
+    if (n.kind != NodeKind::Role) {
       uint32_t lo = n.region * d.shards_per_region, hi = lo + d.shards_per_region;
       if (n.shard < lo || n.shard >= hi)
         fail(key + ".shard", "shard of " + n.name + " not in region " + std::to_string(n.region) +
@@ -212,8 +266,6 @@ void validate(const Deployment& d) {
       if (!reps.insert({n.shard, n.replica}).second)
         fail(key + ".replica", "duplicate replica " + std::to_string(n.replica) + " of shard " +
                                    std::to_string(n.shard));
-    } else if (n.kind == NodeKind::Manager) {
-      if (++managers[n.region] > 1) fail(key, "second manager for region " + std::to_string(n.region));
     }
   }
   for (uint32_t s = 0; s < d.n_shards(); ++s)
@@ -221,9 +273,7 @@ void validate(const Deployment& d) {
       if (!reps.count({s, r}))
         fail("nodes", "shard " + std::to_string(s % d.shards_per_region) + " of region " +
                           std::to_string(s / d.shards_per_region) + " has no replica " + std::to_string(r));
-  if (mode_needs_manager(d.mode))
-    for (uint32_t r = 0; r < d.regions; ++r)
-      if (!managers[r]) fail("nodes", "region " + std::to_string(r) + " has no manager (mode " + d.mode + " needs one)");
+  check_roles(d, spec);
 }
 
 Deployment parse_deployment(const std::string& text) {
@@ -238,10 +288,11 @@ Deployment parse_deployment(const std::string& text) {
   }
   if (!root.IsMap()) throw ConfigError("deployment file: expected a mapping at top level");
   check_keys(root, "", {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link",
-                        "workload", "client", "dast", "slog", "runtime", "nodes"});
+                        "workload", "client", "protocols", "runtime", "nodes"});
   Deployment d;
   if (root["name"]) d.name = str(root["name"], "name");
   if (root["mode"]) d.mode = str(root["mode"], "mode");
+  const ProtocolSpec& spec = find_protocol(d.mode);
   auto u32 = [](const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi) {
     int64_t v = integer(n, key);
     if (v < lo || v > hi)
@@ -301,22 +352,23 @@ Deployment parse_deployment(const std::string& text) {
     if (c["drain_timeout_s"]) k.drain_timeout_s = num(c["drain_timeout_s"], "client.drain_timeout_s");
     if (c["retry_limit"]) k.retry_limit = u32(c["retry_limit"], "client.retry_limit", 1, 1000000);
   }
-  if (auto x = root["dast"]) {
-    check_keys(x, "dast", {"sync_interval_ms", "anticipation_margin_ms", "ewma_alpha", "defer_commutative"});
-    if (x["sync_interval_ms"]) d.dast.sync_interval_ms = num(x["sync_interval_ms"], "dast.sync_interval_ms");
-    if (x["anticipation_margin_ms"]) d.dast.anticipation_margin_ms = num(x["anticipation_margin_ms"], "dast.anticipation_margin_ms");
-    if (x["ewma_alpha"]) d.dast.ewma_alpha = num(x["ewma_alpha"], "dast.ewma_alpha");
-    if (x["defer_commutative"]) d.dast.defer_commutative = boolean(x["defer_commutative"], "dast.defer_commutative");
-  }
-  if (auto x = root["slog"]) {
-    check_keys(x, "slog", {"order_regions"});
-    auto o = x["order_regions"];
-    if (!o || !o.IsSequence() || o.size() != 3) fail("slog.order_regions", "must be a list of 3 distinct regions");
-    for (size_t i = 0; i < o.size(); ++i) {
-      uint32_t r = u32(o[i], "slog.order_regions", 0, static_cast<int64_t>(d.regions) - 1);
-      for (uint32_t q : d.slog.order_regions)
-        if (q == r) fail("slog.order_regions", "region " + std::to_string(r) + " listed twice");
-      d.slog.order_regions.push_back(r);
+  if (auto x = root["protocols"]) {
+    if (!x.IsMap()) fail("protocols", "expected a mapping of protocol names, got " + show(x));
+    for (const auto& kv : x) {
+      const std::string name = kv.first.Scalar(), where = "protocols." + name;
+      const ProtocolSpec& p = find_protocol(name, where);
+      if (!kv.second.IsMap()) fail(where, "expected a mapping of options, got " + show(kv.second));
+      OptionValues& values = d.protocols[name];
+      for (const auto& ov : kv.second) {
+        const OptionSpec& o = option_of(p, ov.first.Scalar());
+        const std::string key = where + "." + o.name;
+        switch (o.type) {  // the type; range and choices are checked by validate()
+          case OptionType::Bool: values[o.name] = boolean(ov.second, key); break;
+          case OptionType::Int: values[o.name] = integer(ov.second, key); break;
+          case OptionType::Double: values[o.name] = num(ov.second, key); break;
+          case OptionType::String: values[o.name] = str(ov.second, key); break;
+        }
+      }
     }
   }
   if (auto x = root["runtime"]) {
@@ -340,12 +392,17 @@ Deployment parse_deployment(const std::string& text) {
       if (!y[req]) fail(key + "." + req, "missing");
     n.name = str(y["name"], key + ".name");
     std::string kind = str(y["kind"], key + ".kind");
-    if (kind == "replica") n.kind = NodeKind::Replica;
-    else if (kind == "manager") n.kind = NodeKind::Manager;
-    else if (kind == "client") n.kind = NodeKind::Client;
-    else fail(key + ".kind", "'" + kind + "' unknown (expected replica|manager|client)");
+    if (kind == "replica") {
+      n.kind = NodeKind::Replica;
+    } else if (kind == "client") {
+      n.kind = NodeKind::Client;
+    } else {
+      if (!spec.role(kind)) fail(key + ".kind", "'" + kind + "' unknown (expected " + kinds_of(spec) + ")");
+      n.kind = NodeKind::Role;
+      n.role = kind;
+    }
     n.region = u32(y["region"], key + ".region", 0, d.regions - 1);
-    if (n.kind != NodeKind::Manager) {
+    if (n.kind != NodeKind::Role) {
       if (!y["shard"]) fail(key + ".shard", "missing");
       int64_t s = integer(y["shard"], key + ".shard");
       if (s < 0 || s >= d.shards_per_region)
@@ -377,15 +434,17 @@ Deployment load_deployment(const std::string& path) {
   }
 }
 
-Deployment make_local_deployment(uint32_t regions, uint32_t shards_per_region,
+Deployment make_local_deployment(const std::string& mode, uint32_t regions, uint32_t shards_per_region,
                                  uint32_t clients_per_shard, uint16_t base_port) {
+  const ProtocolSpec& spec = find_protocol(mode);
   Deployment d;
+  d.mode = mode;
   d.regions = regions;
   d.shards_per_region = shards_per_region;
   d.link.rtt_ms.assign(regions, std::vector<double>(regions, 100));
   for (uint32_t r = 0; r < regions; ++r) d.link.rtt_ms[r][r] = 5;
   uint32_t port = base_port;
-  auto add = [&](std::string name, NodeKind kind, uint32_t region, uint32_t shard, uint32_t rep) {
+  auto add = [&](std::string name, NodeKind kind, uint32_t region, uint32_t shard, uint32_t rep) -> NodeInfo& {
     NodeInfo n;
     n.id = static_cast<NodeId>(d.nodes.size());
     n.name = std::move(name);
@@ -395,7 +454,7 @@ Deployment make_local_deployment(uint32_t regions, uint32_t shards_per_region,
     n.replica = rep;
     n.host = "127.0.0.1";
     n.port = static_cast<uint16_t>(port++);
-    d.nodes.push_back(n);
+    return d.nodes.emplace_back(std::move(n));
   };
   auto tag = [](uint32_t a, uint32_t b, uint32_t c) {
     return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c);
@@ -404,7 +463,13 @@ Deployment make_local_deployment(uint32_t regions, uint32_t shards_per_region,
     for (uint32_t k = 0; k < shards_per_region; ++k)
       for (uint32_t i = 0; i < d.replicas; ++i)
         add("s" + tag(r, k, i), NodeKind::Replica, r, r * shards_per_region + k, i);
-  for (uint32_t r = 0; r < regions; ++r) add("m" + std::to_string(r), NodeKind::Manager, r, 0, 0);
+  for (const auto& role : spec.roles) {
+    const bool per_region = role.placement == Placement::PerRegion;
+    for (uint32_t i = 0; i < (per_region ? regions : role.size); ++i) {
+      uint32_t region = per_region ? i : group_member_region(i, role.size, regions);
+      add(role.prefix + std::to_string(i), NodeKind::Role, region, 0, 0).role = role.name;
+    }
+  }
   for (uint32_t r = 0; r < regions; ++r)
     for (uint32_t k = 0; k < shards_per_region; ++k)
       for (uint32_t j = 0; j < clients_per_shard; ++j)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "node.h"
+#include "options.h"
 
 namespace txn {
 
@@ -16,12 +17,15 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class NodeKind { Replica, Manager, Client };
+// Every protocol has shard replicas and clients; other processes play one of
+// the roles its registration declares (src/core/protocol.h).
+enum class NodeKind { Replica, Role, Client };
 
 struct NodeInfo {
   NodeId id = 0;
   std::string name;       // e.g. "s0.1.2" (region 0, shard-in-region 1, replica 2), "m0", "c0.1.0"
   NodeKind kind = NodeKind::Replica;
+  std::string role;       // kind Role: the role's name (the node's `kind` in the file, e.g. "manager")
   uint32_t region = 0;    // 0-based
   uint32_t shard = 0;     // global shard id (region * N + local); replicas and clients
   uint32_t replica = 0;   // replicas only
@@ -61,30 +65,13 @@ struct ClientConfig {
   uint32_t retry_limit = 20;
 };
 
-struct DastConfig {
-  double sync_interval_ms = 50;     // safety net: a site re-checks its queue and clock requests this often
-                                    // (the waits themselves end on messages or on timers set for the moment)
-  double anticipation_margin_ms = 0;  // added to the measured decision delay
-  double ewma_alpha = 0.2;
-  // A piece that waits for a cross-region value but commutes with every other
-  // piece (Workload::commutes) runs when the value arrives, after later
-  // transactions, instead of holding its region's clocks below the CRT.
-  bool defer_commutative = true;
-};
-
-// SLOG's global-order group: the regions holding the 3 replicas of the global log
-// (genConfig spreads them over the regions, so any R >= 3 works). Empty: none.
-struct SlogConfig {
-  std::vector<uint32_t> order_regions;
-};
-
 struct RuntimeConfig {
   double connect_timeout_s = 10;    // a peer unreachable this long is a fatal, named error
 };
 
 struct Deployment {
   std::string name = "local";
-  std::string mode = "dast";        // dast | janus | tapir | slog
+  std::string mode;                 // a registered protocol (required)
   uint32_t regions = 3;
   uint32_t shards_per_region = 2;
   uint32_t replicas = 3;
@@ -92,8 +79,9 @@ struct Deployment {
   LinkModel link;
   WorkloadConfig workload;
   ClientConfig client;
-  DastConfig dast;
-  SlogConfig slog;
+  // protocols.<name>: the options the file sets, per protocol, checked against
+  // that protocol's schema; protocol_options(d) adds the defaults for d.mode.
+  std::map<std::string, OptionValues> protocols;
   RuntimeConfig runtime;
   std::vector<NodeInfo> nodes;      // indexed by NodeId
 
@@ -102,7 +90,8 @@ struct Deployment {
   const NodeInfo& node(NodeId id) const;
   const NodeInfo* find(const std::string& name) const;
   NodeId replica_id(uint32_t shard, uint32_t replica) const;   // throws if absent
-  NodeId manager_id(uint32_t region) const;                     // throws if absent
+  NodeId role_node(const std::string& role, uint32_t region) const;  // the role's node in a region; throws if absent
+  std::vector<NodeId> role_nodes(const std::string& role) const;
   std::vector<NodeId> replicas_of(uint32_t shard) const;
   std::vector<NodeId> sites_of_region(uint32_t region) const;   // all replicas in a region
   std::vector<NodeId> clients() const;
@@ -112,8 +101,8 @@ struct Deployment {
 Deployment load_deployment(const std::string& path);
 Deployment parse_deployment(const std::string& yaml_text);
 // A ready-made deployment for tests/sim: R x N x 3 on 127.0.0.1 with ports from base_port,
-// one manager per region, `clients_per_shard` client processes per shard.
-Deployment make_local_deployment(uint32_t regions, uint32_t shards_per_region,
+// the nodes of every role `mode` registers, `clients_per_shard` client processes per shard.
+Deployment make_local_deployment(const std::string& mode, uint32_t regions, uint32_t shards_per_region,
                                  uint32_t clients_per_shard, uint16_t base_port = 20000);
 void validate(const Deployment& d);   // throws ConfigError
 

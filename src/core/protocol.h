@@ -1,6 +1,9 @@
-// Factory for protocol nodes. Each protocol provides a server-side node
-// (one shard replica), optionally a region-manager node, and a client-side
-// driver that moves one transaction from submission to commit/abort.
+// The protocol plug-in contract (docs/adding-a-protocol.md). A protocol
+// registers one ProtocolSpec: its name, the roles it needs besides shard
+// replicas and clients, its minimum number of regions, its options schema and
+// the factories of its nodes. Everything else (deployment validation, the
+// txn-server/txn-client processes, the simulated cluster, the Python testbed)
+// reads the registry and knows no protocol by name.
 #pragma once
 #include <functional>
 #include <memory>
@@ -9,12 +12,13 @@
 
 #include "config.h"
 #include "node.h"
+#include "options.h"
 #include "workload.h"
 
 namespace txn {
 
 // Client-side half of a protocol. The generic closed-loop client
-// (src/runtime/client_node) owns the coordinators and metrics; it hands each
+// (src/client/client_node) owns the coordinators and metrics; it hands each
 // transaction attempt to the driver and is called back when it finishes.
 class ClientDriver {
  public:
@@ -35,21 +39,65 @@ class ClientDriver {
   Done done_;
 };
 
-struct ProtocolFactory {
-  std::function<std::unique_ptr<Node>(const Deployment&, NodeId, const Workload&)> make_replica;
-  std::function<std::unique_ptr<Node>(const Deployment&, NodeId)> make_manager;   // may be empty
-  std::function<std::unique_ptr<ClientDriver>(const Deployment&, NodeId)> make_client_driver;
-};
-
-// Throws ConfigError("unknown mode 'x' (known: dast)") for an unknown or unbuilt protocol.
-const ProtocolFactory& protocol_factory(const std::string& mode);
-// Modes this build implements (printed by `txn-server --list-modes`, one per line).
-const std::vector<std::string>& built_modes();
-
-// Replica nodes expose their store for state dumps.
+// A shard replica; it exposes its store for state dumps and replica comparison.
 class ReplicaNode : public Node {
  public:
   virtual const ShardStore& store() const = 0;
 };
+
+// Where a role's processes go.
+enum class Placement {
+  PerRegion,  // one process in every region (e.g. DAST's region manager)
+  Group,      // `size` processes, each in a different region (e.g. a global-ordering group)
+};
+const char* placement_name(Placement p);  // "per_region" | "group"
+
+// A kind of process a protocol needs besides shard replicas and clients. In
+// the deployment file its nodes have `kind: <name>`; generators name them
+// <prefix><region> (PerRegion) or <prefix><member> (Group).
+struct RoleSpec {
+  std::string name;
+  std::string prefix;
+  Placement placement = Placement::PerRegion;
+  uint32_t size = 1;  // Group: members (PerRegion: always 1 per region)
+  std::string help;   // one line
+  std::function<std::unique_ptr<Node>(const Deployment&, NodeId)> make;
+};
+// The region generators put member `member` of a group of `size` in: spread
+// evenly over all regions (0, R/3, 2R/3 for 3 members), so no region holds two.
+uint32_t group_member_region(uint32_t member, uint32_t size, uint32_t regions);
+
+struct ProtocolSpec {
+  std::string name;      // the deployment's `mode`: [a-z][a-z0-9_]*
+  std::string summary;   // one line
+  uint32_t min_regions = 1;
+  std::vector<RoleSpec> roles;
+  std::vector<OptionSpec> options;
+  std::function<std::unique_ptr<ReplicaNode>(const Deployment&, NodeId, const Workload&)> make_replica;
+  std::function<std::unique_ptr<ClientDriver>(const Deployment&, NodeId)> make_client_driver;
+
+  const RoleSpec* role(const std::string& name) const;      // nullptr if it has no such role
+  const OptionSpec* option(const std::string& name) const;  // nullptr if it has no such option
+};
+
+// ---- the registry --------------------------------------------------------
+// Built-in protocols come from src/protocols/protocols.inc, one line each.
+
+// Throws ConfigError "<key>: 'x' unknown (built: dast, ...)" ("<key>: missing (...)" for "").
+const ProtocolSpec& find_protocol(const std::string& name, const std::string& key = "mode");
+const ProtocolSpec* lookup_protocol(const std::string& name);  // nullptr if unknown
+std::vector<std::string> protocol_names();                    // registration order; `--list-modes`
+// The lines of src/protocols/protocols.inc, in order.
+std::vector<std::string> built_in_protocols();
+// Adds a protocol at run time (tests; built-in ones are listed in
+// protocols.inc). Throws std::logic_error for an invalid spec or a taken name.
+void register_protocol(ProtocolSpec spec);
+// Removes a protocol registered at run time (tests). std::logic_error for a built-in one.
+void unregister_protocol(const std::string& name);
+// `txn-server --list-modes --json` (format: docs/protocol-registry.md).
+std::string registry_json();
+
+// d.mode's options: what the deployment sets, else the schema's defaults.
+ProtocolOptions protocol_options(const Deployment& d);
 
 }  // namespace txn

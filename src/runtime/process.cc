@@ -15,6 +15,7 @@
 
 #include "client/client_node.h"
 #include "client/probe_node.h"
+#include "core/json.h"
 #include "core/protocol.h"
 #include "runtime/event_loop.h"
 #include "runtime/transport.h"
@@ -44,15 +45,6 @@ bool write_file(const std::string& path, const std::string& text) {
   return static_cast<bool>(f);
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o + "\"";
-}
-
 // Adds `fields` (already "k": v, ...) in front of the keys of a JSON object.
 std::string prepend_fields(const std::string& obj, const std::string& fields) {
   size_t b = obj.find('{');
@@ -64,14 +56,16 @@ std::string prepend_fields(const std::string& obj, const std::string& fields) {
 
 int run(Role role, const char* prog, int argc, char** argv) {
   std::string usage = std::string("usage: ") + prog + " --config FILE --name NAME " +
-                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR]") + " | --list-modes";
+                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR]") + " | --list-modes [--json]";
   std::string config, name, out = ".";
   int probe = 0;  // txn-client --probe N: RTT self-test instead of the workload
+  bool list_modes = false, json = false;
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
                                 {"name", required_argument, nullptr, 'n'},
                                 {"out", required_argument, nullptr, 'o'},
                                 {"help", no_argument, nullptr, 'h'},
                                 {"list-modes", no_argument, nullptr, 'l'},
+                                {"json", no_argument, nullptr, 'j'},
                                 {"probe", required_argument, nullptr, 'p'},
                                 {nullptr, 0, nullptr, 0}};
   opterr = 0;
@@ -85,13 +79,18 @@ int run(Role role, const char* prog, int argc, char** argv) {
       long v = std::strtol(optarg, &end, 10);
       if (!end || *end || v < 1 || v > 100000) throw Fatal{2, "--probe " + std::string(optarg) + ": must be an integer in [1, 100000]"};
       probe = static_cast<int>(v);
-    } else if (c == 'l') {
-      for (const auto& m : built_modes()) std::cout << m << "\n";
-      return 0;
-    }
+    } else if (c == 'l') list_modes = true;
+    else if (c == 'j') json = true;
     else throw Fatal{2, "bad argument " + std::string(argv[optind - 1]) + "\n" + usage};
   }
   if (optind < argc) throw Fatal{2, "unexpected argument " + std::string(argv[optind]) + "\n" + usage};
+  if (json && !list_modes) throw Fatal{2, "--json goes with --list-modes\n" + usage};
+  if (list_modes) {
+    // The protocol registry: names one per line, or all of it (docs/protocol-registry.md).
+    if (json) std::cout << registry_json();
+    else for (const auto& m : protocol_names()) std::cout << m << "\n";
+    return 0;
+  }
   if (config.empty() || name.empty()) throw Fatal{2, "--config and --name are required\n" + usage};
 
   Deployment d;
@@ -117,19 +116,19 @@ int run(Role role, const char* prog, int argc, char** argv) {
   ReplicaNode* replica = nullptr;
   try {
     w = make_workload(d);
-    const ProtocolFactory& f = protocol_factory(d.mode);
+    const ProtocolSpec& spec = find_protocol(d.mode);
     if (me->kind == NodeKind::Replica) {
-      node = f.make_replica(d, me->id, *w);
-      replica = dynamic_cast<ReplicaNode*>(node.get());
-    } else if (me->kind == NodeKind::Manager) {
-      if (!f.make_manager) throw ConfigError("mode " + d.mode + " has no region managers (node " + name + ")");
-      node = f.make_manager(d, me->id);
+      auto r = spec.make_replica(d, me->id, *w);
+      replica = r.get();
+      node = std::move(r);
+    } else if (me->kind == NodeKind::Role) {
+      node = spec.role(me->role)->make(d, me->id);  // validated: d.mode has this role
     } else if (probe > 0) {
       auto p = std::make_unique<ProbeNode>(d, me->id, probe);
       prober = p.get();
       node = std::move(p);
     } else {
-      auto c = std::make_unique<ClientNode>(d, me->id, *w, f.make_client_driver(d, me->id));
+      auto c = std::make_unique<ClientNode>(d, me->id, *w, spec.make_client_driver(d, me->id));
       client = c.get();
       node = std::move(c);
     }
@@ -189,7 +188,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
     std::vector<std::string> names;
     for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
     Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
-    std::string js = prepend_fields(summary_json(s), "\"node\": " + json_str(name) +
+    std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(name) +
                                                          ", \"n_records\": " + std::to_string(recs.size()) +
                                                          ", \"interrupted\": " + (interrupted ? "true" : "false"));
     if (!write_file(out + "/" + name + ".records.csv", records_csv(recs, names)) ||
@@ -202,12 +201,12 @@ int run(Role role, const char* prog, int argc, char** argv) {
     std::string dump = replica->store().dump_json(), fields;
     auto add = [&](const std::string& k, const std::string& v) {
       if (dump.find("\"" + k + "\"") != std::string::npos) return;
-      fields += (fields.empty() ? "" : ", ") + json_str(k) + ": " + v;
+      fields += (fields.empty() ? "" : ", ") + json_string(k) + ": " + v;
     };
-    add("node", json_str(name));
+    add("node", json_string(name));
     add("shard", std::to_string(me->shard));
     add("replica", std::to_string(me->replica));
-    add("workload", json_str(w->name()));
+    add("workload", json_string(w->name()));
     std::string js = fields.empty() ? dump : prepend_fields(dump, fields);
     if (!write_file(out + "/" + name + ".state.json", js + "\n"))
       throw Fatal{1, "cannot write " + out + "/" + name + ".state.json"};

@@ -70,7 +70,10 @@ bool Network::step() {
   Event ev = std::move(it->second);
   events_.erase(it);
   auto n = nodes_.find(ev.node);
-  if (n == nodes_.end()) return true;  // node not simulated: message dropped
+  if (n == nodes_.end()) {  // node not simulated (timers come only from simulated ones): message dropped
+    ++dropped_;
+    return true;
+  }
   SimEnv& env = *envs_[ev.node];
   try {
     if (ev.is_timer) {

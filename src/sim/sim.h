@@ -42,6 +42,8 @@ class Network {
   // Inject a message as if `from` had sent it now.
   void send(NodeId from, NodeId to, Envelope msg);
   uint64_t delivered() const { return delivered_; }
+  // Messages addressed to a node that is not simulated (lost, as to a dead peer).
+  uint64_t dropped() const { return dropped_; }
   const std::vector<std::string>& logs() const { return logs_; }
 
  private:
@@ -65,6 +67,7 @@ class Network {
   std::map<std::pair<NodeId, NodeId>, TimeUs> channel_last_;
   uint64_t seq_ = 0;
   uint64_t delivered_ = 0;
+  uint64_t dropped_ = 0;
   TimeUs now_ = 0;
   std::vector<std::string> logs_;
 };

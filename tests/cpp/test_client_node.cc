@@ -81,7 +81,7 @@ class FakeDriver : public ClientDriver {
 };
 
 Deployment dep() {
-  Deployment d = make_local_deployment(1, 1, 2);  // clients are node ids 4 and 5 (both shard 0)
+  Deployment d = make_local_deployment("dast", 1, 1, 2);  // clients are node ids 4 and 5 (both shard 0)
   d.client.n_concurrent = 3;
   d.client.duration_s = 1;
   d.client.warmup_s = 0.1;

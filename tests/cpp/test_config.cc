@@ -3,6 +3,8 @@
 #include <regex>
 
 #include "core/config.h"
+#include "core/protocol.h"
+#include "scoped_protocol.h"
 
 using namespace txn;
 
@@ -65,7 +67,10 @@ TEST(Config, ParsesBase) {
   EXPECT_EQ(d.link.one_way_us(1, 1), 2500);
   EXPECT_EQ(d.node(3).shard, 1u);  // global shard id = region * N + local
   EXPECT_EQ(d.replica_id(1, 2), 5u);
-  EXPECT_EQ(d.manager_id(1), 7u);
+  EXPECT_EQ(d.role_node("manager", 1), 7u);
+  EXPECT_EQ(d.node(7).kind, NodeKind::Role);
+  EXPECT_EQ(d.node(7).role, "manager");
+  EXPECT_EQ(d.role_nodes("manager"), (std::vector<NodeId>{6, 7}));
   EXPECT_EQ(d.replicas_of(0), (std::vector<NodeId>{0, 1, 2}));
   EXPECT_EQ(d.sites_of_region(1), (std::vector<NodeId>{3, 4, 5}));
   EXPECT_EQ(d.clients(), (std::vector<NodeId>{8}));
@@ -98,14 +103,51 @@ TEST(Config, Errors) {
   expect_error(replace(kBase, "duration_s: 10", "duration_s: ten"), "client.duration_s");
   expect_error(replace(kBase, "workload: {name: tpca", "workload: {name: tpca, payment_crt_rate: 101"),
                "workload.payment_crt_rate");
-  expect_error(replace(kBase, "runtime:", "dast: {defer_commutative: maybe}\nruntime:"),
-               "dast.defer_commutative");
+  expect_error(replace(kBase, "runtime:", "protocols: {dast: {defer_commutative: maybe}}\nruntime:"),
+               "protocols.dast.defer_commutative: expected true or false, got 'maybe'");
+  expect_error(replace(kBase, "mode: dast\n", ""), "mode: missing (built: dast");
+  expect_error(replace(kBase, "kind: manager, region: 1", "kind: sequencer, region: 1"),
+               "nodes[7].kind: 'sequencer' unknown (expected replica|client|manager)");
 }
 
-TEST(Config, DastDeferCommutative) {
-  EXPECT_TRUE(parse_deployment(kBase).dast.defer_commutative);
-  EXPECT_FALSE(parse_deployment(replace(kBase, "runtime:", "dast: {defer_commutative: false}\nruntime:"))
-                   .dast.defer_commutative);
+TEST(Config, ProtocolOptionsComeFromTheSchemaAndTheFile) {
+  ProtocolOptions def = protocol_options(parse_deployment(kBase));
+  EXPECT_TRUE(def.flag("defer_commutative"));
+  EXPECT_DOUBLE_EQ(def.number("ewma_alpha"), 0.2);
+  Deployment d = parse_deployment(
+      replace(kBase, "runtime:", "protocols: {dast: {defer_commutative: false, ewma_alpha: 0.5}}\nruntime:"));
+  EXPECT_FALSE(protocol_options(d).flag("defer_commutative"));
+  EXPECT_DOUBLE_EQ(protocol_options(d).number("ewma_alpha"), 0.5);
+  EXPECT_DOUBLE_EQ(protocol_options(d).number("sync_interval_ms"), 50);  // not set: the default
+  // A whole number is fine for a double option; the typed view is strict about its own use.
+  EXPECT_DOUBLE_EQ(protocol_options(parse_deployment(replace(kBase, "runtime:",
+                                                             "protocols: {dast: {sync_interval_ms: 20}}\nruntime:")))
+                       .number("sync_interval_ms"),
+                   20);
+  EXPECT_THROW(def.integer("ewma_alpha"), std::logic_error);
+  EXPECT_THROW(def.flag("no_such_option"), std::logic_error);
+}
+
+TEST(Config, ProtocolOptionErrorsNameTheKey) {
+  auto with = [](const std::string& section) { return replace(kBase, "runtime:", "protocols: " + section + "\nruntime:"); };
+  expect_error(with("{dast: {ewma_alpha: 1.5}}"), "protocols.dast.ewma_alpha: 1.5 out of range [0, 1]");
+  expect_error(with("{dast: {ewma_alpha: fast}}"), "protocols.dast.ewma_alpha: expected a number, got 'fast'");
+  expect_error(with("{dast: {sync_interval_ms: 0}}"), "protocols.dast.sync_interval_ms: 0 out of range [0.1, 60000]");
+  expect_error(with("{dast: {defer: true}}"),
+               "protocols.dast.defer: not an option of dast (options: sync_interval_ms, anticipation_margin_ms, "
+               "ewma_alpha, defer_commutative)");
+  expect_error(with("{dast: [defer_commutative]}"), "protocols.dast: expected a mapping of options");
+  expect_error(with("{paxos: {}}"), "protocols.paxos: 'paxos' unknown (built: dast");
+  expect_error(with("[dast]"), "protocols: expected a mapping");
+  // Checked for programmatic deployments too (validate).
+  Deployment d = make_local_deployment("dast", 2, 1, 1);
+  d.protocols["dast"]["anticipation_margin_ms"] = std::string("soon");
+  try {
+    validate(d);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "protocols.dast.anticipation_margin_ms: expected a number, got soon");
+  }
 }
 
 TEST(Config, MalformedYamlNamesLine) {
@@ -120,13 +162,14 @@ TEST(Config, MalformedYamlNamesLine) {
 TEST(Config, MissingFile) { EXPECT_THROW(load_deployment("/nonexistent/deploy.yml"), ConfigError); }
 
 TEST(Config, LocalDeployment) {
-  Deployment d = make_local_deployment(3, 2, 2, 30000);
+  Deployment d = make_local_deployment("dast", 3, 2, 2, 30000);
   EXPECT_NO_THROW(validate(d));
   EXPECT_EQ(d.nodes.size(), 3u * 2 * 3 + 3 + 3 * 2 * 2);
   EXPECT_EQ(d.nodes[0].name, "s0.0.0");
   EXPECT_EQ(d.nodes[0].port, 30000);
   EXPECT_EQ(d.node(d.replica_id(3, 1)).name, "s1.1.1");
-  EXPECT_EQ(d.node(d.manager_id(2)).name, "m2");
+  EXPECT_EQ(d.mode, "dast");
+  EXPECT_EQ(d.node(d.role_node("manager", 2)).name, "m2");
   EXPECT_EQ(d.node(d.clients().back()).name, "c2.1.1");
   EXPECT_EQ(d.node(d.clients().back()).shard, 5u);
   for (size_t i = 0; i < d.nodes.size(); ++i) {
@@ -138,19 +181,41 @@ TEST(Config, LocalDeployment) {
 
 TEST(ConfigRuntime, ConnectTimeoutIsParsedAndValidated) {
   EXPECT_DOUBLE_EQ(txn::parse_deployment(kBase).runtime.connect_timeout_s, 5);
-  EXPECT_DOUBLE_EQ(txn::make_local_deployment(1, 1, 1).runtime.connect_timeout_s, 10);
+  EXPECT_DOUBLE_EQ(txn::make_local_deployment("dast", 1, 1, 1).runtime.connect_timeout_s, 10);
   std::string with = replace(kBase, "connect_timeout_s: 5", "connect_timeout_s: 2.5");
   EXPECT_DOUBLE_EQ(txn::parse_deployment(with).runtime.connect_timeout_s, 2.5);
   expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout_s: 0"), "runtime.connect_timeout_s");
   expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout: 1"), "connect_timeout");
 }
 
-TEST(Config, SlogOrderGroup) {
-  std::string with = replace(kBase, "runtime:", "slog: {order_regions: [1, 0, 1]}\nruntime:");
-  expect_error(with, "slog.order_regions");
-  expect_error(with, "region 1 listed twice");
-  // regions: 2 here, so region 2 is out of range and a 3-region group cannot exist
-  expect_error(replace(kBase, "runtime:", "slog: {order_regions: [0, 1, 2]}\nruntime:"), "slog.order_regions");
-  expect_error(replace(kBase, "runtime:", "slog: {order_regions: [0, 1]}\nruntime:"), "3 distinct regions");
-  expect_error(replace(kBase, "runtime:", "slog: {order: [0, 1, 2]}\nruntime:"), "slog.order");
+// Roles and the minimum number of regions come from the registry: a protocol
+// registered here with a 2-member group role and 3 regions at least.
+TEST(Config, RoleRulesComeFromTheRegistry) {
+  ProtocolSpec p = find_protocol("dast");
+  p.name = "grouped";
+  p.min_regions = 2;
+  p.roles = {{"order", "o", Placement::Group, 2, "a 2-member ordering group", p.roles[0].make}};
+  txn::test::ScopedProtocol grouped(p);
+  std::string base = replace(replace(replace(kBase, "mode: dast", "mode: grouped"), "name: m0, kind: manager",
+                                     "name: o0, kind: order"),
+                             "name: m1, kind: manager", "name: o1, kind: order");
+  Deployment d = parse_deployment(base);
+  EXPECT_EQ(d.role_nodes("order"), (std::vector<NodeId>{6, 7}));
+  expect_error(replace(base, "name: o1, kind: order, region: 1", "name: o1, kind: order, region: 0"),
+               "nodes[7]: second order in region 0 (its group needs distinct regions)");
+  expect_error(replace(base, "  - {name: o1, kind: order, region: 1, host: 127.0.0.1, port: 20101}\n", ""),
+               "nodes: mode grouped needs 2 order nodes in distinct regions, found 1");
+  expect_error(replace(base, "kind: order, region: 1", "kind: manager, region: 1"),
+               "nodes[7].kind: 'manager' unknown (expected replica|client|order)");
+  // Generated deployments place a group's members in distinct regions, spread over all of them.
+  Deployment gen = make_local_deployment("grouped", 5, 1, 1);
+  std::vector<uint32_t> regions;
+  for (NodeId id : gen.role_nodes("order")) regions.push_back(gen.node(id).region);
+  EXPECT_EQ(regions, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(gen.node(gen.role_nodes("order")[1]).name, "o1");
+
+  p.name = "wide";
+  p.min_regions = 3;
+  txn::test::ScopedProtocol wide(p);
+  expect_error(replace(base, "mode: grouped", "mode: wide"), "regions: wide needs regions >= 3");
 }

@@ -3,15 +3,32 @@
 
 #include <set>
 
-#include "dast_harness.h"
+#include "protocols/dast/dast.h"
 #include "serial_exec.h"
+#include "sim_cluster.h"
 
 using namespace txn;
-using txn::test::DastCluster;
 using txn::test::ProbeClient;
-using txn::test::small_deployment;
+using txn::test::SimCluster;
 
 namespace {
+
+Deployment small_deployment(const std::string& workload) { return txn::test::small_deployment("dast", workload); }
+
+// A simulated DAST cluster whose replicas keep their execution logs.
+struct DastCluster : SimCluster {
+  DastCluster(Deployment d, sim::Options o, bool with_clients) : SimCluster(std::move(d), std::move(o), with_clients) {
+    for (auto* r : replicas) static_cast<txn::dast::Replica*>(r)->keep_exec_log(true);
+  }
+  txn::dast::Replica* replica(uint32_t shard, uint32_t r) const {
+    return static_cast<txn::dast::Replica*>(SimCluster::replica(shard, r));
+  }
+  std::vector<txn::dast::Replica*> dast_replicas() const {
+    std::vector<txn::dast::Replica*> out;
+    for (auto* r : replicas) out.push_back(static_cast<txn::dast::Replica*>(r));
+    return out;
+  }
+};
 
 // Re-execute every transaction serially in global timestamp order on fresh
 // stores; DAST is correct iff the replicas ended in exactly that state.
@@ -46,33 +63,16 @@ void expect_serializable_and_identical(DastCluster& c) {
     EXPECT_EQ(serial[s]->digest(), c.replica(s, 0)->store().digest()) << "shard " << s;
 }
 
-struct Counts {
-  uint64_t irt = 0, crt = 0, given_up = 0;
-};
-Counts count(const DastCluster& c) {
-  Counts k;
-  for (auto* cl : c.clients)
-    for (const auto& r : cl->records()) {
-      if (!r.committed) ++k.given_up;
-      else if (r.crt) ++k.crt;
-      else ++k.irt;
-    }
-  return k;
-}
-
+// The protocol-neutral checks (sim_cluster.h), then DAST's: no timestamp left
+// pending, and the serial timestamp-order oracle.
 void run_closed_loop(Deployment d, sim::Options o) {
   DastCluster c(std::move(d), o, true);
-  c.net->start();
-  ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 60'000'000))
-      << "clients did not finish";
-  c.net->run_until(c.net->now() + 2'000'000);  // let backups finish executing
-  Counts k = count(c);
+  txn::test::run_and_check(c);
+  auto k = txn::test::count_records(c);
   EXPECT_GT(k.irt, 50u);
   EXPECT_GT(k.crt, 3u);
-  EXPECT_EQ(k.given_up, 0u);
-  for (auto* r : c.replicas) EXPECT_TRUE(r->idle()) << "replica left work behind";
+  for (auto* r : c.dast_replicas()) EXPECT_EQ(r->clock().n_pending(), 0u) << "pending CRT left behind";
   expect_serializable_and_identical(c);
-  for (const auto& l : c.net->logs()) ADD_FAILURE() << "unexpected log: " << l;
 }
 void run_closed_loop(const std::string& workload, sim::Options o) {
   run_closed_loop(small_deployment(workload), std::move(o));
@@ -179,7 +179,7 @@ TEST(DastSim, CrossRegionValueDependencyKeepsIrtsFast) {
   for (bool defer : {false, true}) {
     SCOPED_TRACE(defer ? "defer_commutative" : "hold D pending");
     Deployment d = small_deployment("tpcc");
-    d.dast.defer_commutative = defer;
+    d.protocols["dast"]["defer_commutative"] = defer;
     DastCluster c(d, {}, false);
     NodeId client = c.d.clients().front();
     ProbeClient* pc = c.attach_probe(client);
@@ -191,7 +191,7 @@ TEST(DastSim, CrossRegionValueDependencyKeepsIrtsFast) {
       return has_cross_region_input(c.d, t);
     });
     // Held: the home shard is an input shard; deferred: none is.
-    EXPECT_EQ(txn::dast::analyze(c.d, pay, c.w.get()).input_shards.empty(), defer);
+    EXPECT_EQ(txn::dast::analyze(c.d, txn::dast::Options(c.d), pay, c.w.get()).input_shards.empty(), defer);
     NodeId handler = c.d.replica_id(0, 0);
     c.net->send(client, handler, submit(pay, 1));
     // IRTs on the home shard keep arriving while the CRT waits for its remote value.
@@ -209,7 +209,7 @@ TEST(DastSim, CrossRegionValueDependencyKeepsIrtsFast) {
     }
     EXPECT_GE(pc->replies.at(1) - 100'000, 200'000);
     c.net->run_until(c.net->now() + 500'000);
-    for (auto* r : c.replicas) {
+    for (auto* r : c.dast_replicas()) {
       EXPECT_EQ(r->clock().n_pending(), 0u) << "pending CRT never released";
       EXPECT_TRUE(r->idle()) << "a deferred piece never ran";
     }
@@ -225,7 +225,7 @@ TEST(DastSim, LaterCrtDoesNotWaitForADeferredValueDependency) {
   for (bool defer : {false, true}) {
     SCOPED_TRACE(defer ? "defer_commutative" : "hold D pending");
     Deployment d = small_deployment("tpcc");
-    d.dast.defer_commutative = defer;
+    d.protocols["dast"]["defer_commutative"] = defer;
     DastCluster c(d, {}, false);
     const uint32_t remote_home = d.shards_per_region;  // first shard of region 1
     NodeId c0 = client_of_shard(c.d, 0), c1 = client_of_shard(c.d, remote_home);
@@ -269,7 +269,7 @@ TEST(DastSim, TpccHoldingInputWaitsUnderReorderingAndJitter) {
   // The artifact's hold (dast.defer_commutative: false) stays live and correct.
   for (uint64_t seed : {41, 42}) {
     Deployment d = small_deployment("tpcc");
-    d.dast.defer_commutative = false;
+    d.protocols["dast"]["defer_commutative"] = false;
     d.link.jitter_ms = 15;
     sim::Options o;
     o.seed = seed;
@@ -381,22 +381,14 @@ TEST(DastSim, LiveAndAgreedAcrossSeedsJitterReorderingAndSkew) {
   // behind, and keeps the replicas identical and serializable.
   for (uint64_t seed = 30; seed < 38; ++seed) {
     for (const char* workload : {"tpcc", "tpca"}) {
+      SCOPED_TRACE(std::string(workload) + " seed " + std::to_string(seed));
       Deployment d = small_deployment(workload);
       d.link.jitter_ms = static_cast<double>(seed % 4) * 12;
       sim::Options o;
       o.seed = seed;
       o.extra_delay_us = static_cast<TimeUs>(seed % 3) * 3000;
       if (seed % 2) o.clock_skew_us = {{0, 3000}, {4, -2500}, {9, 7000}};
-      DastCluster c(d, o, true);
-      c.net->start();
-      ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 60'000'000)) << seed;
-      c.net->run_until(c.net->now() + 3'000'000);
-      EXPECT_EQ(count(c).given_up, 0u) << "seed " << seed << " " << workload;
-      for (auto* r : c.replicas) {
-        EXPECT_TRUE(r->idle()) << "seed " << seed;
-        EXPECT_EQ(r->clock().n_pending(), 0u) << "seed " << seed;
-      }
-      expect_serializable_and_identical(c);
+      run_closed_loop(d, o);
     }
   }
 }

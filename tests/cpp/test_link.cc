@@ -110,7 +110,7 @@ Envelope numbered(NodeId from, NodeId to, uint64_t i) {
 }
 
 Deployment two_regions(uint16_t port_a, uint16_t port_b) {
-  Deployment d = make_local_deployment(2, 1, 1, 0);
+  Deployment d = make_local_deployment("dast", 2, 1, 1, 0);
   d.link.rtt_ms = {{2, 60}, {60, 2}};
   d.nodes[0].port = port_a;   // s0.0.0 (region 0)
   d.nodes[3].port = port_b;   // s1.0.0 (region 1)
@@ -241,7 +241,7 @@ class Recorder : public Node {
 }  // namespace
 
 TEST(EventLoop, DeliversInDueOrderAndAnswersProbes) {
-  Deployment d = make_local_deployment(1, 1, 1, 0);
+  Deployment d = make_local_deployment("dast", 1, 1, 1, 0);
   EventLoop loop(d, 0);
   std::vector<Envelope> sent;
   loop.set_sender([&](Envelope&& m) { sent.push_back(std::move(m)); });

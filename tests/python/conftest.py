@@ -125,3 +125,36 @@ def seal_run(run_dir) -> None:
         data["records"] = total
         summary.write_text(json.dumps(data))
     validate.write_manifest(run_dir)
+
+
+FAKE_REGISTRY = {
+    "format": 1,
+    "protocols": [
+        {"name": "alpha", "summary": "a protocol with a manager per region", "min_regions": 1,
+         "roles": [{"name": "manager", "prefix": "m", "placement": "per_region", "size": 1, "help": "per region"}],
+         "options": [
+             {"name": "defer_commutative", "type": "bool", "default": True, "help": "an option a knob aliases"},
+             {"name": "count", "type": "int", "default": 2, "min": 1, "max": 5, "help": "an int"},
+             {"name": "ratio", "type": "double", "default": 0.5, "min": 0.0, "max": 1.0, "help": "a double"},
+             {"name": "flavour", "type": "string", "default": "plain", "choices": ["plain", "spicy"],
+              "help": "a string"}]},
+        {"name": "ordered", "summary": "a protocol with a 3-member ordering group", "min_regions": 3,
+         "roles": [{"name": "order", "prefix": "o", "placement": "group", "size": 3, "help": "the group"}],
+         "options": []},
+    ],
+}
+
+
+@pytest.fixture
+def fake_registry(tmp_path, monkeypatch):
+    """$TXN_SERVER -> a script that prints FAKE_REGISTRY for `--list-modes --json` and counts its calls in
+    <script>.calls. Returns the script's path."""
+    import json
+    d = tmp_path / "registry"
+    d.mkdir()
+    (d / "registry.json").write_text(json.dumps(FAKE_REGISTRY))
+    script = d / "txn-server"
+    script.write_text(f'#!/bin/sh\necho x >> "{script}.calls"\ncat "{d / "registry.json"}"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("TXN_SERVER", str(script))
+    return script

@@ -5,7 +5,7 @@ import pytest
 from testbed import deploy
 
 SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link", "workload", "client",
-              "dast", "runtime", "nodes"}
+              "protocols", "runtime", "nodes"}
 
 
 @pytest.mark.parametrize("knobs,needle", [
@@ -14,7 +14,8 @@ SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed"
     (dict(zipf=1.5), "zipf"), (dict(scale=0), "scale"), (dict(jitter=-1), "jitter"),
     (dict(inter_rtt=-5), "inter_rtt"), (dict(payment_crt_rate=101), "payment_crt_rate"),
     (dict(payment_crt_rate=-2), "payment_crt_rate"), (dict(mode="paxos"), "mode='paxos'"),
-    (dict(workload="ycsb"), "workload"), (dict(mode="slog", regions=2), "slog"),
+    (dict(workload="ycsb"), "workload"), (dict(protocol_options={"ewma_alpha": 2}), "protocols.dast.ewma_alpha"),
+    (dict(protocol_options={"ewma": 0.5}), "protocols.dast.ewma"), (dict(protocol_options=[0.5]), "protocol_options"),
     (dict(duration=3, warmup=2, cooldown=1), "warmup+cooldown"), (dict(regions=2.5), "integer"),
     (dict(base_port=80), "base_port"), (dict(bogus=1), "bogus"), (dict(name="a/b"), "name"),
     (dict(defer_commutative=1), "defer_commutative"),
@@ -23,8 +24,8 @@ def test_validation_names_the_knob(knobs, needle):
     with pytest.raises(ValueError, match=None) as e:
         deploy.build_deployment(**knobs)
     assert needle in str(e.value)
-    if needle not in ("bogus", "name", "mode='paxos'", "workload", "slog", "warmup+cooldown", "mechanism",
-                      "defer_commutative"):
+    if needle not in ("bogus", "name", "mode='paxos'", "workload", "warmup+cooldown", "mechanism",
+                      "defer_commutative", "protocols.dast.ewma", "protocol_options"):
         assert "[" in str(e.value)  # the allowed range is stated
 
 
@@ -61,15 +62,37 @@ def test_integer_knobs_say_integer():
         deploy.build_deployment(zipf=2)
 
 
-def test_dast_options_reach_the_deployment_file():
-    assert deploy.build_deployment()["dast"] == {"defer_commutative": True}
-    assert deploy.build_deployment(defer_commutative=False)["dast"] == {"defer_commutative": False}
-    assert "dast" not in deploy.build_deployment(mode="janus")
+def test_protocol_options_reach_the_deployment_file():
+    dast = deploy.build_deployment()["protocols"]["dast"]
+    assert dast["defer_commutative"] is True and dast["ewma_alpha"] == 0.2  # every option, defaults filled in
+    assert deploy.build_deployment(defer_commutative=False)["protocols"]["dast"]["defer_commutative"] is False
+    d = deploy.build_deployment(protocol_options={"ewma_alpha": 0.5, "sync_interval_ms": 20})
+    assert d["protocols"] == {"dast": {**dast, "ewma_alpha": 0.5, "sync_interval_ms": 20.0}}
+    # protocol_options wins over the alias
+    both = deploy.build_deployment(defer_commutative=True, protocol_options={"defer_commutative": False})
+    assert both["protocols"]["dast"]["defer_commutative"] is False
 
 
-def test_no_managers_for_janus():
-    kinds = {n["kind"] for n in deploy.build_deployment(mode="janus")["nodes"]}
-    assert kinds == {"replica", "client"}
+def test_modes_roles_and_min_regions_come_from_the_registry(fake_registry):
+    assert deploy.MODES == ("alpha", "ordered")
+    d = deploy.build_deployment(regions=2, shards=1)
+    assert d["mode"] == "alpha"  # the registry's first protocol
+    assert [(n["name"], n["region"]) for n in d["nodes"] if n["kind"] == "manager"] == [("m0", 0), ("m1", 1)]
+    d = deploy.build_deployment(mode="ordered", regions=5, shards=1)
+    assert {n["kind"] for n in d["nodes"]} == {"replica", "order", "client"}
+    assert [(n["name"], n["region"]) for n in d["nodes"] if n["kind"] == "order"] == [("o0", 0), ("o1", 1), ("o2", 3)]
+    assert d["protocols"] == {"ordered": {}}
+    with pytest.raises(ValueError, match=r"regions=2: mode ordered needs regions in \[3, 64\]"):
+        deploy.build_deployment(mode="ordered", regions=2)
+
+
+def test_option_alias_applies_only_to_modes_with_that_option(fake_registry):
+    assert deploy.build_deployment(defer_commutative=False)["protocols"]["alpha"]["defer_commutative"] is False
+    assert deploy.build_deployment(mode="ordered", defer_commutative=False)["protocols"] == {"ordered": {}}
+    d = deploy.build_deployment(protocol_options={"count": 5, "flavour": "spicy"})
+    assert d["protocols"]["alpha"] == {"defer_commutative": True, "count": 5, "ratio": 0.5, "flavour": "spicy"}
+    with pytest.raises(ValueError, match=r"protocols\.ordered\.count: not an option of ordered \(options: none\)"):
+        deploy.build_deployment(mode="ordered", protocol_options={"count": 5})
 
 
 def test_busy_port_is_skipped():
@@ -88,7 +111,7 @@ def test_exp_config_and_cli_reach_the_dast_options():
     from testbed.cli import parse_args
     from testbed.config import load_exp_config
     held = deploy.build_deployment(**base_knobs(load_exp_config({"DAST_DEFER_COMMUTATIVE": False})))
-    assert held["dast"] == {"defer_commutative": False}
-    assert deploy.build_deployment(**base_knobs(load_exp_config({})))["dast"] == {"defer_commutative": True}
+    assert held["protocols"]["dast"]["defer_commutative"] is False
+    assert deploy.build_deployment(**base_knobs(load_exp_config({})))["protocols"]["dast"]["defer_commutative"] is True
     assert parse_args(["--hold-input-waits"]).defer_commutative is False
     assert parse_args([]).defer_commutative is True

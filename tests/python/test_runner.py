@@ -166,12 +166,16 @@ def test_point_key():
     assert key == runner.point_key("n_clients", "dast", {**k, "duration": 10}, "local", "app")   # 10 == 10.0
     assert key == runner.point_key("n_clients", "dast", {**k, "seed": 7, "base_port": 30000}, "local", "app")
     assert key == runner.point_key("n_clients", "dast", {**k, "jitter": 0}, "local", "app")      # the default
+    assert key == runner.point_key("n_clients", "dast", {**k, "protocol_options": {"ewma_alpha": 0.2}}, "local",
+                                   "app")                                                        # the default
     for other in [runner.point_key("n_clients", "dast", {**k, "concurrency": 3}, "local", "app"),
                   runner.point_key("n_clients", "dast", {**k, "zipf": 0.9}, "local", "app"),
                   runner.point_key("n_clients", "dast", {**k, "rtt_ms": [[5, 90, 100], [90, 5, 100],
                                                                            [100, 100, 5]]}, "local", "app"),
                   runner.point_key("crt_ratio", "dast", k, "local", "app"),
-                  runner.point_key("n_clients", "janus", {**k, "mode": "janus"}, "local", "app"),
+                  runner.point_key("n_clients", "dast", {**k, "protocol_options": {"ewma_alpha": 0.5}}, "local",
+                                   "app"),
+                  runner.point_key("n_clients", "dast", {**k, "defer_commutative": False}, "local", "app"),
                   runner.point_key("n_clients", "dast", k, "swarm", "app"),
                   runner.point_key("n_clients", "dast", k, "swarm", "netem")]:
         assert other != key

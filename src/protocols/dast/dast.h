@@ -12,6 +12,22 @@
 
 namespace txn::dast {
 
+// The role of DAST's region manager: one per region (its nodes' `kind`).
+constexpr const char* kManagerRole = "manager";
+
+// DAST's options: `protocols: {dast: {...}}` in the deployment file (schema and
+// defaults in spec.cc, docs/protocols/dast.md).
+struct Options {
+  explicit Options(const Deployment& d);
+  double sync_interval_ms;        // safety net: a site re-checks its queue and clock requests this often
+  double anticipation_margin_ms;  // added to the measured decision delay
+  double ewma_alpha;              // smoothing of measured per-region delays
+  // A piece that waits for a cross-region value but commutes with every other
+  // piece (Workload::commutes) runs when the value arrives, after later
+  // transactions, instead of holding its region's clocks below the CRT.
+  bool defer_commutative;
+};
+
 // Static facts about a transaction's shape, derived from its pieces.
 struct TxnShape {
   std::vector<uint32_t> shards;             // touched shards, ascending
@@ -23,13 +39,13 @@ struct TxnShape {
 };
 // A piece that may run after its transaction's slot, when its inputs arrive:
 // it commutes with every piece of the workload and produces nothing that other
-// pieces need (and dast.defer_commutative is on).
-bool deferrable(const Deployment& d, const Workload& w, const Piece& p);
+// pieces need (and the defer_commutative option is on).
+bool deferrable(const Options& o, const Workload& w, const Piece& p);
 // Throws BadMessage for an unusable request (no pieces, bad shard, unknown
 // input variable, or regions holding D that wait on each other's values).
 // Without a workload (the manager needs only shards and regions) no piece is
 // taken as deferrable.
-TxnShape analyze(const Deployment& d, const TxnRequest& txn, const Workload* w);
+TxnShape analyze(const Deployment& d, const Options& o, const TxnRequest& txn, const Workload* w);
 
 // One record of the execution order, kept for tests (serializability check).
 struct ExecRecord {
@@ -120,6 +136,7 @@ class Replica : public ReplicaNode {
   NodeId self_;
   const NodeInfo& me_;
   const Workload& w_;
+  const Options opts_;
   std::unique_ptr<ShardStore> store_;
   StretchClock clock_;
   std::vector<NodeId> region_sites_;                 // other sites of my region
@@ -164,6 +181,7 @@ class Manager : public Node {
     bool released = false;           // a cross-region input wait was released before the decision came
   };
   const Deployment& d_;
+  const Options opts_;
   NodeId self_;
   uint32_t region_;
   Ts last_{};
@@ -184,7 +202,5 @@ class ClientDriverImpl : public ClientDriver {
   const Deployment& d_;
   NodeId self_;
 };
-
-const ProtocolFactory& factory();
 
 }  // namespace txn::dast

@@ -6,14 +6,15 @@
 
 namespace txn::dast {
 
-Manager::Manager(const Deployment& d, NodeId self) : d_(d), self_(self), region_(d.node(self).region) {}
+Manager::Manager(const Deployment& d, NodeId self)
+    : d_(d), opts_(d), self_(self), region_(d.node(self).region) {}
 
 void Manager::on_message(Env& env, const Envelope& msg) {
   if (!msg.has_dast()) throw BadMessage("dast manager got a non-DAST message");
   const auto& m = msg.dast();
   if (m.has_prepare_crt()) {
     const auto& p = m.prepare_crt();
-    TxnShape shape = analyze(d_, p.txn(), nullptr);
+    TxnShape shape = analyze(d_, opts_, p.txn(), nullptr);
     if (!shape.regions.count(region_)) throw BadMessage("PrepareCRT for a region the txn does not touch");
     if (p.anticipate_us() < 0 || p.anticipate_us() > 60'000'000)
       throw BadMessage("PrepareCRT anticipation out of range");
@@ -121,20 +122,6 @@ void ClientDriverImpl::submit(Env& env, const TxnRequest& txn, uint32_t attempt)
 void ClientDriverImpl::on_message(Env& env, const Envelope& msg) {
   if (!msg.has_reply()) throw BadMessage("DAST client expects ClientReply");
   if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed()});
-}
-
-const ProtocolFactory& factory() {
-  static const ProtocolFactory f{
-      [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<Node> {
-        return std::make_unique<Replica>(d, id, w);
-      },
-      [](const Deployment& d, NodeId id) -> std::unique_ptr<Node> {
-        return std::make_unique<Manager>(d, id);
-      },
-      [](const Deployment& d, NodeId id) -> std::unique_ptr<ClientDriver> {
-        return std::make_unique<ClientDriverImpl>(d, id);
-      }};
-  return f;
 }
 
 }  // namespace txn::dast

@@ -22,11 +22,11 @@ std::string str(const T& x) {
 }
 }  // namespace
 
-bool deferrable(const Deployment& d, const Workload& w, const Piece& p) {
-  return d.dast.defer_commutative && p.outputs().empty() && w.commutes(p);
+bool deferrable(const Options& o, const Workload& w, const Piece& p) {
+  return o.defer_commutative && p.outputs().empty() && w.commutes(p);
 }
 
-TxnShape analyze(const Deployment& d, const TxnRequest& txn, const Workload* w) {
+TxnShape analyze(const Deployment& d, const Options& o, const TxnRequest& txn, const Workload* w) {
   if (txn.pieces().empty()) throw BadMessage("txn " + str(txn.txn_id()) + " has no pieces");
   TxnShape s;
   std::map<std::string, uint32_t> producer;  // variable -> producing shard
@@ -44,7 +44,7 @@ TxnShape analyze(const Deployment& d, const TxnRequest& txn, const Workload* w) 
                      " is not touched by its pieces");
   std::set<uint32_t> producer_regions;  // regions that feed a region holding D
   for (const auto& p : txn.pieces()) {
-    const bool defers = w != nullptr && deferrable(d, *w, p);
+    const bool defers = w != nullptr && deferrable(o, *w, p);
     for (const auto& v : p.inputs()) {
       auto it = producer.find(v);
       if (it == producer.end())
@@ -67,8 +67,8 @@ TxnShape analyze(const Deployment& d, const TxnRequest& txn, const Workload* w) 
 }
 
 Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), self_(self), me_(d.node(self)), w_(w), store_(w.load(d.node(self).shard)),
-      clock_(self), sync_interval_us_(static_cast<TimeUs>(d.dast.sync_interval_ms * 1000)) {
+    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), store_(w.load(d.node(self).shard)),
+      clock_(self), sync_interval_us_(static_cast<TimeUs>(opts_.sync_interval_ms * 1000)) {
   for (NodeId s : d.sites_of_region(me_.region)) {
     if (s == self) continue;
     region_sites_.push_back(s);
@@ -79,7 +79,7 @@ Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
     double prior = 100'000;
     if (rtt.size() == d.regions)
       prior = (rtt[me_.region][r] + rtt[r][r] / 2) * 1000;
-    rtt_.emplace_back(prior, d.dast.ewma_alpha);
+    rtt_.emplace_back(prior, opts_.ewma_alpha);
   }
 }
 
@@ -258,7 +258,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     throw BadMessage("txn " + str(txn.txn_id()) + " submitted to " + me_.name +
                      ", which is not its shard's handler (replica 0)");
   if (coords_.count(txn.txn_id())) throw BadMessage("duplicate submit of txn " + str(txn.txn_id()));
-  TxnShape shape = analyze(d_, txn, &w_);
+  TxnShape shape = analyze(d_, opts_, txn, &w_);
   Coord& c = coords_[txn.txn_id()];
   c.txn = txn;
   c.shape = shape;
@@ -315,7 +315,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     p->set_coordinator(self_);
     p->set_output_replica(me_.replica);
     c.prepare_sent[region] = now;
-    post(env, d_.manager_id(region), std::move(e));
+    post(env, d_.role_node(kManagerRole, region), std::move(e));
   }
 }
 
@@ -324,7 +324,7 @@ double Replica::anticipate_us(const Coord& c, uint32_t region) const {
   // plus one one-way hop after the source timestamp was taken.
   double slowest = 0;
   for (uint32_t r : c.shape.regions) slowest = std::max(slowest, rtt_[r].value());
-  return slowest + rtt_[region].value() / 2 + d_.dast.anticipation_margin_ms * 1000;
+  return slowest + rtt_[region].value() / 2 + opts_.anticipation_margin_ms * 1000;
 }
 
 void Replica::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
@@ -365,7 +365,7 @@ void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
     nw->set_txn_id(m.txn_id());
     *nw->mutable_decision() = to_proto(decision);
     nw->set_need_input_wait(c.shape.wait_regions.count(region2) != 0);
-    post(env, d_.manager_id(region2), std::move(e));
+    post(env, d_.role_node(kManagerRole, region2), std::move(e));
   }
 }
 
@@ -409,7 +409,7 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
   // The handler asked the other handlers to send us their clocks for ts.
   for (NodeId h : region_handlers_)
     if (h != from) asked_[h].insert(ts);
-  add_entry(m.txn(), analyze(d_, m.txn(), &w_), ts, true, m.handler(), m.output_replica());
+  add_entry(m.txn(), analyze(d_, opts_, m.txn(), &w_), ts, true, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(m.txn().txn_id());
@@ -431,7 +431,7 @@ void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
     p = Ts{base.t, base.c + kProposalGap, self_};
     last_proposal_ = p;
   }
-  add_entry(m.txn(), analyze(d_, m.txn(), &w_), p, false, m.coordinator(), m.output_replica());
+  add_entry(m.txn(), analyze(d_, opts_, m.txn(), &w_), p, false, m.coordinator(), m.output_replica());
   clock_.add_pending(m.txn().txn_id(), p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
@@ -454,7 +454,7 @@ bool Replica::holding_input_missing(const Entry& e) const {
     if (p.shard() == me_.shard)
       for (const auto& v : p.outputs()) local_out.insert(v);
   for (const auto& p : e.txn.pieces())
-    if (p.shard() == me_.shard && !deferrable(d_, w_, p))
+    if (p.shard() == me_.shard && !deferrable(opts_, w_, p))
       for (const auto& v : p.inputs())
         if (!local_out.count(v) && !e.vars.count(v)) return true;
   return false;
@@ -492,7 +492,7 @@ void Replica::inputs_arrived(Env& env, Entry& e) {
     nw->set_txn_id(e.txn.txn_id());
     *nw->mutable_decision() = to_proto(e.ts);
     nw->set_release(true);
-    post(env, d_.manager_id(me_.region), std::move(n));
+    post(env, d_.role_node(kManagerRole, me_.region), std::move(n));
   }
 }
 
@@ -590,7 +590,7 @@ bool Replica::run_pieces(Env& env, Entry& e) {
     if (!ready) {
       // Blocked on a value from another shard: the entry keeps its slot unless
       // the piece commutes with everything and may run later.
-      if (!deferrable(d_, w_, p)) return false;
+      if (!deferrable(opts_, w_, p)) return false;
       continue;
     }
     Vars out;

@@ -1,0 +1,139 @@
+// A whole deployment of any registered protocol on the simulated network
+// (no sockets): replicas, role nodes and clients all come from the protocol's
+// registration, so nothing here knows a protocol by name.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client_node.h"
+#include "core/protocol.h"
+#include "sim/sim.h"
+
+namespace txn::test {
+
+// A client stand-in that records when each reply arrives.
+class ProbeClient : public Node {
+ public:
+  void start(Env&) override {}
+  void on_message(Env& env, const Envelope& m) override {
+    if (m.has_reply()) replies[m.reply().txn_id()] = env.mono_us();
+  }
+  void on_timer(Env&, uint64_t) override {}
+  std::map<uint64_t, TimeUs> replies;
+};
+
+struct SimCluster {
+  Deployment d;
+  const ProtocolSpec& spec;
+  std::unique_ptr<Workload> w;
+  std::unique_ptr<sim::Network> net;
+  std::vector<ReplicaNode*> replicas;  // in node id order
+  std::vector<ClientNode*> clients;
+
+  // with_clients=false leaves client ids free for ProbeClients.
+  SimCluster(Deployment dep, sim::Options o, bool with_clients)
+      : d(std::move(dep)), spec(find_protocol(d.mode)) {
+    validate(d);
+    w = make_workload(d);
+    net = std::make_unique<sim::Network>(d, std::move(o));
+    for (const auto& n : d.nodes) {
+      if (n.kind == NodeKind::Replica) {
+        auto r = spec.make_replica(d, n.id, *w);
+        replicas.push_back(r.get());
+        net->add(n.id, std::move(r));
+      } else if (n.kind == NodeKind::Role) {
+        net->add(n.id, spec.role(n.role)->make(d, n.id));
+      } else if (with_clients) {
+        auto c = std::make_unique<ClientNode>(d, n.id, *w, spec.make_client_driver(d, n.id));
+        clients.push_back(c.get());
+        net->add(n.id, std::move(c));
+      }
+    }
+  }
+  // Put a reply-recording stand-in where client `id` would run.
+  ProbeClient* attach_probe(NodeId id) {
+    auto probe = std::make_unique<ProbeClient>();
+    ProbeClient* p = probe.get();
+    net->add(id, std::move(probe));
+    return p;
+  }
+  ReplicaNode* replica(uint32_t shard, uint32_t r) const {
+    return static_cast<ReplicaNode*>(net->node(d.replica_id(shard, r)));
+  }
+  bool clients_finished() const {
+    return std::all_of(clients.begin(), clients.end(), [](auto* c) { return c->finished(); });
+  }
+};
+
+// A small deployment of `mode` that the simulator runs in well under a second.
+inline Deployment small_deployment(const std::string& mode, const std::string& workload, uint32_t regions = 3,
+                                   uint32_t shards = 2) {
+  Deployment d = make_local_deployment(mode, regions, shards, 1);
+  d.workload.name = workload;
+  d.workload.scale = 0.002;
+  d.client.n_concurrent = 2;
+  d.client.duration_s = 3;
+  d.client.warmup_s = 0.5;
+  d.client.cooldown_s = 0.5;
+  return d;
+}
+
+// ===== HISTORY CHECKER HOOK =============================================
+// Checks that run after every run_and_check(): the protocol-neutral history
+// checker plugs in here (add one with post_run_checks().push_back, e.g. from
+// a static initializer in its test file). A check sees the finished cluster:
+// every replica node (c.replicas, c.replica(shard, r)), the role nodes
+// (c.net->node(id)), the clients' records (c.clients) and the deployment, and
+// reports with gtest assertions. A protocol-specific check returns early for
+// other modes (c.d.mode).
+using PostRunCheck = std::function<void(const SimCluster&)>;
+inline std::vector<PostRunCheck>& post_run_checks() {
+  static std::vector<PostRunCheck> checks;
+  return checks;
+}
+
+struct RunCounts {
+  uint64_t irt = 0, crt = 0, given_up = 0;
+};
+inline RunCounts count_records(const SimCluster& c) {
+  RunCounts k;
+  for (auto* cl : c.clients)
+    for (const auto& r : cl->records()) {
+      if (!r.committed) ++k.given_up;
+      else if (r.crt) ++k.crt;
+      else ++k.irt;
+    }
+  return k;
+}
+
+// Runs a cluster built with clients to the end and checks what every protocol
+// owes: every client finishes with every transaction committed, no node is
+// left with unfinished work, the replicas of each shard end identical, no
+// message was rejected or lost; then the post-run checks.
+inline void run_and_check(SimCluster& c) {
+  c.net->start();
+  ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 120'000'000))
+      << c.d.mode << ": clients did not finish";
+  c.net->run_until(c.net->now() + 3'000'000);  // backups finish executing
+  RunCounts k = count_records(c);
+  EXPECT_GT(k.irt, 0u) << c.d.mode;
+  EXPECT_GT(k.crt, 0u) << c.d.mode;
+  EXPECT_EQ(k.given_up, 0u) << c.d.mode << ": transactions given up";
+  for (const auto& n : c.d.nodes)
+    EXPECT_TRUE(c.net->node(n.id)->idle()) << c.d.mode << ": " << n.name << " left work behind";
+  for (uint32_t s = 0; s < c.d.n_shards(); ++s)
+    for (uint32_t r = 1; r < c.d.replicas; ++r)
+      EXPECT_EQ(c.replica(s, 0)->store().digest(), c.replica(s, r)->store().digest())
+          << c.d.mode << ": shard " << s << " replica " << r << " differs from replica 0";
+  EXPECT_EQ(c.net->dropped(), 0u) << c.d.mode << ": messages to nodes that do not exist";
+  for (const auto& l : c.net->logs()) ADD_FAILURE() << c.d.mode << ": unexpected log: " << l;
+  for (const auto& check : post_run_checks()) check(c);
+}
+
+}  // namespace txn::test

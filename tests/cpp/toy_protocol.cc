@@ -1,0 +1,215 @@
+// A toy protocol that proves the plug-in contract (docs/adding-a-protocol.md):
+// it touches only what a protocol may touch (its code, src/proto/toy.proto,
+// one Envelope field) and registers itself at run time through the registry
+// API, instead of a line in src/protocols/protocols.inc, so that only the unit
+// tests carry it. Being registered, it gets the whole protocol-neutral
+// simulation suite (test_protocol_sim.cc).
+//
+// The protocol: one sequencer (a group role of one member) orders every
+// transaction. For each shard the transaction touches it sends the
+// transaction, numbered in that shard's order, to the shard's replicas. A
+// replica executes its shard's transactions strictly in that order, each piece
+// as soon as its inputs are known, and sends the values a piece produces to
+// the same-numbered replica of the shards whose pieces need them. The orders
+// of all shards are cut from one global order, so the execution is
+// serializable and cannot deadlock: a transaction waits only for values of
+// pieces of its own, which no later transaction can hold up.
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "core/protocol.h"
+
+namespace txn::toy {
+namespace {
+
+constexpr const char* kSequencer = "sequencer";
+
+NodeId sequencer_of(const Deployment& d) { return d.role_nodes(kSequencer).at(0); }
+
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w)
+      : d_(d), me_(d.node(self)), w_(w), store_(w.load(me_.shard)),
+        acks_(static_cast<uint32_t>(protocol_options(d).integer("acks"))) {}
+  void start(Env&) override {}
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override { return orders_.empty(); }
+  const ShardStore& store() const override { return *store_; }
+
+  void on_message(Env& env, const Envelope& msg) override {
+    if (!msg.has_toy()) throw BadMessage("toy replica got a non-toy message");
+    const auto& m = msg.toy();
+    if (m.has_order()) {
+      if (m.order().seq() < next_ || !orders_.emplace(m.order().seq(), m.order().txn()).second)
+        throw BadMessage("order " + std::to_string(m.order().seq()) + " seen before");
+    } else if (m.has_values()) {
+      Vars& known = vars_[m.values().txn_id()];
+      for (const auto& [k, v] : m.values().vars()) known[k] = v;
+    } else {
+      throw BadMessage("toy message not for a replica");
+    }
+    run(env);
+  }
+
+ private:
+  // Executes the transactions next in this shard's order, as far as their inputs allow.
+  void run(Env& env) {
+    for (auto it = orders_.find(next_); it != orders_.end(); it = orders_.find(next_)) {
+      const TxnRequest& t = it->second;
+      Vars& known = vars_[t.txn_id()];
+      for (bool progress = true; progress;) {
+        progress = false;
+        for (const auto& p : t.pieces())
+          if (p.shard() == me_.shard && !done_.count(p.id()) && ready(p, known)) {
+            execute(env, t, p, known);
+            progress = true;
+          }
+      }
+      for (const auto& p : t.pieces())
+        if (p.shard() == me_.shard && !done_.count(p.id())) return;  // waits for a value
+      if (me_.replica < acks_) {
+        Envelope e;
+        e.mutable_toy()->mutable_done()->set_txn_id(t.txn_id());
+        env.send(sequencer_of(d_), std::move(e));
+      }
+      vars_.erase(t.txn_id());
+      done_.clear();
+      orders_.erase(it);
+      ++next_;
+    }
+  }
+
+  static bool ready(const Piece& p, const Vars& known) {
+    for (const auto& v : p.inputs())
+      if (!known.count(v)) return false;
+    return true;
+  }
+
+  void execute(Env& env, const TxnRequest& t, const Piece& p, Vars& known) {
+    Vars in = p.args(), out;
+    for (const auto& v : p.inputs()) in[v] = known.at(v);
+    w_.execute(*store_, p, in, &out);
+    done_.insert(p.id());
+    for (const auto& [k, v] : out) known[k] = v;
+    if (out.empty()) return;
+    std::set<uint32_t> consumers;  // other shards with a piece that needs one of these values
+    for (const auto& q : t.pieces())
+      for (const auto& v : q.inputs())
+        if (q.shard() != me_.shard && out.count(v)) consumers.insert(q.shard());
+    for (uint32_t s : consumers) {
+      Envelope e;
+      auto* m = e.mutable_toy()->mutable_values();
+      m->set_txn_id(t.txn_id());
+      *m->mutable_vars() = out;
+      env.send(d_.replica_id(s, me_.replica), std::move(e));
+    }
+  }
+
+  const Deployment& d_;
+  const NodeInfo& me_;
+  const Workload& w_;
+  std::unique_ptr<ShardStore> store_;
+  const uint32_t acks_;
+  std::map<uint64_t, TxnRequest> orders_;       // by place in this shard's order
+  uint64_t next_ = 1;                           // the place executing now
+  std::unordered_map<uint64_t, Vars> vars_;     // txn id -> values known (they may come before the order)
+  std::set<uint32_t> done_;                     // executed pieces of the transaction at next_
+};
+
+class Sequencer : public Node {
+ public:
+  Sequencer(const Deployment& d, NodeId) : d_(d), acks_(static_cast<uint32_t>(protocol_options(d).integer("acks"))) {}
+  void start(Env&) override {}
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override { return waiting_.empty(); }
+
+  void on_message(Env& env, const Envelope& msg) override {
+    if (msg.has_submit()) {
+      const TxnRequest& t = msg.submit().txn();
+      std::set<uint32_t> shards;
+      for (const auto& p : t.pieces()) {
+        if (p.shard() >= d_.n_shards()) throw BadMessage("piece shard " + std::to_string(p.shard()) + " out of range");
+        shards.insert(p.shard());
+      }
+      if (shards.empty()) throw BadMessage("txn " + std::to_string(t.txn_id()) + " has no pieces");
+      if (!waiting_.emplace(t.txn_id(), Waiting{msg.from(), static_cast<uint32_t>(shards.size()) * acks_}).second)
+        throw BadMessage("txn " + std::to_string(t.txn_id()) + " submitted twice");
+      for (uint32_t s : shards) {
+        const uint64_t seq = ++next_seq_[s];
+        for (NodeId r : d_.replicas_of(s)) {
+          Envelope e;
+          auto* o = e.mutable_toy()->mutable_order();
+          *o->mutable_txn() = t;
+          o->set_seq(seq);
+          env.send(r, std::move(e));
+        }
+      }
+      return;
+    }
+    if (!msg.has_toy() || !msg.toy().has_done()) throw BadMessage("toy sequencer expects submissions and Done");
+    auto it = waiting_.find(msg.toy().done().txn_id());
+    if (it == waiting_.end()) throw BadMessage("Done for unknown txn");
+    if (--it->second.reports > 0) return;
+    Envelope e;
+    e.mutable_reply()->set_txn_id(it->first);
+    e.mutable_reply()->set_committed(true);
+    env.send(it->second.client, std::move(e));
+    waiting_.erase(it);
+  }
+
+ private:
+  struct Waiting {
+    NodeId client;
+    uint32_t reports;  // Done messages still to come
+  };
+  const Deployment& d_;
+  const uint32_t acks_;
+  std::map<uint32_t, uint64_t> next_seq_;  // shard -> last place handed out
+  std::unordered_map<uint64_t, Waiting> waiting_;
+};
+
+class Driver : public ClientDriver {
+ public:
+  explicit Driver(const Deployment& d) : d_(d) {}
+  void submit(Env& env, const TxnRequest& txn, uint32_t attempt) override {
+    Envelope e;
+    *e.mutable_submit()->mutable_txn() = txn;
+    e.mutable_submit()->set_attempt(attempt);
+    env.send(sequencer_of(d_), std::move(e));
+  }
+  void on_message(Env& env, const Envelope& msg) override {
+    if (!msg.has_reply()) throw BadMessage("toy client expects ClientReply");
+    if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed()});
+  }
+
+ private:
+  const Deployment& d_;
+};
+
+ProtocolSpec spec() {
+  ProtocolSpec p;
+  p.name = "toy";
+  p.summary = "one sequencer orders every transaction; each shard executes in that order (a test of the contract)";
+  p.min_regions = 1;
+  p.roles = {{kSequencer, "q", Placement::Group, 1, "numbers every transaction in each shard's order",
+              [](const Deployment& d, NodeId id) -> std::unique_ptr<Node> {
+                return std::make_unique<Sequencer>(d, id);
+              }}};
+  p.options = {OptionSpec::integer("acks", 1, 1, 3,
+                                   "replicas of each touched shard that report completion before the client hears back")};
+  p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
+    return std::make_unique<Replica>(d, id, w);
+  };
+  p.make_client_driver = [](const Deployment& d, NodeId) -> std::unique_ptr<ClientDriver> {
+    return std::make_unique<Driver>(d);
+  };
+  return p;
+}
+
+// Registered before main(), so the parameterized suites, which read the
+// registry when gtest starts, include it.
+const bool registered = (register_protocol(spec()), true);
+
+}  // namespace
+}  // namespace txn::toy
