@@ -27,11 +27,12 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
     ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
     ap.add_argument("--hold-input-waits", action="store_true",
-                    help="dast.defer_commutative: false (the artifact's way: a region holds a CRT's timestamp "
+                    help="protocols.dast.defer_commutative: false (the artifact's way: a region holds a CRT's timestamp "
                          "pending until its cross-region input arrives, and later CRTs there wait)")
     a = ap.parse_args()
     knobs = dict(name="bench-dast", duration=a.duration, warmup=3, cooldown=2, concurrency=a.concurrency,
-                 workload=a.workload, clients_per_shard=1, defer_commutative=not a.hold_input_waits)
+                 workload=a.workload, clients_per_shard=1,
+                 protocol_options={"defer_commutative": not a.hold_input_waits})
     d = build_deployment(**knobs)
     try:
         r = LocalBackend().run(d, "bench-dast", config=knobs)

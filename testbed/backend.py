@@ -2,7 +2,7 @@
 
     backend = open_backend("auto", cfg)          # cfg: ExpConfig from testbed.config.load_exp_config()
     knobs = base_knobs(cfg, regions=3, rtt_jitter_ms=10)   # deploy knobs (testbed/deploy.py DEFAULTS)
-    deploy = backend.deployment(mode="dast", concurrency=2, **knobs)
+    deploy = backend.deployment(mode="<protocol>", concurrency=2, **knobs)
     res = backend.run(deploy, "exp1", meta_extra={"point": {...}})    # -> runtypes.RunResult
     backend.close()
 
@@ -15,11 +15,10 @@ knows both backends) is in testbed/backends.py.
 from __future__ import annotations
 
 import math
-import subprocess
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from . import deploy as deploylib
+from . import deploy as deploylib, protocols
 from .config import ExpConfig, rtt_matrix
 from .local import REPO, LocalRunner
 from .runtypes import RunResult
@@ -39,25 +38,22 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
     return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
-                cooldown=cfg.cooldown_s, defer_commutative=cfg.dast_defer_commutative)
-
-
-def built_modes(build_dir=REPO / "build") -> list[str]:
-    """Protocols the txn-server binary implements (`txn-server --list-modes`); [] if it is not built."""
-    binary = Path(build_dir) / "txn-server"
-    try:
-        out = subprocess.run([str(binary), "--list-modes"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [m for m in out.stdout.split() if m in deploylib.MODES] if out.returncode == 0 else []
+                cooldown=cfg.cooldown_s)
 
 
 class Backend(ABC):
     name: str = ""
     mechanism: str = "app"  # how runs emulate delays: app (the transport) or netem (tc in the containers)
 
+    def registry(self) -> protocols.Registry:
+        """The protocols the engine this backend runs has built (protocols.RegistryError when it cannot tell)."""
+        return protocols.load()
+
     def built_modes(self) -> list[str]:
-        return built_modes()
+        try:
+            return self.registry().names()
+        except protocols.RegistryError:
+            return []
 
     @abstractmethod
     def deployment(self, **knobs) -> dict:
@@ -71,7 +67,7 @@ class Backend(ABC):
 
     def selftest_knobs(self, cfg: ExpConfig) -> dict:
         """Deploy knobs of the RTT self-test: the configured matrix, no jitter, one light client per shard."""
-        return {**base_knobs(cfg), "jitter": 0, "mode": "dast", "concurrency": 1, "clients_per_shard": 1}
+        return {**base_knobs(cfg), "jitter": 0, "concurrency": 1, "clients_per_shard": 1}  # the default protocol
 
     def describe(self) -> str:
         return f"{self.name} backend, shaping {self.mechanism}"
@@ -88,8 +84,8 @@ class LocalBackend(Backend):
         self.build_dir = Path(build_dir)
         self.runner = LocalRunner(build_dir=self.build_dir, progress=progress, **runner_opts)
 
-    def built_modes(self) -> list[str]:
-        return built_modes(self.build_dir)
+    def registry(self) -> protocols.Registry:
+        return protocols.load(self.build_dir / "txn-server")
 
     def deployment(self, **knobs) -> dict:
         return deploylib.build_deployment(**{**knobs, "mechanism": "app"})

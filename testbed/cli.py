@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import yaml
+
 from . import deploy as deploylib, lock
 from .backend import LocalBackend
 from .jobs import job
@@ -28,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=d["duration"], help="client run time, s")
     ap.add_argument("--warmup", type=float, default=d["warmup"], help="trimmed from the window start, s")
     ap.add_argument("--cooldown", type=float, default=d["cooldown"], help="trimmed from the window end, s")
-    ap.add_argument("--mode", default=d["mode"], help=f"protocol: {'|'.join(deploylib.MODES)}")
+    ap.add_argument("--mode", default=d["mode"], help="protocol: one of `txn-server --list-modes` (default: the "
+                    "first)")
     ap.add_argument("--workload", default=d["workload"], help="tpcc|tpca")
     ap.add_argument("--scale", type=float, default=d["scale"], help="table sizes x scale")
     ap.add_argument("--zipf", type=float, default=d["zipf"], help="tpca zipf coefficient in [0,1]")
@@ -37,9 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--jitter", type=float, default=d["jitter"], help="one-way delay jitter std-dev, ms")
     ap.add_argument("--intra-rtt", type=float, default=d["intra_rtt"], help="intra-region RTT, ms")
     ap.add_argument("--inter-rtt", type=float, default=d["inter_rtt"], help="cross-region RTT, ms")
-    ap.add_argument("--hold-input-waits", dest="defer_commutative", action="store_false",
-                    help="DAST: hold a CRT's timestamp in its region until its cross-region input arrives "
-                         "(the artifact's way) instead of deferring commutative pieces")
+    ap.add_argument("--protocol-option", dest="protocol_options", action="append", default=[], metavar="NAME=VALUE",
+                    help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
+                         "`txn-server --list-modes --json` lists them with types, defaults and ranges")
     ap.add_argument("--base-port", type=int, default=d["base_port"], help="first port tried")
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     ap.add_argument("--out", default="results", help="results root")
@@ -58,6 +61,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
+    try:
+        knobs["protocol_options"] = option_values(a.protocol_options)
+    except ValueError as e:
+        print(f"run_local: error: {e}", file=sys.stderr)
+        return 2
     if a.backend == "swarm" and not inside_driver():
         from . import mainjob
         return mainjob.run_job_in_driver(["python", "-m", "testbed.cli", *argv], config=a.config, wait=a.wait)
@@ -68,7 +76,7 @@ def main(argv=None) -> int:
         else:
             backend = LocalBackend(**({"build_dir": a.build_dir} if a.build_dir else {}))
         deploy = backend.deployment(**knobs)
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError) as e:   # protocols.RegistryError is a RuntimeError
         print(f"run_local: error: {e}", file=sys.stderr)
         return 2
     try:
@@ -94,6 +102,22 @@ def main(argv=None) -> int:
     if not res.ok:
         print(f"run_local: {res.reason}", file=sys.stderr)
     return 0 if res.ok else 1
+
+
+def option_values(items: list[str]) -> dict:
+    """NAME=VALUE strings -> {name: value}, values read as YAML scalars (true, 3, 0.5, text); the protocol's schema
+    checks them (testbed/deploy.py)."""
+    out = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--protocol-option {item!r}: must be NAME=VALUE")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        out[name.strip()] = value if isinstance(value, (bool, int, float, str)) else text
+    return out
 
 
 class _no_lock:

@@ -20,14 +20,11 @@ DEFAULTS = dict(
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
     host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
-    protocol_options=None, defer_commutative=None,
+    protocol_options=None,
 )
 # mode None: the registry's default mode (its first protocol).
 # protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
 # defaults, and the deployment file gets all of them under protocols.<mode>.
-# OPTION_ALIASES: knobs that name a protocol option directly, kept for callers written before protocol_options. Each
-# applies to the modes whose protocol has that option (under protocol_options) and is ignored by the others.
-OPTION_ALIASES = ("defer_commutative",)
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
@@ -74,16 +71,11 @@ def validate(**knobs) -> dict:
 
 
 def protocol_options(proto: protocols.Protocol, k: dict) -> dict:
-    """Every option of proto from the protocol_options knob and the aliases (which are removed from k)."""
+    """Every option of proto: the protocol_options knob over the schema's defaults."""
     given = k["protocol_options"] if k["protocol_options"] is not None else {}
     if not isinstance(given, dict):
         raise ValueError(f"protocol_options={given!r}: must be a mapping of option names to values")
-    values = {}
-    for alias in OPTION_ALIASES:
-        v, option = k.pop(alias), proto.option(alias)
-        if v is not None and option is not None:
-            values[alias] = option.check(v, alias)
-    return proto.check_options({**values, **given})
+    return proto.check_options(given)
 
 
 def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
@@ -162,13 +154,6 @@ def build_deployment(place=None, **knobs) -> dict:
         "nodes": nodes,
     }
     return d
-
-
-def __getattr__(name: str):
-    """MODES: the registry's modes, for callers written before testbed/protocols.py (use protocols.load().names())."""
-    if name == "MODES":
-        return tuple(protocols.load().names())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def write_yaml(deploy: dict, path) -> Path:

@@ -1,21 +1,14 @@
 """The deployment file for a swarm deployment (genConfig.py): exp_config + containers.yml -> config/deploy.yml.
 
 Every process of shard (region r, shard s) runs in that shard's container (10.55.<r+1>.<s+1>), each on its own port:
-replicas 20000 + replica, clients 20200 + k. Region r's manager runs in the region's first shard container, port
-20100. SLOG's global-order group (3 replicas of the global log) goes to regions spread evenly over all R, so it
-works for any R >= 3 and no region holds two of them.
+replicas 20000 + replica, clients 20200 + k. The processes of a protocol's roles (a manager per region, the members
+of a group; testbed/protocols.py says which and in which region) run in their region's first shard container, on
+ports 20100, 20101, ... in the order of the deployment's node list.
 """
 from __future__ import annotations
 
 from . import deploy as deploylib
 from .swarm import CLIENT_PORT, MANAGER_PORT, REPLICA_PORT
-
-
-def slog_order_regions(regions: int) -> list[int]:
-    """3 distinct regions (from 0) spread over 0..regions-1: 0, ~R/3, ~2R/3."""
-    if regions < 3:
-        raise ValueError(f"regions={regions}: SLOG's global-order group needs at least 3 regions")
-    return [(i * regions) // 3 for i in range(3)]
 
 
 def placer(state: dict):
@@ -30,14 +23,20 @@ def placer(state: dict):
                              "bring the deployment up with at least this many regions and shards") from None
 
     def place(nodes: list[dict]) -> None:
+        role_ports: dict[int, int] = {}   # region -> next port for a role process in its first container
         for n in nodes:
             if n["kind"] == "replica":
                 n.update(host=ip_of(n["region"], n["shard"]), port=REPLICA_PORT + n["replica"])
-            elif n["kind"] == "manager":
-                n.update(host=ip_of(n["region"], 0), port=MANAGER_PORT)
-            else:
+            elif n["kind"] == "client":
                 k = int(n["name"].rsplit(".", 1)[1])
                 n.update(host=ip_of(n["region"], n["shard"]), port=CLIENT_PORT + k)
+            else:
+                port = role_ports.get(n["region"], MANAGER_PORT)
+                if port >= CLIENT_PORT:
+                    raise ValueError(f"region {n['region'] + 1}: more than {CLIENT_PORT - MANAGER_PORT} role "
+                                     "processes in one container")
+                role_ports[n["region"]] = port + 1
+                n.update(host=ip_of(n["region"], 0), port=port)
     return place
 
 
@@ -49,7 +48,4 @@ def deployment(state: dict, **knobs) -> dict:
     if R > state["regions"] or N > state["shards_per_region"]:
         raise ValueError(f"regions={R} x shards={N}: the containers are {state['regions']} x "
                          f"{state['shards_per_region']}; raise REGIONS/SHARDS_PER_REGION and rerun start_containers.py")
-    d = deploylib.build_deployment(place=placer(state), **{**knobs, "mechanism": state["mechanism"]})
-    if d["mode"] == "slog":
-        d["slog"] = {"order_regions": slog_order_regions(R)}
-    return d
+    return deploylib.build_deployment(place=placer(state), **{**knobs, "mechanism": state["mechanism"]})

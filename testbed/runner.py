@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import deploy as deploylib
-from . import experiments, figures, interrupts, lock
+from . import experiments, figures, interrupts, lock, protocols
 from .backend import base_knobs
 from .backends import BACKENDS, open_backend
 from .config import ExpConfig, load_exp_config
@@ -83,6 +83,7 @@ class Sweep:
     tasks: list = field(default_factory=list)
     outcomes: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)   # system -> why
+    systems: list = field(default_factory=list)   # SYSTEMS, or every built protocol when SYSTEMS is empty
     interrupted: Interrupted | None = None   # what stopped the sweep, if anything
 
     @property
@@ -93,22 +94,37 @@ class Sweep:
 # ---------------------------------------------------------------- planning
 
 def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
-    """Every (system, point, repeat) to run, knobs validated before anything starts (ValueError)."""
+    """Every (system, point, repeat) to run, knobs validated before anything starts (ValueError). What a protocol
+    needs (its minimum number of regions, its options) comes from the engine's registry."""
     sweep = Sweep(exp)
-    built = set(backend.built_modes())
+    try:
+        registry = backend.registry()
+    except protocols.RegistryError as e:
+        log(f"no protocol is built ({e})")
+        registry = None
+    built = registry.names() if registry else []
     systems = []
-    for s in cfg.systems:
+    for s in cfg.systems or built:
         if s in built:
             systems.append(s)
         else:
             sweep.skipped[s] = "not built"
             log(f"skipping {s}: not built (txn-server --list-modes lists: {', '.join(sorted(built)) or 'nothing'})")
+    sweep.systems = list(cfg.systems or built)
+    for name in sorted(set(dict(cfg.protocol_options)) - set(built)):
+        log(f"PROTOCOL_OPTIONS[{name!r}] ignored: {name} is not built")
     for s in systems:
+        proto = registry.get(s)
+        if cfg.regions < proto.min_regions:
+            raise ValueError(f"REGIONS={cfg.regions}: {s} needs at least {proto.min_regions} regions; raise REGIONS "
+                             f"or drop {s} from SYSTEMS")
+        proto.check_options(cfg.options_of(s))
         for p in exp.points(cfg):
-            if s == "slog" and (p.regions or cfg.regions) < 3:
-                log(f"skipping slog at {p.label}: SLOG needs at least 3 regions")
+            if (p.regions or cfg.regions) < proto.min_regions:
+                log(f"skipping {s} at {p.label}: {s} needs at least {proto.min_regions} regions")
                 continue
-            knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name}
+            knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name,
+                     "protocol_options": cfg.options_of(s)}
             key = point_key(exp.name, s, knobs, backend.name, backend.mechanism)
             for r in range(cfg.n_repeat):
                 sweep.tasks.append(Task(s, p, r, {**knobs, "seed": r + 1}, key))
@@ -117,7 +133,7 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
 
 def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
     exp = sweep.experiment
-    systems = {s: sweep.skipped.get(s, "run") for s in cfg.systems}
+    systems = {s: sweep.skipped.get(s, "run") for s in sweep.systems}
     points, seen = [], set()
     for t in sweep.tasks:
         if t.key not in seen:

@@ -445,13 +445,7 @@ class SwarmBackend(Backend):
     def _shard_conn(self, ip: str) -> Ssh:
         return self.runner.conn(ip)
 
-    def built_modes(self) -> list[str]:
-        ip = next(c["ip"] for c in self.state["containers"] if c["role"] == "shard")
-        try:
-            rc, out = self._shard_conn(ip).sh("txn-server --list-modes", timeout=20)
-        except SshError as e:
-            raise RunError(self.runner.container_problem(ip, e)) from None
-        return out.split() if rc == 0 else []
+    # registry(): Backend's. The image sets TXN_SERVER to its own txn-server, the binary the shard containers run.
 
     def deployment(self, **knobs) -> dict:
         return genconfig.deployment(self.state, **knobs)
@@ -460,7 +454,7 @@ class SwarmBackend(Backend):
         """The matrix the containers were brought up with (containers.yml), whatever exp_config says now."""
         st = self.state
         return dict(regions=st["regions"], shards=st["shards_per_region"], rtt_ms=st["rtt_ms"], jitter=0,
-                    mode="dast", concurrency=1, clients_per_shard=1, scale=st.get("scale", 0.01))
+                    concurrency=1, clients_per_shard=1, scale=st.get("scale", 0.01))
 
     def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0) -> RunResult:
         if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container

@@ -18,14 +18,14 @@ SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed"
     (dict(protocol_options={"ewma": 0.5}), "protocols.dast.ewma"), (dict(protocol_options=[0.5]), "protocol_options"),
     (dict(duration=3, warmup=2, cooldown=1), "warmup+cooldown"), (dict(regions=2.5), "integer"),
     (dict(base_port=80), "base_port"), (dict(bogus=1), "bogus"), (dict(name="a/b"), "name"),
-    (dict(defer_commutative=1), "defer_commutative"),
+    (dict(protocol_options={"defer_commutative": 1}), "protocols.dast.defer_commutative"),
 ])
 def test_validation_names_the_knob(knobs, needle):
     with pytest.raises(ValueError, match=None) as e:
         deploy.build_deployment(**knobs)
     assert needle in str(e.value)
     if needle not in ("bogus", "name", "mode='paxos'", "workload", "warmup+cooldown", "mechanism",
-                      "defer_commutative", "protocols.dast.ewma", "protocol_options"):
+                      "protocols.dast.defer_commutative", "protocols.dast.ewma", "protocol_options"):
         assert "[" in str(e.value)  # the allowed range is stated
 
 
@@ -65,16 +65,15 @@ def test_integer_knobs_say_integer():
 def test_protocol_options_reach_the_deployment_file():
     dast = deploy.build_deployment()["protocols"]["dast"]
     assert dast["defer_commutative"] is True and dast["ewma_alpha"] == 0.2  # every option, defaults filled in
-    assert deploy.build_deployment(defer_commutative=False)["protocols"]["dast"]["defer_commutative"] is False
     d = deploy.build_deployment(protocol_options={"ewma_alpha": 0.5, "sync_interval_ms": 20})
     assert d["protocols"] == {"dast": {**dast, "ewma_alpha": 0.5, "sync_interval_ms": 20.0}}
-    # protocol_options wins over the alias
-    both = deploy.build_deployment(defer_commutative=True, protocol_options={"defer_commutative": False})
-    assert both["protocols"]["dast"]["defer_commutative"] is False
+    held = deploy.build_deployment(protocol_options={"defer_commutative": False})
+    assert held["protocols"]["dast"]["defer_commutative"] is False
 
 
 def test_modes_roles_and_min_regions_come_from_the_registry(fake_registry):
-    assert deploy.MODES == ("alpha", "ordered")
+    from testbed import protocols
+    assert protocols.load().names() == ["alpha", "ordered"]
     d = deploy.build_deployment(regions=2, shards=1)
     assert d["mode"] == "alpha"  # the registry's first protocol
     assert [(n["name"], n["region"]) for n in d["nodes"] if n["kind"] == "manager"] == [("m0", 0), ("m1", 1)]
@@ -86,9 +85,7 @@ def test_modes_roles_and_min_regions_come_from_the_registry(fake_registry):
         deploy.build_deployment(mode="ordered", regions=2)
 
 
-def test_option_alias_applies_only_to_modes_with_that_option(fake_registry):
-    assert deploy.build_deployment(defer_commutative=False)["protocols"]["alpha"]["defer_commutative"] is False
-    assert deploy.build_deployment(mode="ordered", defer_commutative=False)["protocols"] == {"ordered": {}}
+def test_options_are_the_modes_own(fake_registry):
     d = deploy.build_deployment(protocol_options={"count": 5, "flavour": "spicy"})
     assert d["protocols"]["alpha"] == {"defer_commutative": True, "count": 5, "ratio": 0.5, "flavour": "spicy"}
     with pytest.raises(ValueError, match=r"protocols\.ordered\.count: not an option of ordered \(options: none\)"):
@@ -106,12 +103,13 @@ def test_busy_port_is_skipped():
         assert busy not in ports and min(ports) > busy
 
 
-def test_exp_config_and_cli_reach_the_dast_options():
-    from testbed.backend import base_knobs
-    from testbed.cli import parse_args
-    from testbed.config import load_exp_config
-    held = deploy.build_deployment(**base_knobs(load_exp_config({"DAST_DEFER_COMMUTATIVE": False})))
-    assert held["protocols"]["dast"]["defer_commutative"] is False
-    assert deploy.build_deployment(**base_knobs(load_exp_config({})))["protocols"]["dast"]["defer_commutative"] is True
-    assert parse_args(["--hold-input-waits"]).defer_commutative is False
-    assert parse_args([]).defer_commutative is True
+def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
+    from testbed.cli import option_values, parse_args
+    a = parse_args(["--protocol-option", "defer_commutative=false", "--protocol-option", "ewma_alpha=0.5"])
+    opts = option_values(a.protocol_options)
+    assert opts == {"defer_commutative": False, "ewma_alpha": 0.5}
+    assert deploy.build_deployment(protocol_options=opts)["protocols"]["dast"]["defer_commutative"] is False
+    with pytest.raises(ValueError, match=r"--protocol-option 'ewma': must be NAME=VALUE"):
+        option_values(["ewma"])
+    with pytest.raises(ValueError, match=r"protocols\.dast\.ewma_alpha='x': must be a number"):
+        deploy.build_deployment(protocol_options=option_values(["ewma_alpha=x"]))

@@ -11,7 +11,7 @@ from testbed.placement import plan
 
 
 def state_for(R=3, N=2, mechanism="app"):
-    cfg = load_exp_config({"REGIONS": R, "SHARDS_PER_REGION": N, "SCALABILITY_N_REGIONS": [3]})
+    cfg = load_exp_config({"REGIONS": R, "SHARDS_PER_REGION": N, "SCALABILITY_N_REGIONS": [min(R, 3)]})
     cs = plan(cfg, [Host("localhost")])
     return {"mechanism": mechanism, "regions": R, "shards_per_region": N,
             "containers": [dict(name=c.name, ip=c.ip, host=c.host.address, region=c.region, shard=c.shard,
@@ -43,15 +43,21 @@ def test_first_k_regions_and_too_many_regions():
 
 
 @pytest.mark.parametrize("R, want", [(3, [0, 1, 2]), (4, [0, 1, 2]), (6, [0, 2, 4]), (10, [0, 3, 6])])
-def test_slog_order_group_spreads_over_regions(R, want):
-    assert genconfig.slog_order_regions(R) == want
-    # the registry's placement of a 3-member group role, which deploy.py uses for every protocol, agrees
+def test_a_group_role_spreads_over_regions(R, want):
+    # e.g. SLOG's global-order group: 3 members in 3 distinct regions, spread over all R
     assert protocols.Role("order", "o", "group", 3, "").regions(R) == want
 
 
-def test_slog_needs_three_regions():
-    with pytest.raises(ValueError, match="at least 3 regions"):
-        genconfig.slog_order_regions(2)
+def test_role_processes_of_any_protocol_get_their_own_ports_in_their_regions_first_container(fake_registry):
+    d = genconfig.deployment(state_for(R=4), mode="ordered", regions=4, shards=2)
+    roles = [n for n in d["nodes"] if n["kind"] not in ("replica", "client")]
+    assert [(n["name"], n["host"], n["port"]) for n in roles] == [
+        ("o0", "10.55.1.1", 20100), ("o1", "10.55.2.1", 20100), ("o2", "10.55.3.1", 20100)]
+    d = genconfig.deployment(state_for(R=2), mode="alpha", regions=2, shards=2)
+    assert [(n["name"], n["host"], n["port"]) for n in d["nodes"] if n["kind"] == "manager"] == [
+        ("m0", "10.55.1.1", 20100), ("m1", "10.55.2.1", 20100)]
+    hosts_ports = [(n["host"], n["port"]) for n in d["nodes"]]
+    assert len(set(hosts_ports)) == len(hosts_ports)
 
 
 def test_rtt_matrix_knob_replaces_intra_inter():

@@ -12,7 +12,7 @@ import pytest
 
 from pathlib import Path
 
-from testbed import deploy, experiments, figures, results, rundirs, runner
+from testbed import deploy, experiments, figures, protocols, results, rundirs, runner
 from testbed.backend import Backend, LocalBackend
 from testbed.config import load_exp_config
 from testbed.runtypes import Interrupted, RunError, RunResult, new_run_id
@@ -37,8 +37,9 @@ class FakeBackend(Backend):
     def __init__(self, behaviour=lambda k: "ok", modes=("dast",)):
         self.behaviour, self.modes, self.calls, self.closed = behaviour, modes, [], False
 
-    def built_modes(self):
-        return list(self.modes)
+    def registry(self):
+        real = protocols.load()   # the built engine's entries, under the names this fake claims to have built
+        return protocols.Registry({m: real.get(m) for m in self.modes}, "fake")
 
     def deployment(self, **knobs):
         d = deploy.build_deployment(**knobs)
@@ -175,7 +176,6 @@ def test_point_key():
                   runner.point_key("crt_ratio", "dast", k, "local", "app"),
                   runner.point_key("n_clients", "dast", {**k, "protocol_options": {"ewma_alpha": 0.5}}, "local",
                                    "app"),
-                  runner.point_key("n_clients", "dast", {**k, "defer_commutative": False}, "local", "app"),
                   runner.point_key("n_clients", "dast", k, "swarm", "app"),
                   runner.point_key("n_clients", "dast", k, "swarm", "netem")]:
         assert other != key
@@ -278,7 +278,7 @@ def test_with_local_backend_fake_binaries_and_ctrl_c(fake_bin, tmp_path):
         def deployment(self, **knobs):
             return super().deployment(**{**knobs, "base_port": 25000})
     b = Local(build_dir=fake_bin, progress=False, ready_timeout_s=20, grace_s=5, margin_s=20)
-    b.built_modes = lambda: ["dast"]
+    b.registry = protocols.load   # the fake binaries do not answer --list-modes: the built engine's registry
     c = cfg(N_REPEAT=1, DURATION_S=2, WARMUP_S=0.5, COOLDOWN_S=0.5, CONCURRENCY_LEVELS=[1, 2], REGIONS=2,
             SHARDS_PER_REGION=1, SCALABILITY_N_REGIONS=[2])
     s, _ = sweep(tmp_path, b, c=c)
@@ -307,3 +307,20 @@ def test_with_local_backend_fake_binaries_and_ctrl_c(fake_bin, tmp_path):
     meta = json.loads(newest.read_text())
     assert meta["status"] == "interrupted" and meta["reason"] == "interrupted by SIGINT"
     assert procs_mentioning(str(tmp_path)) == []
+
+
+def test_what_a_protocol_needs_comes_from_the_registry(fake_registry):
+    b = FakeBackend(modes=("alpha", "ordered"))
+    with pytest.raises(ValueError, match=r"^REGIONS=2: ordered needs at least 3 regions; raise REGIONS or drop "):
+        runner.plan(EXP1, cfg(REGIONS=2, SCALABILITY_N_REGIONS=[2], SYSTEMS=["alpha", "ordered"]), b,
+                    log=lambda *_: None)
+    logs = []
+    s = runner.plan(experiments.get("exp4"), cfg(SYSTEMS=["alpha", "ordered"], SCALABILITY_N_REGIONS=[2, 3],
+                                                 N_REPEAT=1), b, log=logs.append)
+    assert "skipping ordered at 2 regions: ordered needs at least 3 regions" in logs
+    assert sorted((t.system, t.knobs["regions"]) for t in s.tasks) == [("alpha", 2), ("alpha", 3), ("ordered", 3)]
+    with pytest.raises(ValueError, match=r"protocols\.alpha\.count=9: must be an integer in \[1, 5\]"):
+        runner.plan(EXP1, cfg(SYSTEMS=["alpha"], PROTOCOL_OPTIONS={"alpha": {"count": 9}}), b, log=lambda *_: None)
+    s = runner.plan(EXP1, cfg(SYSTEMS=[], PROTOCOL_OPTIONS={"alpha": {"count": 4}}), b, log=lambda *_: None)
+    assert {t.system for t in s.tasks} == {"alpha", "ordered"}           # no SYSTEMS: every built protocol
+    assert {t.knobs["protocol_options"].get("count") for t in s.tasks if t.system == "alpha"} == {4}
