@@ -58,17 +58,12 @@ def run_outcome(run_dir, meta: dict | None = None, check_files: bool = True) -> 
     elif status != "ok":
         reason = meta.get("reason") or str(meta.get("error") or f"status {status}").splitlines()[0]
         return ("interrupted" if status == "interrupted" else "failed"), reason
-    else:
-        check = read_json(run_dir / "check.json") or {}
-        status, reason = verdict(check, read_json(run_dir / "summary.json") or {})
-        if status != "ok":
-            return status, reason
-    if check_files:
+    if check_files:  # a damaged folder says so first: its summary or verdict cannot be trusted
         problems = validate.validate_run(run_dir)
         if problems:
-            return "failed", "invalid run folder: " + problems[0] + (f" (+{len(problems) - 1} more)"
-                                                                   if len(problems) > 1 else "")
-    return "ok", ""
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            return "failed", f"invalid run folder: {problems[0]}{more}"
+    return verdict(read_json(run_dir / "check.json") or {}, read_json(run_dir / "summary.json") or {})
 
 
 def run_start(meta: dict, run_dir: Path) -> tuple:

@@ -54,7 +54,8 @@ def fake_bin(tmp_path):
     fake = Path(__file__).with_name("fake_txn.py")
     for role in ("server", "client"):
         p = d / f"txn-{role}"
-        p.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{fake}" {role} "$@"\n')
+        # argv[0] stays the engine's name, as it is for the real binaries (the launcher finds leftovers by it)
+        p.write_text(f'#!/bin/bash\nexec -a "$0" "{sys.executable}" "{fake}" {role} "$@"\n')
         p.chmod(0o755)
     return d
 

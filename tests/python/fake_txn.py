@@ -26,8 +26,11 @@ if role == "server":
     if fail == f"early:{a.name}":
         print(f"txn-server: error: fake failure of {a.name}", file=sys.stderr)
         sys.exit(1)
-    # a child in our process group that outlives us unless the launcher kills the group
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", a.config])
+    # a child in our process group that outlives us unless the launcher kills the group (or, like the engine's
+    # processes, it dies with its parent: the launcher's parent-death signal reaches the fake server only)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    from testbed.interrupts import die_with_parent
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", a.config], preexec_fn=die_with_parent)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     print(f"READY {a.name} {node['host']}:{node['port']}", flush=True)

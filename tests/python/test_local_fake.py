@@ -50,3 +50,83 @@ def test_failing_server_is_named_and_everything_stops(fake_bin, tmp_path, monkey
 def test_missing_binary(tmp_path):
     with pytest.raises(RunError, match="missing or not executable"):
         LocalBackend(build_dir=tmp_path, progress=False).run(small(), "t", out_root=tmp_path)
+
+
+# ---------------------------------------------------------------- the launcher stopped from outside
+
+def launch(fake_bin, out, *extra):
+    import subprocess
+    import sys
+    from conftest import REPO
+    return subprocess.Popen([sys.executable, "run_local.py", "--build-dir", str(fake_bin), "--out", str(out),
+                             "--regions", "2", "--shards", "1", "--duration", "30", "--warmup", "1", "--cooldown",
+                             "1", "--base-port", "24100", *extra], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def clients_started(out, timeout=30):
+    import time
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        runs = list(out.glob("local/*/logs/c*.log"))
+        if len(runs) == 2:
+            time.sleep(0.5)
+            return runs[0].parents[1]
+        time.sleep(0.1)
+    raise AssertionError("the run did not get going")
+
+
+@pytest.mark.parametrize("sig,code", [("SIGHUP", 129), ("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_to_run_local_stops_the_run_and_leaves_no_process(fake_bin, tmp_path, sig, code):
+    import os
+    import signal
+    import time
+    p = launch(fake_bin, tmp_path)
+    run = clients_started(tmp_path)
+    os.killpg(p.pid, getattr(signal, sig))    # a closed terminal sends SIGHUP to the whole session
+    t0 = time.monotonic()
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == code and time.monotonic() - t0 < 10, out
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and meta["reason"] == f"interrupted by {sig}"
+    assert procs_mentioning(str(run)) == []
+
+
+def test_a_killed_launcher_takes_its_processes_with_it(fake_bin, tmp_path):
+    import os
+    import signal
+    import time
+    p = launch(fake_bin, tmp_path)
+    run = clients_started(tmp_path)
+    assert len(procs_mentioning(str(run))) >= 8       # 6 replicas, 2 managers, 2 clients (+ the fakes' children)
+    os.kill(p.pid, signal.SIGKILL)                    # nothing of ours runs: the kernel's parent-death signal acts
+    p.communicate(timeout=10)
+    t0 = time.monotonic()
+    while procs_mentioning(str(run)) and time.monotonic() - t0 < 5:
+        time.sleep(0.1)
+    assert procs_mentioning(str(run)) == []
+    # the cut-off folder says so, and counts as failed
+    from testbed.rundirs import run_outcome
+    assert run_outcome(run) == ("failed", "cut off: its job ended without recording an outcome (killed, or still "
+                                          "running)")
+
+
+def test_engines_an_earlier_launcher_left_are_stopped_before_a_run(fake_bin, tmp_path, capsys):
+    import subprocess
+    import sys
+    import time
+    from testbed.local import orphaned_engines
+    # an orphan: a txn-server (the fake) whose deployment file lies under the results folder, parent gone
+    orphan_dir = tmp_path / "results" / "old" / "run1"
+    orphan_dir.mkdir(parents=True)
+    deploy.write_yaml(small(), orphan_dir / "deploy.yml")
+    subprocess.Popen(["sh", "-c", f"{fake_bin}/txn-server --config {orphan_dir}/deploy.yml --name s0.0.0 "
+                                  f"--out {orphan_dir} > /dev/null 2>&1 &"]).wait()
+    t0 = time.monotonic()
+    while not orphaned_engines(tmp_path / "results") and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    assert len(orphaned_engines(tmp_path / "results")) == 1
+    b = LocalBackend(build_dir=fake_bin, ready_timeout_s=20, grace_s=5, margin_s=20, progress=True)
+    res = b.run(small(), "t", out_root=tmp_path / "results")
+    assert res.ok and orphaned_engines(tmp_path / "results") == []
+    assert "stopped 1 engine process(es) an earlier run left behind" in capsys.readouterr().err

@@ -324,3 +324,38 @@ def test_what_a_protocol_needs_comes_from_the_registry(fake_registry):
     s = runner.plan(EXP1, cfg(SYSTEMS=[], PROTOCOL_OPTIONS={"alpha": {"count": 4}}), b, log=lambda *_: None)
     assert {t.system for t in s.tasks} == {"alpha", "ordered"}           # no SYSTEMS: every built protocol
     assert {t.knobs["protocol_options"].get("count") for t in s.tasks if t.system == "alpha"} == {4}
+
+
+@pytest.mark.parametrize("damage", ["truncate summary.json", "truncate records", "drop last record line",
+                                    "remove a dump"])
+def test_a_damaged_ok_run_is_failed_with_the_reason_and_run_again(tmp_path, damage):
+    sweep(tmp_path, FakeBackend())
+    run = sorted((tmp_path / "n_clients").glob("*/meta.json"))[0].parent
+    csv = run / "clients" / "c0.0.0.records.csv"
+    if damage == "truncate summary.json":
+        (run / "summary.json").write_text((run / "summary.json").read_text()[:40])
+    elif damage == "truncate records":
+        csv.write_bytes(csv.read_bytes()[:-7])
+    elif damage == "drop last record line":
+        csv.write_text("".join(csv.read_text().splitlines(keepends=True)[:-1]))
+    else:
+        (run / "servers" / "s0.0.0.state.json").unlink()
+    status, reason = rundirs.run_outcome(run)
+    assert status == "failed" and reason.startswith("invalid run folder: "), reason
+    b = FakeBackend()
+    sweep(tmp_path, b)
+    assert len(b.calls) == 1                                              # only the damaged one runs again
+    agg = figures.aggregate(figures.load_runs(tmp_path / "n_clients", 99),
+                            json.loads((tmp_path / "n_clients" / "sweep.json").read_text()))
+    assert list(agg.status) == ["ok", "ok", "ok"]
+
+
+def test_a_local_sweep_refuses_while_another_writes_the_same_results(tmp_path, monkeypatch, capsys):
+    from testbed import lock
+    monkeypatch.setenv(lock.ENV_DIR, str(tmp_path / "locks"))
+    import argparse
+    a = argparse.Namespace(backend="local", config=None, quick=True, fresh=False, out=str(tmp_path), wait=False)
+    with lock.JobLock(lock.local_lock_name(tmp_path), "run_experiments.py --quick").acquire():
+        assert runner.run_experiments(["n_clients"], a, [], "run_experiments.py") == 2
+    err = capsys.readouterr().err
+    assert "this results folder is busy: `run_experiments.py --quick`" in err
