@@ -590,20 +590,29 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
                 ct.remove(force=True)
         new = [s for s in wanted.values() if s.kwargs is not None]
         for s in new:
-            c = clients[s.container.host.address]
             try:
-                old = c.containers.get(s.container.name)
-            except Exception:
-                old = None
-            if old is not None:
-                raise SwarmError(f"a container named {s.container.name} exists on {s.container.host.address} "
-                                 f"and is not part of this deployment; remove it (docker rm -f {s.container.name})")
-            try:
-                started[s.container.name] = _start(c, s, cfg.network_name)
-            except Exception as e:
-                _raise_if_one_died(started)  # the root cause, e.g. the overlay vanished with its last container
-                raise SwarmError(f"cannot start {s.container.name} ({s.container.ip}) on "
-                                 f"{s.container.host.address}: {_short(e)}") from None
+                clients[s.container.host.address].containers.get(s.container.name)
+            except Exception:  # noqa: BLE001 -- not there: good
+                continue
+            raise SwarmError(f"a container named {s.container.name} exists on {s.container.host.address} "
+                             f"and is not part of this deployment; remove it (docker rm -f {s.container.name})")
+        # One canary per host first, up and running before the others start. A host leaves the overlay when its
+        # last container on it exits; a container started at that moment fails ("network not found") and Docker
+        # leaks its network attachment, which keeps the overlay from ever being removed until the swarm is left.
+        # With a live container per host, none of the others can race a host leaving the overlay; and an image
+        # whose containers die at once is found with one container started per host, not all of them.
+        canaries = list({s.container.host.address: s for s in reversed(new)}.values())
+        rest = [s for s in new if s not in canaries]
+        for batch in (canaries, rest):
+            for s in batch:
+                try:
+                    started[s.container.name] = _start(clients[s.container.host.address], s, cfg.network_name)
+                except Exception as e:
+                    _raise_if_one_died(started)  # the root cause, e.g. the overlay vanished with its last container
+                    raise SwarmError(f"cannot start {s.container.name} ({s.container.ip}) on "
+                                     f"{s.container.host.address}: {_short(e)}") from None
+            if batch is canaries and rest:
+                _wait_up({s.container.name: started[s.container.name] for s in canaries}, up_timeout_s, log)
         _say(log, f"containers: {len(new)} started, {kept} kept (unchanged); waiting for sshd")
         _wait_up(started, up_timeout_s, log)
 
@@ -671,15 +680,20 @@ def apply_netem(cfg: ExpConfig, containers, started: dict, jitter_rtt_ms: float)
             raise SwarmError(f"tc plan failed in {c.name}: {out}")
 
 
-def _remove_network(manager, name: str, deployment: str) -> None:
+def _remove_network(manager, name: str, deployment: str, timeout_s: float = 60) -> str | None:
+    """Remove the deployment's overlay; None when done (or not there), else why not (Docker's last word)."""
     for net in manager.networks.list(names=[name]):
         if (net.attrs.get("Labels") or {}).get(LABEL) == deployment:
-            for _ in range(20):  # endpoints of just-removed containers linger a moment
+            t0, last = time.monotonic(), None
+            while time.monotonic() - t0 < timeout_s:  # endpoints of just-removed containers linger a while
                 try:
                     net.remove()
-                    break
-                except Exception:
+                    return None
+                except Exception as e:  # noqa: BLE001 -- retried, then reported
+                    last = _short(e)
                     time.sleep(0.5)
+            return last
+    return None
 
 
 def _remove_gwbridge(client) -> None:
@@ -743,8 +757,12 @@ def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path |
             ct.remove(force=True)
             n += 1
         manager = clients[hosts[0].address]
-        _remove_network(manager, state.get("network", cfg.network_name), deployment)
+        stuck = _remove_network(manager, state.get("network", cfg.network_name), deployment)
         left = False
+        if stuck and not state.get("swarm_created"):
+            _say(log, f"network: could not remove {state.get('network', cfg.network_name)} ({stuck}); Docker keeps "
+                 "it while a swarm task holds it: `docker swarm leave --force` on a swarm nothing else uses, or a "
+                 "restart of dockerd, frees it")
         if state.get("swarm_created"):
             try:
                 manager.swarm.leave(force=True)
