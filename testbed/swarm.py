@@ -688,11 +688,18 @@ def _remove_network(manager, name: str, deployment: str, timeout_s: float = 60) 
             while time.monotonic() - t0 < timeout_s:  # endpoints of just-removed containers linger a while
                 try:
                     net.remove()
-                    return None
+                    break
                 except Exception as e:  # noqa: BLE001 -- retried, then reported
                     last = _short(e)
                     time.sleep(0.5)
-            return last
+            else:
+                return last
+            # a swarm network leaves the manager at once but this node's list a moment later
+            while time.monotonic() - t0 < timeout_s:
+                if not any(n.id == net.id for n in manager.networks.list(names=[name])):
+                    return None
+                time.sleep(0.2)
+            return "still listed on this node"
     return None
 
 
