@@ -3,11 +3,13 @@
 // driver that moves one transaction from submission to commit/abort.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "config.h"
+#include "executor.h"
 #include "node.h"
 #include "workload.h"
 
@@ -21,6 +23,7 @@ class ClientDriver {
   struct Outcome {
     uint64_t txn_id;
     bool committed;
+    const Vars* outputs = nullptr;  // committed: every variable the pieces produced (as the reply carried them)
   };
   using Done = std::function<void(Env&, const Outcome&)>;
   virtual ~ClientDriver() = default;
@@ -46,10 +49,16 @@ const ProtocolFactory& protocol_factory(const std::string& mode);
 // Modes this build implements (printed by `txn-server --list-modes`, one per line).
 const std::vector<std::string>& built_modes();
 
-// Replica nodes expose their store for state dumps.
+// Replica nodes execute every piece through a ShardExecutor (core/executor.h),
+// which gives the server their store for the state dump and their execution
+// history for the checker.
 class ReplicaNode : public Node {
  public:
-  virtual const ShardStore& store() const = 0;
+  virtual const ShardExecutor& executor() const = 0;
+  const ShardStore& store() const { return executor().store(); }
+  // Protocol counters written into the state dump under "counters" and summed
+  // over the run (testbed/results.py server_counters); name -> value.
+  virtual std::map<std::string, int64_t> counters() const { return {}; }
 };
 
 }  // namespace txn
