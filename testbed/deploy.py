@@ -16,7 +16,9 @@ DEFAULTS = dict(
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
     host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app", defer_commutative=True,
+    district="fixed",
 )
+DISTRICTS = ("fixed", "uniform")  # TPC-C district: per coordinator (artifact) or per transaction (spec 2.4.1.2)
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
@@ -47,6 +49,8 @@ def validate(**knobs) -> dict:
         raise ValueError(f"defer_commutative={k['defer_commutative']!r}: must be True or False")
     if k["mechanism"] not in ("app", "netem", "none"):
         raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
+    if k["district"] not in DISTRICTS:
+        raise ValueError(f"district={k['district']!r}: must be one of {', '.join(DISTRICTS)}")
     if k["workload"] not in WORKLOADS:
         raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
     if k["mode"] == "slog" and k["regions"] < 3:
@@ -129,7 +133,7 @@ def build_deployment(place=None, **knobs) -> dict:
         "link": {"mechanism": k["mechanism"], "rtt_ms": rtt,
                  "jitter_ms": float(k["jitter"])},
         "workload": {"name": k["workload"], "scale": float(k["scale"]), "zipf": float(k["zipf"]),
-                     "payment_crt_rate": int(k["payment_crt_rate"])},
+                     "payment_crt_rate": int(k["payment_crt_rate"]), "district": k["district"]},
         "client": {"n_concurrent": int(k["concurrency"]), "duration_s": float(k["duration"]),
                    "warmup_s": float(k["warmup"]), "cooldown_s": float(k["cooldown"]),
                    "drain_timeout_s": float(k["drain_timeout"])},

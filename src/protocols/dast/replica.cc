@@ -339,7 +339,9 @@ double Replica::anticipate_us(const Coord& c, uint32_t region) const {
   // plus one one-way hop after the source timestamp was taken.
   double slowest = 0;
   for (uint32_t r : c.shape.regions) slowest = std::max(slowest, rtt_[r].value());
-  return slowest + rtt_[region].value() / 2 + d_.dast.anticipation_margin_ms * 1000;
+  // A negative margin may take it below zero: anticipate nothing then (the
+  // replicas counter-propose), rather than send what the manager rejects.
+  return std::max(0.0, slowest + rtt_[region].value() / 2 + d_.dast.anticipation_margin_ms * 1000);
 }
 
 void Replica::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
