@@ -79,7 +79,10 @@ class RunData:
 
 # ---- reading ---------------------------------------------------------------------------------------------
 
-def _ids(text: str, where: str) -> list[int]:
+def _ids(text: str, where: str = "") -> list[int]:
+    """Piece ids of a history line: "3", "0-4", "0-2,7"."""
+    if text.isdigit():
+        return [int(text)]
     out = []
     for part in text.split(","):
         a, _, b = part.partition("-")
@@ -94,29 +97,26 @@ def _ids(text: str, where: str) -> list[int]:
 
 def read_history(path: Path, events: int | None = None) -> list[tuple[int, int, bool]]:
     """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated."""
+    name = path.name
     try:
         lines = path.read_text().splitlines()
     except OSError as e:
-        raise Unreadable(f"{path.name}: {e.strerror or e}") from e
+        raise Unreadable(f"{name}: {e.strerror or e}") from e
     if not lines or not lines[0].startswith(HISTORY_MAGIC):
-        raise Unreadable(f"{path.name}: not a txn history (no '{HISTORY_MAGIC}' header)")
+        raise Unreadable(f"{name}: not a txn history (no '{HISTORY_MAGIC}' header)")
     if not lines[-1].startswith("# end "):
-        raise Unreadable(f"{path.name}: truncated (no '# end' line)")
+        raise Unreadable(f"{name}: truncated (no '# end' line)")
     trailer = dict(x.split("=", 1) for x in lines[-1][6:].split() if "=" in x)
     out = []
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
-        if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d"):
-            raise Unreadable(f"{path.name}:{n}: expected '<txn> <pieces> [d]', got {line!r}")
-        try:
-            t = int(f[0])
-        except ValueError:
-            raise Unreadable(f"{path.name}:{n}: bad txn id {f[0]!r}") from None
-        deferred = len(f) == 3
-        out.extend((t, p, deferred) for p in _ids(f[1], f"{path.name}:{n}"))
+        if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
+            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d]', got {line!r}")
+        t, deferred = int(f[0]), len(f) == 3
+        out.extend([(t, p, deferred) for p in _ids(f[1], f"{name}:{n}")])
     want = {int(trailer.get("events", -1)), events if events is not None else len(out)}
     if want != {len(out)} or int(trailer.get("lines", -1)) != len(lines) - 2:
-        raise Unreadable(f"{path.name}: {len(out)} events in {len(lines) - 2} lines, but the history says "
+        raise Unreadable(f"{name}: {len(out)} events in {len(lines) - 2} lines, but the history says "
                          f"events={trailer.get('events')} lines={trailer.get('lines')}"
                          + (f" and the state dump {events}" if events is not None else ""))
     return out

@@ -12,10 +12,12 @@
 #include <getopt.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/config.h"
@@ -57,27 +59,40 @@ int main(int argc, char** argv) {
     return fail(e.what());
   }
 
+  // Parsing the JSON is most of the work: it runs on every core, the execution
+  // (in the order given) on one.
   std::ios::sync_with_stdio(false);
-  std::string line, out;
-  TxnLogEntry e;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(std::cin, line);)
+    if (!line.empty()) lines.push_back(std::move(line));
+  std::vector<TxnLogEntry> entries(lines.size());
+  std::vector<std::string> bad(lines.size());
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), 8));
+  std::vector<std::thread> pool;
+  for (size_t k = 0; k < workers; ++k)
+    pool.emplace_back([&, k] {
+      google::protobuf::util::JsonParseOptions popt;
+      for (size_t i = k; i < lines.size(); i += workers) {
+        auto st = google::protobuf::util::JsonStringToMessage(lines[i], &entries[i], popt);
+        if (!st.ok()) bad[i] = std::string(st.message());
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < bad.size(); ++i)
+    if (!bad[i].empty()) return fail("transaction " + std::to_string(i + 1) + " on stdin: " + bad[i]);
+
+  std::string out;
   std::vector<std::string> errors;
-  uint64_t n = 0, lineno = 0;
-  google::protobuf::util::JsonParseOptions popt;
-  while (std::getline(std::cin, line)) {
-    ++lineno;
-    if (line.empty()) continue;
-    e.Clear();
-    auto st = google::protobuf::util::JsonStringToMessage(line, &e, popt);
-    if (!st.ok()) return fail("stdin line " + std::to_string(lineno) + ": " + std::string(st.message()));
+  for (const auto& e : entries) {
     errors.clear();
     Vars produced = execute_serially(*w, stores, e.txn(), &errors);
     out += "t " + std::to_string(e.txn().txn_id()) + " " + outputs_digest(produced) + "\n";
-    ++n;
     if (out.size() > (1 << 16)) {
       std::fwrite(out.data(), 1, out.size(), stdout);
       out.clear();
     }
   }
+  const uint64_t n = entries.size();
   for (uint32_t s = 0; s < d.n_shards(); ++s)
     out += "s " + std::to_string(s) + " " + stores[s]->digest() + "\n";
   out += "end " + std::to_string(n) + "\n";
