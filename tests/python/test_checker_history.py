@@ -64,6 +64,26 @@ def test_conflict_graph_orders_only_conflicting_pieces_and_skips_commutative_one
     assert "does not commute" in histories.conflict_graph(data)[1][0]
 
 
+def test_atomicity_sees_missing_duplicated_and_forbidden_executions():
+    P = histories.Piece
+    t1 = histories.Txn(1, "c0", True, "", {0: P(0, (), ("a",)), 1: P(1, (), ("b",))}, frozenset(), failed=(9,),
+                       type_name="payment")
+    t2 = histories.Txn(2, "c0", False, "", {0: P(0, (), ("a",))}, frozenset(), type_name="new_order")
+    data = histories.RunData(txns={1: t1, 2: t2}, failed_ids={9: t1}, replicas={0: ["a0", "a1"], 1: ["b0", "b1"]},
+                             histories={"a0": [(1, 0, False)], "a1": [(1, 0, False), (1, 0, False)],
+                                        "b0": [(1, 1, False), (2, 0, False), (9, 0, False), (5, 0, False)],
+                                        "b1": []})
+    v = histories.check_atomicity(data)
+    assert "txn 1 (payment, c0) at a1 (shard 0): pieces [0] executed more than once" in v
+    assert "txn 1 (payment, c0) at b1 (shard 1): pieces [1] never executed" in v
+    assert "txn 2 (new_order, c0) was given up but executed at b0" in v
+    assert "txn 9 (a failed attempt of txn 1 (payment, c0)) did not commit but executed at b0" in v
+    assert "txn 5 (in no client's log) executed at b0" in v
+    assert len(v) == 5
+    data.histories.update(a1=[(1, 0, False)], b0=[(1, 1, False)], b1=[(1, 1, False)])
+    assert histories.check_atomicity(data) == []
+
+
 def test_history_reader_detects_truncation_and_bad_lines(tmp_path):
     f = tmp_path / "h.txt"
     f.write_text("# txn-history v1 node=x shard=0\n5 0-2\n6 1 d\n# end events=4 lines=2\n")
