@@ -70,23 +70,28 @@ def sim_tests(build_dir: Path, log: Path) -> str:
     return f"CAUGHT {len(failed)}: {names}" if failed else f"CAUGHT (exit {rc})"
 
 
-def e2e_deployment(duration: float, base_port: int) -> dict:
-    """3 x 2, TPC-C with districts drawn per transaction (conflicts at any load), 4 coordinators per client,
-    cross-region jitter, and no anticipation (a margin far below zero): CRTs are decided later than their T_r
-    and replicas counter-propose, so what depends on the decision shows."""
+def e2e_deployment(profile: str, duration: float, base_port: int) -> dict:
+    """3 x 2, TPC-C with districts drawn per transaction (conflicts at any load). `stress` adds 4 coordinators
+    per client, cross-region jitter and no anticipation (a margin far below zero): CRTs are decided later than
+    their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the default load."""
     from testbed import deploy
-    d = deploy.build_deployment(regions=3, shards=2, concurrency=4, duration=duration, warmup=1, cooldown=1,
-                                district="uniform", jitter=10, base_port=base_port, name="mutants")
-    d["dast"]["anticipation_margin_ms"] = -300
+    knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
+                 base_port=base_port, name="mutants")
+    if profile == "stress":
+        knobs.update(concurrency=4, jitter=10)
+    d = deploy.build_deployment(**knobs)
+    if profile == "stress":
+        d["dast"]["anticipation_margin_ms"] = -300
     return d
 
 
-def e2e(name: str, build_dir: Path, out_root: Path, duration: float, base_port: int, log: Path) -> str:
+def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
+        log: Path) -> str:
     from testbed.local import LocalBackend, RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     try:
-        res = LocalBackend(build_dir=build_dir, progress=False).run(e2e_deployment(duration, base_port),
-                                                                   f"mutant-{name}", out_root=out_root)
+        res = LocalBackend(build_dir=build_dir, progress=False).run(e2e_deployment(profile, duration, base_port),
+                                                                   f"mutant-{name}-{profile}", out_root=out_root)
     except RunError as e:
         with open(log, "a") as f:
             f.write(f"run failed: {e}\n")
@@ -116,6 +121,9 @@ def main(argv=None) -> int:
     ap.add_argument("--build-dir", default=str(REPO / "build-mutants"))
     ap.add_argument("--out", default=str(REPO / "results"), help="results root (run folders: mutants/...)")
     ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s")
+    ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
+                    help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
+                         "or plain (the default load); both with TPC-C districts drawn per transaction")
     ap.add_argument("--base-port", type=int, default=27000)
     ap.add_argument("--no-e2e", action="store_true", help="sim tests only")
     a = ap.parse_args(argv)
@@ -141,12 +149,12 @@ def main(argv=None) -> int:
         sim = sim_tests(build_dir, log)
         e = "-"
         if not a.no_e2e:
-            print(f"[{name}] end-to-end run ({a.duration:g} s)", file=sys.stderr, flush=True)
-            e = e2e(name, build_dir, out_root, a.duration, a.base_port, log)
+            print(f"[{name}] end-to-end run ({a.profile}, {a.duration:g} s)", file=sys.stderr, flush=True)
+            e = e2e(name, build_dir, out_root, a.profile, a.duration, a.base_port, log)
         rows.append((name, kind, sim, e, verdict(kind, sim, e) if not a.no_e2e else "-"))
         print(f"[{name}] sim: {sim}; end-to-end: {e} ({time.monotonic() - t0:.0f} s; log {log})", file=sys.stderr,
               flush=True)
-    head = ("mutant", "breaks", "sim tests (C++)", "end-to-end checker", "verdict")
+    head = ("mutant", "breaks", "sim tests (C++)", f"end-to-end checker ({a.profile} run)", "verdict")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"
     print(line(head))

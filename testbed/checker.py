@@ -220,7 +220,7 @@ def check_run_health(run_dir, dumps) -> list[str]:
 
 class _Report:
     def __init__(self):
-        self.checks, self.violations = {}, []
+        self.checks, self.violations, self.stats = {}, [], {}
 
     def run(self, name: str, fn) -> None:
         try:
@@ -255,13 +255,18 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
             rep.run("order", lambda: histories.check_order(data))
             rep.run("atomicity", lambda: histories.check_atomicity(data))
             adj, pre = histories.conflict_graph(data)
+            rep.stats = {"histories": len(data.histories),
+                         "executions": sum(len(h) for h in data.histories.values()),
+                         "transactions": len(data.txns), "given_up": len(data.given_up),
+                         "conflict_edges": sum(len(v) for v in adj.values())}
             rep.run("serializability", lambda: histories.check_serializability(data, adj, pre)[0])
             rep.run("replay", lambda: histories.check_replay(data, adj, Path(run_dir) / "deploy.yml", replicas,
                                                              replay_bin))
         n = len(rep.violations)
         res = {"verdict": "CONSISTENT" if not n else f"INCONSISTENT ({n} violations)", "exit_code": 1 if n else 0,
                "violations": rep.violations, "checks": rep.checks, "dumps": len(replicas),
-               "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"]}
+               "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
+               "stats": rep.stats}
     except Unreadable as e:
         res = {"verdict": "UNREADABLE", "exit_code": 2, "violations": rep.violations, "checks": rep.checks,
                "error": str(e)}
