@@ -1,5 +1,5 @@
 # Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja).
-.PHONY: setup build test main main-all demo bench image up down bench-swarm clean
+.PHONY: setup build test main main-all demo bench image up down bench-swarm mutants clean
 
 setup:
 	scripts/setup.sh
@@ -24,6 +24,10 @@ demo: setup
 bench: setup
 	.venv/bin/python scripts/bench_dast.py
 
+# Deliberately broken DAST variants vs the tests (tests/mutants/README.md); ~15 min, not part of `make test`.
+mutants: setup
+	.venv/bin/python scripts/mutants.py
+
 image:
 	docker/build_image.sh
 
@@ -39,5 +43,5 @@ bench-swarm: setup
 	.venv/bin/python scripts/bench_swarm.py
 
 clean:
-	rm -rf build .pytest_cache
+	rm -rf build build-mutants .pytest_cache
 	find . -path ./.venv -prune -o -name __pycache__ -type d -exec rm -rf {} +

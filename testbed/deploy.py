@@ -20,11 +20,12 @@ DEFAULTS = dict(
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
     host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
-    protocol_options=None,
+    protocol_options=None, district="fixed",
 )
 # mode None: the registry's default mode (its first protocol).
 # protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
 # defaults, and the deployment file gets all of them under protocols.<mode>.
+DISTRICTS = ("fixed", "uniform")  # TPC-C district: per coordinator (artifact) or per transaction (spec 2.4.1.2)
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
@@ -59,6 +60,8 @@ def validate(**knobs) -> dict:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
     if k["mechanism"] not in ("app", "netem", "none"):
         raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
+    if k["district"] not in DISTRICTS:
+        raise ValueError(f"district={k['district']!r}: must be one of {', '.join(DISTRICTS)}")
     if k["workload"] not in WORKLOADS:
         raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
@@ -146,7 +149,7 @@ def build_deployment(place=None, **knobs) -> dict:
         "link": {"mechanism": k["mechanism"], "rtt_ms": rtt,
                  "jitter_ms": float(k["jitter"])},
         "workload": {"name": k["workload"], "scale": float(k["scale"]), "zipf": float(k["zipf"]),
-                     "payment_crt_rate": int(k["payment_crt_rate"])},
+                     "payment_crt_rate": int(k["payment_crt_rate"]), "district": k["district"]},
         "client": {"n_concurrent": int(k["concurrency"]), "duration_s": float(k["duration"]),
                    "warmup_s": float(k["warmup"]), "cooldown_s": float(k["cooldown"]),
                    "drain_timeout_s": float(k["drain_timeout"])},

@@ -79,9 +79,24 @@ def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, wr
                     df[df.status == "committed"].type_name.value_counts().sort_index().items()},
     }
     summary["throughput_tps"] = summary["classes"]["all"]["throughput_tps"]
+    summary["counters"] = server_counters(run_dir)
     if write:
         Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def server_counters(run_dir) -> dict:
+    """Protocol counters summed over every server state dump of a run (servers/*.state.json, key "counters"; e.g.
+    DAST's irts and irts_behind_undecided_crt, docs/protocols/dast.md). {} when no dump carries any."""
+    totals: dict = {}
+    for f in sorted(Path(run_dir, "servers").glob("*.state.json")):
+        try:
+            counters = json.loads(f.read_text()).get("counters") or {}
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"{f}: {e}") from e
+        for k, v in counters.items():
+            totals[k] = totals.get(k, 0) + int(v)
+    return totals
 
 
 def _client_knobs(run_dir) -> dict:
@@ -108,7 +123,10 @@ def format_table(summary: dict) -> str:
     line = lambda r: "  ".join(x.rjust(w) for x, w in zip(r, widths))
     w = summary["window_s"]
     head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
-    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    tail = []
+    if summary.get("counters"):
+        tail = ["counters (whole run): " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counters"].items()))]
+    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows] + tail)
 
 
 def window_of_run(run_dir) -> tuple[float, float]:

@@ -31,12 +31,8 @@ void ClientNode::on_timer(Env& env, uint64_t id) {
   } else if (id == kDrainTimer) {
     if (finished_) return;
     TimeUs now = env.mono_us();
-    for (auto& s : slots_) {
-      if (!s.busy) continue;
-      records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
-                          now - s.first_start, s.attempts, false});
-      s.busy = false;
-    }
+    for (auto& s : slots_)
+      if (s.busy) record(s, now, false, nullptr);
     finished_ = true;
   } else {
     driver_->on_timer(env, id);
@@ -56,6 +52,7 @@ void ClientNode::issue(Env& env, uint32_t slot) {
   s.txn.set_txn_id((uint64_t{self_} << 40) | next_seq_++);
   s.first_start = env.mono_us();
   s.attempts = 1;
+  s.failed.clear();
   s.busy = true;
   driver_->submit(env, s.txn, 1);
 }
@@ -69,16 +66,33 @@ void ClientNode::finish_attempt(Env& env, const ClientDriver::Outcome& o) {
   uint32_t slot = static_cast<uint32_t>(it - slots_.begin());
   if (!o.committed && s.attempts < d_.client.retry_limit) {
     // Retry the same transaction under a fresh id.
+    s.failed.push_back(s.txn.txn_id());
     s.txn.set_txn_id((uint64_t{self_} << 40) | next_seq_++);
     ++s.attempts;
     driver_->submit(env, s.txn, s.attempts);
     return;
   }
-  records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
-                      env.mono_us() - s.first_start, s.attempts, o.committed});
-  s.busy = false;
+  record(s, env.mono_us(), o.committed, o.outputs);
   issue(env, slot);  // zero think time; no-op once stopping
   maybe_finish(env);
+}
+
+void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs) {
+  static const Vars kNone;
+  const Vars& out = outputs ? *outputs : kNone;
+  std::string digest = committed ? outputs_digest(out) : "";
+  if (sink_) {
+    TxnLogEntry e;
+    *e.mutable_txn() = s.txn;
+    e.set_committed(committed);
+    for (uint64_t id : s.failed) e.add_failed_attempts(id);
+    for (const auto& p : s.txn.pieces())
+      if (w_.commutes(p)) e.add_commutative(p.id());
+    sink_(e);
+  }
+  records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
+                      end_us - s.first_start, s.attempts, committed, std::move(digest)});
+  s.busy = false;
 }
 
 void ClientNode::maybe_finish(Env& env) {

@@ -3,6 +3,7 @@
 // to a ClientDriver. Pure state machine (runs under the gRPC runtime and
 // under the simulator alike).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,6 +26,10 @@ class ClientNode : public Node {
   bool finished() const { return finished_; }
   const std::vector<TxnRecord>& records() const { return records_; }
   TimeUs run_start_us() const { return start_us_; }
+  // Called once per finished transaction (committed or given up), in the order
+  // of records(): what the checker needs to know about it (docs/checker.md).
+  using TxnSink = std::function<void(const TxnLogEntry&)>;
+  void set_txn_sink(TxnSink sink) { sink_ = std::move(sink); }
 
  private:
   struct Slot {
@@ -32,8 +37,10 @@ class ClientNode : public Node {
     TxnRequest txn;
     TimeUs first_start = 0;
     uint32_t attempts = 0;
+    std::vector<uint64_t> failed;   // ids of earlier attempts
   };
   void issue(Env& env, uint32_t slot);
+  void record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs);
   void finish_attempt(Env& env, const ClientDriver::Outcome& o);
   void maybe_finish(Env& env);
 
@@ -43,6 +50,7 @@ class ClientNode : public Node {
   std::unique_ptr<ClientDriver> driver_;
   std::vector<Slot> slots_;
   std::vector<TxnRecord> records_;
+  TxnSink sink_;
   uint64_t next_seq_ = 1;
   TimeUs start_us_ = 0;
   bool stopping_ = false;

@@ -16,6 +16,7 @@ struct TxnRecord {
   TimeUs latency_us = 0;   // first attempt -> commit (or give-up)
   uint32_t attempts = 0;
   bool committed = false;
+  std::string outputs;     // committed: outputs_digest of the reply (core/executor.h)
 };
 
 // Nearest-rank percentile of an ascending-sorted vector: sorted[ceil(p/100*n)-1].
@@ -42,7 +43,7 @@ struct Summary {
 Summary summarize(const std::vector<TxnRecord>& recs, double duration_s, double warmup_s,
                   double cooldown_s);
 std::string summary_json(const Summary& s);
-// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status
+// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs
 std::string records_csv(const std::vector<TxnRecord>& recs,
                         const std::vector<std::string>& type_names);
 

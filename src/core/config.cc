@@ -223,6 +223,8 @@ void validate(const Deployment& d) {
   range("workload.zipf", w.zipf, 0, 1);
   if (w.tpca_rows < 1) fail("workload.tpca_rows", "must be >= 1");
   range("workload.tpca_crt_ratio", w.tpca_crt_ratio, 0, 1);
+  if (w.district != "fixed" && w.district != "uniform")
+    fail("workload.district", "'" + w.district + "' (expected fixed or uniform)");
 
   const auto& c = d.client;
   if (c.n_concurrent < 1) fail("client.n_concurrent", "must be >= 1");
@@ -324,7 +326,7 @@ Deployment parse_deployment(const std::string& text) {
   if (auto w = root["workload"]) {
     check_keys(w, "workload", {"name", "scale", "mix", "payment_crt_rate", "remote_item_prob",
                                "remote_customer_prob", "by_name_prob", "zipf", "tpca_rows",
-                               "tpca_crt_ratio"});
+                               "tpca_crt_ratio", "district"});
     auto& c = d.workload;
     if (w["name"]) c.name = str(w["name"], "workload.name");
     if (w["scale"]) c.scale = num(w["scale"], "workload.scale");
@@ -340,6 +342,7 @@ Deployment parse_deployment(const std::string& text) {
     if (w["zipf"]) c.zipf = num(w["zipf"], "workload.zipf");
     if (w["tpca_rows"]) c.tpca_rows = integer(w["tpca_rows"], "workload.tpca_rows");
     if (w["tpca_crt_ratio"]) c.tpca_crt_ratio = num(w["tpca_crt_ratio"], "workload.tpca_crt_ratio");
+    if (w["district"]) c.district = str(w["district"], "workload.district");
   }
   if (auto c = root["client"]) {
     check_keys(c, "client", {"n_concurrent", "duration_s", "warmup_s", "cooldown_s",

@@ -50,6 +50,7 @@ struct WorkloadConfig {
   double remote_item_prob = 0.01;              // per New-Order line
   double remote_customer_prob = 0.15;          // Payment, when payment_crt_rate == -1
   double by_name_prob = 0.40;                  // Payment / Order-Status by last name
+  std::string district = "fixed";              // fixed: per coordinator (artifact); uniform: per transaction (TPC-C 2.4.1.2)
   // TPC-A
   double zipf = 0.5;                           // coefficient in [0, 1]
   int64_t tpca_rows = 100000;                  // rows per table in total (before scale)

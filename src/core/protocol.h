@@ -6,11 +6,13 @@
 // reads the registry and knows no protocol by name.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "config.h"
+#include "executor.h"
 #include "node.h"
 #include "options.h"
 #include "workload.h"
@@ -25,6 +27,7 @@ class ClientDriver {
   struct Outcome {
     uint64_t txn_id;
     bool committed;
+    const Vars* outputs = nullptr;  // committed: every variable the pieces produced (as the reply carried them)
   };
   using Done = std::function<void(Env&, const Outcome&)>;
   virtual ~ClientDriver() = default;
@@ -39,10 +42,16 @@ class ClientDriver {
   Done done_;
 };
 
-// A shard replica; it exposes its store for state dumps and replica comparison.
+// A shard replica. It executes every piece through a ShardExecutor
+// (core/executor.h), which gives the server its store for the state dump and
+// its execution history for the checker.
 class ReplicaNode : public Node {
  public:
-  virtual const ShardStore& store() const = 0;
+  virtual const ShardExecutor& executor() const = 0;
+  const ShardStore& store() const { return executor().store(); }
+  // Protocol counters written into the state dump under "counters" and summed
+  // over the run (testbed/results.py server_counters); name -> value.
+  virtual std::map<std::string, int64_t> counters() const { return {}; }
 };
 
 // Where a role's processes go.

@@ -102,6 +102,7 @@ void EventLoop::run(Node& node, const std::function<bool()>& should_stop) {
       try {
         node.on_message(env, m);
       } catch (const BadMessage& e) {
+        ++rejected_;
         env.log("bad message from " + d_.node(m.from()).name + ": " + e.what());
       }
     }

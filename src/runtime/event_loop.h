@@ -54,6 +54,8 @@ class EventLoop {
   // (checked after every batch of events and at least every 20 ms).
   void run(Node& node, const std::function<bool()>& should_stop);
   Env& env() { return *env_; }
+  // Messages the node rejected (BadMessage): logged and dropped.
+  uint64_t rejected() const { return rejected_; }
 
  private:
   friend class RealEnv;
@@ -73,6 +75,7 @@ class EventLoop {
   TimeUs armed_ = 0;           // when the timerfd fires
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;  // loop thread only
   uint64_t timer_seq_ = 0;
+  uint64_t rejected_ = 0;      // loop thread only
 };
 
 }  // namespace txn::runtime

@@ -3,7 +3,9 @@
 #include <getopt.h>
 #include <unistd.h>
 #include <absl/synchronization/mutex.h>
+#include <google/protobuf/util/json_util.h>
 #include <yaml-cpp/yaml.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "client/client_node.h"
 #include "client/probe_node.h"
@@ -53,6 +56,63 @@ std::string prepend_fields(const std::string& obj, const std::string& fields) {
   bool empty = rest != std::string::npos && obj[rest] == '}';
   return "{" + fields + (empty ? "" : ", ") + obj.substr(b + 1);
 }
+
+// What the checker must know about the process itself (docs/checker.md): lost
+// messages and an unfinished drain fail the run.
+std::string process_facts(const Transport& t, const EventLoop& loop, bool drain_timed_out) {
+  const Transport::Drops d = t.drops();
+  return "{\"dropped_messages\": " + std::to_string(d.to_servers) +
+         ", \"dropped_to_clients\": " + std::to_string(d.to_clients) +
+         ", \"malformed_messages\": " + std::to_string(d.malformed) +
+         ", \"rejected_messages\": " + std::to_string(loop.rejected()) +
+         ", \"drain_timed_out\": " + (drain_timed_out ? "true" : "false") + "}";
+}
+
+std::string counters_json(const std::map<std::string, int64_t>& c) {
+  std::string o = "{";
+  for (const auto& [k, v] : c) o += (o.size() > 1 ? ", " : "") + json_string(k) + ": " + std::to_string(v);
+  return o + "}";
+}
+
+// clients/<name>.txns.jsonl.gz: one protobuf-JSON TxnLogEntry per finished
+// transaction, gzip-compressed at the fastest level (about 7x: the requests
+// repeat their keys).
+class TxnFile {
+ public:
+  explicit TxnFile(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "wb1")) {
+    opt_.preserve_proto_field_names = true;
+  }
+  ~TxnFile() {
+    if (f_) gzclose(f_);
+  }
+  bool ok() const { return f_ != nullptr; }
+  void write(const TxnLogEntry& e) {
+    line_.clear();
+    if (!f_ || !google::protobuf::util::MessageToJsonString(e, &line_, opt_).ok()) {
+      failed_ = true;
+      return;
+    }
+    line_ += '\n';
+    if (gzwrite(f_, line_.data(), static_cast<unsigned>(line_.size())) != static_cast<int>(line_.size()))
+      failed_ = true;
+    ++n_;
+  }
+  bool close() {
+    const bool closed = f_ && gzclose(f_) == Z_OK;
+    f_ = nullptr;
+    return closed && !failed_;
+  }
+  uint64_t lines() const { return n_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  gzFile f_;
+  google::protobuf::util::JsonPrintOptions opt_;
+  std::string line_;
+  uint64_t n_ = 0;
+  bool failed_ = false;
+};
 
 int run(Role role, const char* prog, int argc, char** argv) {
   std::string usage = std::string("usage: ") + prog + " --config FILE --name NAME " +
@@ -135,6 +195,12 @@ int run(Role role, const char* prog, int argc, char** argv) {
   } catch (const ConfigError& e) {
     throw Fatal{2, e.what()};
   }
+  std::unique_ptr<TxnFile> txns;
+  if (client) {
+    txns = std::make_unique<TxnFile>(out + "/" + name + ".txns.jsonl.gz");
+    if (!txns->ok()) throw Fatal{1, "cannot write " + txns->path()};
+    client->set_txn_sink([&txns](const TxnLogEntry& e) { txns->write(e); });
+  }
 
   EventLoop loop(d, me->id);
   Transport transport(d, me->id, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
@@ -148,7 +214,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
   std::fflush(stdout);
 
   using Clock = std::chrono::steady_clock;
-  bool draining = false, interrupted = false;
+  bool draining = false, interrupted = false, drain_timed_out = false;
   Clock::time_point drain_start, idle_since;
   bool idle_seen = false;
   loop.run(*node, [&] {
@@ -165,6 +231,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
     }
     if (now - drain_start >= std::chrono::seconds(10)) {
       loop.env().log("drain: still busy after 10 s, stopping anyway");
+      drain_timed_out = true;
       return true;
     }
     if (!node->idle()) {
@@ -188,29 +255,49 @@ int run(Role role, const char* prog, int argc, char** argv) {
     std::vector<std::string> names;
     for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
     Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
+    if (!txns->close()) throw Fatal{1, "cannot write " + txns->path()};
     std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(name) +
                                                          ", \"n_records\": " + std::to_string(recs.size()) +
-                                                         ", \"interrupted\": " + (interrupted ? "true" : "false"));
+                                                         ", \"n_txns\": " + std::to_string(txns->lines()) +
+                                                         ", \"interrupted\": " + (interrupted ? "true" : "false") +
+                                                         ", \"process\": " + process_facts(transport, loop, false));
     if (!write_file(out + "/" + name + ".records.csv", records_csv(recs, names)) ||
         !write_file(out + "/" + name + ".summary.json", js + "\n"))
       throw Fatal{1, "cannot write results to " + out};
     return interrupted ? 130 : 0;
   }
+  // Every server writes a dump: a replica its store, history and counters, a
+  // manager only the process facts (docs/checker.md).
+  std::string dump = "{}", fields;
+  size_t history_lines = 0;
+  const std::string hist = name + ".history.txt";
   if (replica) {
-    // Identify the dump; the store may already carry some of these keys.
-    std::string dump = replica->store().dump_json(), fields;
-    auto add = [&](const std::string& k, const std::string& v) {
-      if (dump.find("\"" + k + "\"") != std::string::npos) return;
-      fields += (fields.empty() ? "" : ", ") + json_string(k) + ": " + v;
-    };
-    add("node", json_string(name));
+    // The history first: a dump that exists names a complete history.
+    std::ostringstream h;
+    history_lines = replica->executor().write_history(h, name);
+    if (!write_file(out + "/" + hist, h.str())) throw Fatal{1, "cannot write " + out + "/" + hist};
+    dump = replica->store().dump_json();
+  }
+  auto add = [&](const std::string& k, const std::string& v) {
+    if (dump.find("\"" + k + "\"") != std::string::npos) return;  // the store carries it already
+    fields += (fields.empty() ? "" : ", ") + json_string(k) + ": " + v;
+  };
+  add("node", json_string(name));
+  add("kind", json_string(replica ? "replica" : "manager"));
+  add("region", std::to_string(me->region));
+  if (replica) {
     add("shard", std::to_string(me->shard));
     add("replica", std::to_string(me->replica));
     add("workload", json_string(w->name()));
-    std::string js = fields.empty() ? dump : prepend_fields(dump, fields);
-    if (!write_file(out + "/" + name + ".state.json", js + "\n"))
-      throw Fatal{1, "cannot write " + out + "/" + name + ".state.json"};
+    add("execution_history", "{\"file\": " + json_string(hist) + ", \"events\": " +
+                       std::to_string(replica->executor().history().size()) +
+                       ", \"lines\": " + std::to_string(history_lines) + "}");
+    add("counters", counters_json(replica->counters()));
   }
+  add("process", process_facts(transport, loop, drain_timed_out));
+  std::string js = prepend_fields(dump, fields);
+  if (!write_file(out + "/" + name + ".state.json", js + "\n"))
+    throw Fatal{1, "cannot write " + out + "/" + name + ".state.json"};
   return 0;
 }
 

@@ -176,6 +176,7 @@ Transport::PeerConn& Transport::peer(NodeId to) {
 void Transport::send(Envelope msg) {
   NodeId to = msg.to();
   if (to >= d_.nodes.size()) {
+    ++drops_servers_;
     log_("send to unknown node id " + std::to_string(to) + " dropped");
     return;
   }
@@ -207,8 +208,11 @@ void Transport::flush(PeerConn& p) {
     std::unique_lock<std::mutex> lk(p.mu);
     if (p.busy) return;  // the write in flight picks up what is pending when it is done
     if (p.gone || stop_) {  // shutting down: the destructor cancels the live writers
+      const uint64_t lost = p.gone && !stop_ ? p.pending.size() + static_cast<size_t>(p.inflight.msgs_size()) : 0;
       p.pending.clear();
       p.inflight.Clear();   // not busy: no write of it in progress
+      lk.unlock();
+      if (lost > 0) count_drops(p.to, lost);
       return;
     }
     if (p.pending.empty() && p.inflight.msgs_size() == 0) return;
@@ -270,6 +274,7 @@ void Transport::on_stream_done(PeerConn& p) {
       }
     }
   }
+  if (dropped > 0) count_drops(p.to, static_cast<uint64_t>(dropped));
   if (dropped > 0 && !stop_)
     log_("dropped " + std::to_string(dropped) + " message(s) to " + d_.node(p.to).name + ": its stream broke " +
          std::to_string(kMaxStreamFailures) + " times");
@@ -319,9 +324,15 @@ void Transport::unreachable(PeerConn& p) {
     p.pending.clear();
     w = p.writer;
   }
+  count_drops(p.to, dropped);
   if (n.kind == NodeKind::Client) log_("client " + n.name + " unreachable; dropping its messages");
   else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + n.name);
   if (w) w->cancel();
+}
+
+void Transport::count_drops(NodeId to, uint64_t n) {
+  if (d_.node(to).kind == NodeKind::Client) drops_clients_ += n;
+  else drops_servers_ += n;
 }
 
 void Transport::on_incoming(Envelope&& m, const std::string& peer) {
@@ -332,6 +343,7 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
   else if (m.to() != self_) why = "addressed to " + d_.node(m.to()).name + ", not to me";
   else if (m.body_case() == Envelope::BODY_NOT_SET) why = "empty body";
   if (!why.empty()) {
+    ++drops_malformed_;
     log_("bad message from " + from + ": " + why);
     return;
   }

@@ -60,6 +60,15 @@ class Transport {
   const Deployment& deployment() const { return d_; }
   NodeId self() const { return self_; }
 
+  // Messages this transport dropped, for the state dump (the checker fails a
+  // run that lost any): outbound to a peer that was unreachable or whose
+  // stream kept breaking, or to an unknown id; to clients (which may have
+  // exited), counted apart; inbound ones rejected as malformed.
+  struct Drops {
+    uint64_t to_servers = 0, to_clients = 0, malformed = 0;
+  };
+  Drops drops() const { return {drops_servers_, drops_clients_, drops_malformed_}; }
+
   struct PeerConn;
   class Writer;
   // Called by a peer's Writer on gRPC's callback threads.
@@ -81,6 +90,8 @@ class Transport {
   LinkEmulator emu_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0};
+  void count_drops(NodeId to, uint64_t n);
 
   std::mutex in_mu_;                  // incoming channels: emulated delivery times
   std::vector<TimeUs> in_last_;       // by sender: last due time (per-channel FIFO)

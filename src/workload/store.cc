@@ -38,7 +38,9 @@ std::string money(int64_t cents) {
 std::string TpccStore::digest() const {
   Fnv f;
   f.s(w_name); f.i(w_tax_bp); f.i(w_ytd);
-  for (const auto& d : district) { f.s(d.name); f.i(d.tax_bp); f.i(d.next_o_id); f.i(d.ytd); }
+  for (const auto& d : district) {
+    f.s(d.name); f.i(d.tax_bp); f.i(d.next_o_id); f.i(d.ytd); f.i(d.delivered_at_load); f.i(d.deliveries);
+  }
   for (const auto& c : customer) {
     f.i(c.last); f.i(c.bad_credit); f.i(c.discount_bp); f.i(c.balance); f.i(c.ytd_payment);
     f.i(c.payment_cnt); f.i(c.delivery_cnt); f.i(c.last_o_id);
@@ -69,14 +71,45 @@ std::string TpccStore::digest() const {
 
 std::vector<DistrictAgg> TpccStore::aggregates() const {
   std::vector<DistrictAgg> out;
+  std::vector<int64_t> h_by_district(district.size(), 0);
+  for (const auto& h : history)
+    if (h.d >= 0 && h.d < static_cast<int32_t>(district.size())) h_by_district[h.d] += h.amount;
   for (int32_t d = 0; d < static_cast<int32_t>(district.size()); ++d) {
-    DistrictAgg a{d, district[d].ytd, district[d].next_o_id, 0, 0, 0, 0, 0, 0};
+    DistrictAgg a;
+    a.d_id = d;
+    a.d_ytd = district[d].ytd;
+    a.d_next_o_id = district[d].next_o_id;
+    a.sum_h_amount = h_by_district[d];
+    a.delivered_at_load = district[d].delivered_at_load;
+    a.deliveries = district[d].deliveries;
+    std::vector<int64_t> delivered_amount(sz.customers, 0);   // per customer of this district
     auto lo = order.lower_bound({d, 0}), hi = order.lower_bound({d + 1, 0});
-    for (auto it = lo; it != hi; ++it) { a.max_o_id = it->first.second; a.sum_ol_cnt += it->second.ol_cnt; }
+    auto line = order_line.lower_bound({d, 0, 0});
+    for (auto it = lo; it != hi; ++it) {
+      const int32_t o = it->first.second;
+      const Order& ord = it->second;
+      a.max_o_id = o;
+      a.sum_ol_cnt += ord.ol_cnt;
+      ++a.o_count;
+      a.o_null_carrier += ord.carrier == 0;
+      int64_t lines = 0;
+      for (; line != order_line.end() && line->first[0] == d && line->first[1] < o; ++line) {}
+      for (; line != order_line.end() && line->first[0] == d && line->first[1] == o; ++line) {
+        ++lines;
+        a.ol_delivery_mismatch += line->second.delivered != (ord.carrier != 0);
+        if (line->second.delivered) {
+          a.sum_delivered_ol_amount += line->second.amount;
+          if (ord.c_id >= 0 && ord.c_id < sz.customers) delivered_amount[ord.c_id] += line->second.amount;
+        }
+      }
+      a.ol_cnt_mismatch += lines != ord.ol_cnt;
+    }
     auto nlo = new_order.lower_bound({d, 0}), nhi = new_order.lower_bound({d + 1, 0});
     for (auto it = nlo; it != nhi; ++it) {
       if (a.no_count++ == 0) a.min_no_o_id = it->first.second;
       a.max_no_o_id = it->first.second;
+      auto o = order.find(it->first);
+      a.no_with_carrier += o == order.end() || o->second.carrier != 0;
     }
     if (a.no_count == 0) {   // empty NEW-ORDER: report an empty range so 3.3.2.3 holds vacuously
       a.min_no_o_id = a.d_next_o_id;
@@ -84,13 +117,26 @@ std::vector<DistrictAgg> TpccStore::aggregates() const {
     }
     auto llo = order_line.lower_bound({d, 0, 0}), lhi = order_line.lower_bound({d + 1, 0, 0});
     for (auto it = llo; it != lhi; ++it) ++a.ol_count;
+    for (int32_t c = 0; c < sz.customers; ++c) {
+      const Customer& cu = customer[static_cast<size_t>(d) * sz.customers + c];
+      a.sum_c_balance += cu.balance;
+      a.c_balance_mismatch += cu.balance + cu.ytd_payment != delivered_amount[c];
+    }
     out.push_back(a);
   }
   return out;
 }
 
+std::map<std::pair<int32_t, int32_t>, int64_t> TpccStore::history_by_customer_district() const {
+  std::map<std::pair<int32_t, int32_t>, int64_t> m;
+  for (const auto& h : history) m[{h.c_w, h.c_d}] += h.amount;
+  return m;
+}
+
 std::string TpccStore::dump_json() const {
   std::ostringstream o;
+  int64_t sum_h = 0;
+  for (const auto& h : history) sum_h += h.amount;
   o << "{\"shard\": " << shard << ", \"workload\": \"tpcc\", \"digest\": \"" << digest() << "\", "
     << "\"rows\": {\"warehouse\": 1, \"district\": " << district.size()
     << ", \"customer\": " << customer.size() << ", \"history\": " << history.size()
@@ -98,14 +144,26 @@ std::string TpccStore::dump_json() const {
     << ", \"order_line\": " << order_line.size() << ", \"item\": " << item_price.size()
     << ", \"stock\": " << stock.size() << "}, \"executed_pieces\": " << executed
     << ", \"tpcc\": {\"warehouses\": [{\"w_id\": " << shard << ", \"w_ytd\": " << money(w_ytd)
-    << ", \"districts\": [";
+    << ", \"sum_h_amount\": " << money(sum_h) << ", \"h_by_customer_district\": {";
   bool first = true;
+  for (const auto& [k, v] : history_by_customer_district()) {
+    o << (first ? "" : ", ") << "\"" << k.first << ":" << k.second << "\": " << money(v);
+    first = false;
+  }
+  o << "}, \"districts\": [";
+  first = true;
   for (const auto& a : aggregates()) {
     o << (first ? "" : ", ") << "{\"d_id\": " << a.d_id << ", \"d_ytd\": " << money(a.d_ytd)
       << ", \"d_next_o_id\": " << a.d_next_o_id << ", \"max_o_id\": " << a.max_o_id
       << ", \"max_no_o_id\": " << a.max_no_o_id << ", \"min_no_o_id\": " << a.min_no_o_id
       << ", \"no_count\": " << a.no_count << ", \"sum_ol_cnt\": " << a.sum_ol_cnt
-      << ", \"ol_count\": " << a.ol_count << "}";
+      << ", \"ol_count\": " << a.ol_count << ", \"o_count\": " << a.o_count
+      << ", \"o_null_carrier\": " << a.o_null_carrier << ", \"no_with_carrier\": " << a.no_with_carrier
+      << ", \"ol_cnt_mismatch\": " << a.ol_cnt_mismatch << ", \"ol_delivery_mismatch\": " << a.ol_delivery_mismatch
+      << ", \"sum_h_amount\": " << money(a.sum_h_amount) << ", \"delivered_at_load\": " << a.delivered_at_load
+      << ", \"deliveries\": " << a.deliveries << ", \"sum_c_balance\": " << money(a.sum_c_balance)
+      << ", \"sum_delivered_ol_amount\": " << money(a.sum_delivered_ol_amount)
+      << ", \"c_balance_mismatch\": " << a.c_balance_mismatch << "}";
     first = false;
   }
   o << "]}]}}";

@@ -64,12 +64,27 @@ struct District {
   std::string name;
   int32_t tax_bp = 0, next_o_id = 1;
   int64_t ytd = 0;
+  int32_t delivered_at_load = 0;   // orders loaded as delivered (3.3.2.11's constant, scaled)
+  int32_t deliveries = 0;          // Delivery executions that delivered an order here
 };
 
+// Per district: what TPC-C's consistency conditions 3.3.2.1-3.3.2.12 need
+// (docs/checker.md). Money in cents.
 struct DistrictAgg {
-  int32_t d_id;
-  int64_t d_ytd;
-  int64_t d_next_o_id, max_o_id, max_no_o_id, min_no_o_id, no_count, sum_ol_cnt, ol_count;
+  int32_t d_id = 0;
+  int64_t d_ytd = 0;
+  int64_t d_next_o_id = 0, max_o_id = 0, max_no_o_id = 0, min_no_o_id = 0, no_count = 0, sum_ol_cnt = 0,
+          ol_count = 0;
+  int64_t o_count = 0;                 // rows in ORDER
+  int64_t o_null_carrier = 0;          // orders without a carrier (3.3.2.5)
+  int64_t no_with_carrier = 0;         // NEW-ORDER rows whose order has a carrier or is missing (3.3.2.5)
+  int64_t ol_cnt_mismatch = 0;         // orders whose o_ol_cnt differs from their ORDER-LINE rows (3.3.2.6)
+  int64_t ol_delivery_mismatch = 0;    // lines delivered iff their order has no carrier (3.3.2.7)
+  int64_t sum_h_amount = 0;            // HISTORY rows of this district (h_w_id, h_d_id) (3.3.2.9)
+  int64_t delivered_at_load = 0, deliveries = 0;  // 3.3.2.11
+  int64_t sum_c_balance = 0;           // customers of this district (3.3.2.10, summed)
+  int64_t sum_delivered_ol_amount = 0; // delivered lines of this district's orders (3.3.2.10)
+  int64_t c_balance_mismatch = 0;      // customers with c_balance + c_ytd_payment != delivered amount (3.3.2.12)
 };
 
 class TpccStore : public ShardStore {
@@ -78,6 +93,8 @@ class TpccStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::vector<DistrictAgg> aggregates() const;
+  // HISTORY amounts stored here, by the paying customer's (c_w_id, c_d_id) (3.3.2.10).
+  std::map<std::pair<int32_t, int32_t>, int64_t> history_by_customer_district() const;
 
   uint32_t shard;
   TpccSizes sz;

@@ -57,6 +57,9 @@ class Tpcc : public Workload {
       throw ConfigError("workload.mix: need 5 non-negative weights with a positive sum");
     if (c_.payment_crt_rate < -1 || c_.payment_crt_rate > 100)
       throw ConfigError("workload.payment_crt_rate: must be -1 or 0..100");
+    if (c_.district != "fixed" && c_.district != "uniform")
+      throw ConfigError("workload.district: must be fixed or uniform, got '" + c_.district + "'");
+    uniform_district_ = c_.district == "uniform";
     double acc = 0;
     for (double m : c_.mix) cum_.push_back(acc += m / total);
   }
@@ -94,6 +97,7 @@ class Tpcc : public Workload {
   WorkloadConfig c_;
   TpccSizes sz_;
   std::vector<double> cum_;
+  bool uniform_district_ = false;
 };
 
 std::unique_ptr<ShardStore> Tpcc::load(uint32_t shard) const {
@@ -103,7 +107,10 @@ std::unique_ptr<ShardStore> Tpcc::load(uint32_t shard) const {
   std::mt19937_64 gi(d_.seed * 0x9E3779B97F4A7C15ULL);  // ITEM is identical on every shard
   s.w_name = "W" + std::to_string(shard);
   s.w_tax_bp = static_cast<int32_t>(rand_int(g, 0, 2000));
-  s.w_ytd = 30000000;
+  // W_YTD and D_YTD equal the loaded HISTORY amounts (10.00 per customer), as
+  // in the spec's population, scaled with the customers (3.3.2.8, 3.3.2.9).
+  const int64_t h_load = 1000;
+  s.w_ytd = h_load * sz_.customers * sz_.districts;
   s.item_price.resize(sz_.items);
   for (auto& p : s.item_price) p = rand_int(gi, 100, 10000);
   s.stock.resize(sz_.items);
@@ -112,17 +119,18 @@ std::unique_ptr<ShardStore> Tpcc::load(uint32_t shard) const {
   const int32_t n_new = sz_.orders * 3 / 10, min_no = sz_.orders - n_new + 1;
   for (int32_t d = 0; d < sz_.districts; ++d) {
     s.district.push_back({"D" + std::to_string(shard) + "-" + std::to_string(d),
-                          static_cast<int32_t>(rand_int(g, 0, 2000)), sz_.orders + 1, 3000000});
+                          static_cast<int32_t>(rand_int(g, 0, 2000)), sz_.orders + 1, h_load * sz_.customers,
+                          min_no - 1, 0});
     for (int32_t c = 0; c < sz_.customers; ++c) {
       Customer& cu = s.cust(d, c);
       cu.last = c % 1000;
       cu.bad_credit = c % 10 == 0;
       cu.discount_bp = static_cast<int32_t>(rand_int(g, 0, 5000));
-      cu.balance = -1000;
-      cu.ytd_payment = 1000;
+      cu.balance = -h_load;
+      cu.ytd_payment = h_load;
       cu.payment_cnt = 1;
       s.by_name[{d, cu.last}].push_back(c);
-      s.history.push_back({c, d, static_cast<int32_t>(shard), d, 1000, ""});
+      s.history.push_back({c, d, static_cast<int32_t>(shard), d, h_load, ""});
     }
     std::vector<int32_t> perm(sz_.customers);
     for (int32_t i = 0; i < sz_.customers; ++i) perm[i] = i;
@@ -147,7 +155,10 @@ std::unique_ptr<ShardStore> Tpcc::load(uint32_t shard) const {
 
 TxnRequest Tpcc::generate(std::mt19937_64& g, const ClientContext& ctx) const {
   const uint32_t w = ctx.home_shard;
-  const int32_t d = static_cast<int32_t>(ctx.client_index % 10);
+  // District: fixed per coordinator (the artifact's way: concurrent coordinators
+  // of a shard never share one) or drawn per transaction (TPC-C 2.4.1.2, 2.5.1.2).
+  const int32_t d = uniform_district_ ? static_cast<int32_t>(rand_int(g, 0, sz_.districts - 1))
+                                      : static_cast<int32_t>(ctx.client_index % sz_.districts);
   uint32_t type = kPayment;
   if (c_.payment_crt_rate < 0) {
     const double u = rand_unit(g);
@@ -415,6 +426,7 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
       Customer& cu = s.cust(d, ord.c_id);
       cu.balance += sum;
       cu.delivery_cnt += 1;
+      s.district[d].deliveries += 1;
       (*out)["delivered_o_id"] = int_value(o);
       break;
     }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "client/client_node.h"
@@ -45,8 +46,14 @@ class FakeWorkload : public Workload {
     t.set_type(rng() % 2);
     t.set_crt(t.type() == 1);
     t.set_home_shard(ctx.home_shard);
+    for (uint32_t i = 0; i < 2; ++i) {
+      Piece* p = t.add_pieces();
+      p->set_id(i);
+      p->set_proc(i == 1 ? 7 : 1);   // proc 7 commutes
+    }
     return t;
   }
+  bool commutes(const Piece& p) const override { return p.proc() == 7; }
   void execute(ShardStore&, const Piece&, const Vars&, Vars*) const override {}
   std::string type_name(uint32_t t) const override { return "T" + std::to_string(t); }
   uint32_t n_types() const override { return 2; }
@@ -76,7 +83,9 @@ class FakeDriver : public ClientDriver {
   void on_timer(Env& env, uint64_t id) override {
     --outstanding;
     bool ok = aborts >= 0 && pending[id] > uint32_t(aborts);
-    done_(env, {txn_of[id], ok});
+    Vars out;
+    out["x"].set_i(static_cast<int64_t>(txn_of[id]));
+    done_(env, {txn_of[id], ok, &out});
   }
 };
 
@@ -174,4 +183,39 @@ TEST(ClientNode, DrainTimeoutGivesUpOutstanding) {
   int given_up = 0;
   for (const auto& r : c.records()) given_up += !r.committed;
   EXPECT_EQ(given_up, 3);
+}
+
+TEST(ClientNode, LogsEveryFinishedTransactionForTheChecker) {
+  Deployment d = dep();
+  d.client.drain_timeout_s = 0.5;
+  FakeWorkload w;
+  ClientNode c(d, 4, w, std::make_unique<FakeDriver>(400000, 1));  // 0.4 s per attempt, the first aborts
+  std::vector<TxnLogEntry> log;
+  c.set_txn_sink([&](const TxnLogEntry& e) { log.push_back(e); });
+  FakeEnv env;
+  c.start(env);
+  env.run(c, 1500000);   // 3 commit at 0.8 s; 3 more retried at 1.2 s, still running at the 1.5 s drain deadline
+  ASSERT_TRUE(c.finished());
+  ASSERT_EQ(log.size(), c.records().size());
+  ASSERT_EQ(log.size(), 6u);
+  for (size_t i = 0; i < log.size(); ++i) {
+    const TxnLogEntry& e = log[i];
+    const TxnRecord& r = c.records()[i];
+    EXPECT_EQ(e.txn().txn_id(), r.txn_id);
+    EXPECT_EQ(e.committed(), r.committed);
+    ASSERT_EQ(e.failed_attempts_size(), 1) << "the first attempt aborted";
+    EXPECT_NE(e.failed_attempts(0), r.txn_id);
+    EXPECT_EQ(e.failed_attempts(0) >> 40, 4u);
+    ASSERT_EQ(e.commutative_size(), 1);
+    EXPECT_EQ(e.commutative(0), 1u);
+    EXPECT_EQ(e.txn().pieces_size(), 2);
+    if (r.committed) {
+      Vars out;
+      out["x"].set_i(static_cast<int64_t>(r.txn_id));
+      EXPECT_EQ(r.outputs, outputs_digest(out));
+    } else {
+      EXPECT_EQ(r.outputs, "") << "a given-up transaction received no outputs";
+    }
+  }
+  EXPECT_EQ(std::count_if(log.begin(), log.end(), [](const TxnLogEntry& e) { return e.committed(); }), 3);
 }

@@ -27,7 +27,7 @@ TEST(Metrics, SummarizeWindow) {
   // duration 10 s, warmup 2, cooldown 1: window [2, 9] s, 7 s long.
   std::vector<TxnRecord> r;
   auto add = [&](double start_s, double lat_ms, bool crt, bool ok, uint32_t att = 1) {
-    r.push_back({r.size() + 1, 0, crt, TimeUs(start_s * 1e6), TimeUs(lat_ms * 1000), att, ok});
+    r.push_back({r.size() + 1, 0, crt, TimeUs(start_s * 1e6), TimeUs(lat_ms * 1000), att, ok, ""});
   };
   add(1.0, 100, false, true);    // started in warmup: no latency sample
   add(1.95, 100, false, true);   // started in warmup, completes in window: counts for throughput
@@ -57,10 +57,10 @@ TEST(Metrics, SummarizeWindow) {
 }
 
 TEST(Metrics, RecordsCsv) {
-  std::vector<TxnRecord> r = {{42, 1, true, 10, 2000, 2, true}, {43, 7, false, 11, 5, 20, false}};
+  std::vector<TxnRecord> r = {{42, 1, true, 10, 2000, 2, true, "00ff"}, {43, 7, false, 11, 5, 20, false, ""}};
   std::string csv = records_csv(r, {"NewOrder", "Payment"});
   EXPECT_EQ(csv,
-            "txn_id,type,type_name,class,start_us,latency_us,attempts,status\n"
-            "42,1,Payment,CRT,10,2000,2,committed\n"
-            "43,7,7,IRT,11,5,20,given_up\n");
+            "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs\n"
+            "42,1,Payment,CRT,10,2000,2,committed,00ff\n"
+            "43,7,7,IRT,11,5,20,given_up,\n");
 }

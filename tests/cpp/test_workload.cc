@@ -46,8 +46,29 @@ void expect_tpcc_consistent(const ShardStore& s) {
     }
     EXPECT_EQ(a.max_no_o_id - a.min_no_o_id + 1, a.no_count) << "district " << a.d_id;
     EXPECT_EQ(a.sum_ol_cnt, a.ol_count) << "district " << a.d_id;
+    EXPECT_EQ(a.o_null_carrier, a.no_count) << "3.3.2.5 district " << a.d_id;
+    EXPECT_EQ(a.no_with_carrier, 0) << "3.3.2.5 district " << a.d_id;
+    EXPECT_EQ(a.ol_cnt_mismatch, 0) << "3.3.2.6 district " << a.d_id;
+    EXPECT_EQ(a.ol_delivery_mismatch, 0) << "3.3.2.7 district " << a.d_id;
+    EXPECT_EQ(a.d_ytd, a.sum_h_amount) << "3.3.2.9 district " << a.d_id;
+    EXPECT_EQ(a.o_count - a.no_count, a.delivered_at_load + a.deliveries) << "3.3.2.11 district " << a.d_id;
+    EXPECT_EQ(a.c_balance_mismatch, 0) << "3.3.2.12 district " << a.d_id;
   }
   EXPECT_EQ(st.w_ytd, sum) << "w_ytd != sum(d_ytd) on shard " << st.shard;
+}
+
+// 3.3.2.10 summed per customer district: sum(c_balance) = delivered amount - the
+// HISTORY amounts its customers paid, wherever those rows are stored.
+void expect_tpcc_balances(const std::vector<std::unique_ptr<ShardStore>>& stores) {
+  std::map<std::pair<int32_t, int32_t>, int64_t> paid;
+  for (const auto& s : stores)
+    for (const auto& [k, v] : dynamic_cast<const TpccStore&>(*s).history_by_customer_district()) paid[k] += v;
+  for (const auto& s : stores) {
+    const auto& st = dynamic_cast<const TpccStore&>(*s);
+    for (const auto& a : st.aggregates())
+      EXPECT_EQ(a.sum_c_balance, a.sum_delivered_ol_amount - paid[std::make_pair(static_cast<int32_t>(st.shard), a.d_id)])
+          << "3.3.2.10 w " << st.shard << " d " << a.d_id;
+  }
 }
 
 bool is_crt(const Deployment& d, const TxnRequest& t) {
@@ -295,14 +316,16 @@ TEST(Workload, TpccInitialStateSatisfiesConditions) {
   EXPECT_EQ(dynamic_cast<const TpccStore&>(*w->load(0)).item_price, st.item_price);  // replicated ITEM
   const std::string j = s->dump_json();
   EXPECT_NE(j.find("\"digest\": \"" + s->digest() + "\""), std::string::npos);
-  EXPECT_NE(j.find("\"w_ytd\": 300000.00"), std::string::npos);
+  EXPECT_NE(j.find("\"w_ytd\": 3000.00"), std::string::npos);
   EXPECT_NE(j.find("\"d_next_o_id\": 31, \"max_o_id\": 30, \"max_no_o_id\": 30, \"min_no_o_id\": 22, "
                    "\"no_count\": 9"), std::string::npos) << j.substr(0, 600);
 }
 
 TEST(Workload, ReplayIsDeterministicAndKeepsConsistency) {
-  for (const char* name : {"tpcc", "tpca"}) {
-    auto d = dep(name, 2, 2);
+  for (const char* name : {"tpcc", "tpca", "tpcc-uniform"}) {
+    const bool uniform = std::string(name) == "tpcc-uniform";
+    auto d = dep(uniform ? "tpcc" : name, 2, 2);
+    if (uniform) d.workload.district = "uniform";
     auto w = make_workload(d);
     auto a = load_all(*w, d), b = load_all(*w, d);
     std::vector<std::string> initial;
@@ -317,7 +340,7 @@ TEST(Workload, ReplayIsDeterministicAndKeepsConsistency) {
       EXPECT_EQ(a[s]->digest(), b[s]->digest()) << name << " shard " << s;
       EXPECT_NE(a[s]->digest(), initial[s]) << name << " shard " << s;
       EXPECT_EQ(a[s]->dump_json(), b[s]->dump_json());
-      if (std::string(name) == "tpcc") {
+      if (d.workload.name == "tpcc") {
         expect_tpcc_consistent(*a[s]);
       } else {
         const auto& st = dynamic_cast<const TpcaStore&>(*a[s]);
@@ -327,9 +350,34 @@ TEST(Workload, ReplayIsDeterministicAndKeepsConsistency) {
         }
       }
     }
+    if (d.workload.name == "tpcc") expect_tpcc_balances(a);
     EXPECT_EQ(total_delta[0], total_delta[1]);
     EXPECT_EQ(total_delta[1], total_delta[2]);
   }
+}
+
+TEST(Workload, TpccDistrictFixedPerCoordinatorOrUniformPerTransaction) {
+  auto district_of = [](const TxnRequest& t) {
+    for (const auto& p : t.pieces())
+      if (p.args().count("d")) return p.args().at("d").i();
+    return int64_t{-1};
+  };
+  for (const char* mode : {"fixed", "uniform"}) {
+    auto d = dep("tpcc", 1, 2);
+    d.workload.district = mode;
+    auto w = make_workload(d);
+    std::mt19937_64 g(4);
+    std::set<int64_t> seen;
+    for (int i = 0; i < 500; ++i) {
+      TxnRequest t = w->generate(g, {0, 13});   // coordinator 13: fixed district 3
+      seen.insert(district_of(t));
+    }
+    if (std::string(mode) == "fixed") EXPECT_EQ(seen, std::set<int64_t>{3});
+    else EXPECT_EQ(seen.size(), 10u) << "uniform draws every district";
+  }
+  auto d = dep("tpcc", 1, 2);
+  d.workload.district = "roundrobin";
+  EXPECT_THROW(make_workload(d), ConfigError);
 }
 
 TEST(Workload, BadPiecesThrowBadMessageAndLeaveStateUnchanged) {
@@ -380,5 +428,7 @@ TEST(Workload, DeliveryDrainsDistrictAndStaysConsistent) {
   EXPECT_EQ(a.no_count, 0);
   EXPECT_EQ(a.max_no_o_id - a.min_no_o_id + 1, 0);
   expect_tpcc_consistent(*stores[0]);
+  expect_tpcc_balances(stores);
+  EXPECT_EQ(a.deliveries, 9);
   for (const auto& [k, o] : st.order) EXPECT_TRUE(k.first != 4 || o.carrier > 0);
 }

@@ -30,12 +30,12 @@ NodeId sequencer_of(const Deployment& d) { return d.role_nodes(kSequencer).at(0)
 class Replica : public ReplicaNode {
  public:
   Replica(const Deployment& d, NodeId self, const Workload& w)
-      : d_(d), me_(d.node(self)), w_(w), store_(w.load(me_.shard)),
+      : d_(d), me_(d.node(self)), exec_(w, me_.shard),
         acks_(static_cast<uint32_t>(protocol_options(d).integer("acks"))) {}
   void start(Env&) override {}
   void on_timer(Env&, uint64_t) override {}
   bool idle() const override { return orders_.empty(); }
-  const ShardStore& store() const override { return *store_; }
+  const ShardExecutor& executor() const override { return exec_; }
 
   void on_message(Env& env, const Envelope& msg) override {
     if (!msg.has_toy()) throw BadMessage("toy replica got a non-toy message");
@@ -89,7 +89,7 @@ class Replica : public ReplicaNode {
   void execute(Env& env, const TxnRequest& t, const Piece& p, Vars& known) {
     Vars in = p.args(), out;
     for (const auto& v : p.inputs()) in[v] = known.at(v);
-    w_.execute(*store_, p, in, &out);
+    exec_.execute(t.txn_id(), p, in, &out);
     done_.insert(p.id());
     for (const auto& [k, v] : out) known[k] = v;
     if (out.empty()) return;
@@ -108,8 +108,7 @@ class Replica : public ReplicaNode {
 
   const Deployment& d_;
   const NodeInfo& me_;
-  const Workload& w_;
-  std::unique_ptr<ShardStore> store_;
+  ShardExecutor exec_;
   const uint32_t acks_;
   std::map<uint64_t, TxnRequest> orders_;       // by place in this shard's order
   uint64_t next_ = 1;                           // the place executing now

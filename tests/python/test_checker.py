@@ -11,11 +11,19 @@ from conftest import REPO
 
 
 def tpcc_dump(node, shard, replica):
+    # 2 warehouses x 10 districts; each customer district paid 30000.00 of HISTORY, half of it stored on the
+    # other warehouse (remote payments), and 900 of its 3000 orders are undelivered
     districts = [{"d_id": i, "d_ytd": 30000.0, "d_next_o_id": 3001, "max_o_id": 3000, "max_no_o_id": 3000,
-                  "min_no_o_id": 2101, "no_count": 900, "sum_ol_cnt": 30123, "ol_count": 30123} for i in range(10)]
+                  "min_no_o_id": 2101, "no_count": 900, "sum_ol_cnt": 30123, "ol_count": 30123,
+                  "o_count": 3000, "o_null_carrier": 900, "no_with_carrier": 0, "ol_cnt_mismatch": 0,
+                  "ol_delivery_mismatch": 0, "sum_h_amount": 30000.0, "delivered_at_load": 2100, "deliveries": 0,
+                  "sum_c_balance": -29000.0, "sum_delivered_ol_amount": 1000.0, "c_balance_mismatch": 0}
+                 for i in range(10)]
+    paid = {f"{w}:{i}": 15000.0 for w in (0, 1) for i in range(10)}
     return {"node": node, "shard": shard, "replica": replica, "workload": "tpcc", "digest": f"dig{shard}",
             "rows": {"warehouse": 1, "district": 10}, "executed_pieces": 5,
-            "tpcc": {"warehouses": [{"w_id": shard, "w_ytd": 300000.0, "districts": districts}]}}
+            "tpcc": {"warehouses": [{"w_id": shard, "w_ytd": 300000.0, "sum_h_amount": 300000.0,
+                                     "h_by_customer_district": paid, "districts": districts}]}}
 
 
 def tpca_dump(node, shard, replica, delta=7):
@@ -65,6 +73,16 @@ def all_replicas(fn):
     (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(d_next_o_id=3005)), "3.3.2.2"),
     (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(no_count=899)), "3.3.2.3"),
     (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(ol_count=30122)), "3.3.2.4"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(o_null_carrier=899)), "3.3.2.5"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(no_with_carrier=1)), "3.3.2.5"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(ol_cnt_mismatch=2)), "3.3.2.6"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(ol_delivery_mismatch=1)), "3.3.2.7"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0].update(sum_h_amount=299999.99)), "3.3.2.8"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(sum_h_amount=29000.0)), "3.3.2.9"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["h_by_customer_district"].update({"0:3": 15000.01})),
+     "3.3.2.10"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(deliveries=1)), "3.3.2.11"),
+    (all_replicas(lambda d: d["tpcc"]["warehouses"][0]["districts"][3].update(c_balance_mismatch=1)), "3.3.2.12"),
     (lambda dumps: dumps["s0.1.2"].update(digest="other"), "digest of s0.1.2"),
     (lambda dumps: dumps["s0.0.1"]["rows"].update(district=11), "aggregates of s0.0.1"),
 ])
@@ -114,3 +132,38 @@ def test_unreadable_inputs_exit_2(tmp_path):
     def drop_section(dumps):
         del dumps["s0.0.0"]["tpcc"]
     assert checker.check_run(make_run(tmp_path / "c", mutate=drop_section))["exit_code"] == 2
+
+
+def test_older_dumps_without_the_new_aggregates_are_still_checked(tmp_path):
+    def strip(dumps):
+        for d in dumps.values():
+            w = d["tpcc"]["warehouses"][0]
+            del w["sum_h_amount"], w["h_by_customer_district"]
+            for dd in w["districts"]:
+                for k in ("o_count", "o_null_carrier", "no_with_carrier", "ol_cnt_mismatch", "ol_delivery_mismatch",
+                          "sum_h_amount", "delivered_at_load", "deliveries", "sum_c_balance",
+                          "sum_delivered_ol_amount", "c_balance_mismatch"):
+                    del dd[k]
+    res = checker.check_run(make_run(tmp_path, mutate=strip))
+    assert res["exit_code"] == 0, res["violations"]
+    assert res["checks"]["order"]["verdict"] == "skipped" and "no execution histories" in res["checks"]["order"]["reason"]
+
+
+def test_given_up_transactions_and_process_facts_fail_the_run(tmp_path):
+    def facts(dumps):
+        dumps["s0.0.1"]["process"] = {"rejected_messages": 2, "drain_timed_out": False}
+    run = make_run(tmp_path, mutate=facts)
+    (run / "clients").mkdir()
+    (run / "clients" / "c0.0.0.records.csv").write_text(
+        "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs\n"
+        "7,0,new_order,IRT,1,2,1,committed,00aa\n8,1,payment,CRT,3,4,20,given_up,\n")
+    (run / "clients" / "c0.0.0.summary.json").write_text(json.dumps({"interrupted": True}))
+    p = run_cli(run)
+    assert p.returncode == 1
+    assert "[run] 1 transaction(s) given up: txn 8 (payment, c0.0.0)" in p.stdout
+    assert "[run] s0.0.1: rejected 2 message(s) (bad message)" in p.stdout
+    assert "[run] c0.0.0: interrupted before its run finished" in p.stdout
+    res = json.loads((run / "check.json").read_text())
+    assert res["checks"]["run"] == {"verdict": "fail", "reason": "1 transaction(s) given up: txn 8 (payment, c0.0.0)",
+                                    "violations": 3}
+    assert res["checks"]["replicas"]["verdict"] == "pass"

@@ -19,13 +19,14 @@ SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed"
     (dict(duration=3, warmup=2, cooldown=1), "warmup+cooldown"), (dict(regions=2.5), "integer"),
     (dict(base_port=80), "base_port"), (dict(bogus=1), "bogus"), (dict(name="a/b"), "name"),
     (dict(protocol_options={"defer_commutative": 1}), "protocols.dast.defer_commutative"),
+    (dict(district="random"), "district='random'"),
 ])
 def test_validation_names_the_knob(knobs, needle):
     with pytest.raises(ValueError, match=None) as e:
         deploy.build_deployment(**knobs)
     assert needle in str(e.value)
     if needle not in ("bogus", "name", "mode='paxos'", "workload", "warmup+cooldown", "mechanism",
-                      "protocols.dast.defer_commutative", "protocols.dast.ewma", "protocol_options"):
+                      "protocols.dast.defer_commutative", "protocols.dast.ewma", "protocol_options", "district='random'"):
         assert "[" in str(e.value)  # the allowed range is stated
 
 

@@ -84,3 +84,21 @@ def test_cpu_shares_busy_and_steal():
     assert cpu_shares(None, after) == {} and cpu_shares(after, after) == {}
     t = cpu_times()
     assert t is None or len(t) == 8
+
+
+def test_server_counters_are_summed_over_the_dumps_into_the_summary(tmp_path):
+    run = write_run(tmp_path, {})
+    (run / "servers").mkdir()
+    for name, counters in (("s0.0.0", {"irts": 10, "irts_behind_undecided_crt": 2}),
+                           ("s0.0.1", {"irts": 5, "counter_proposals": 1}), ("m0", None)):
+        dump = {"node": name, "kind": "manager" if counters is None else "replica"}
+        if counters is not None:
+            dump["counters"] = counters
+        (run / "servers" / f"{name}.state.json").write_text(json.dumps(dump))
+    want = {"irts": 15, "irts_behind_undecided_crt": 2, "counter_proposals": 1}
+    assert results.server_counters(run) == want
+    s = results.summarize_run(run)
+    assert s["counters"] == want and "irts_behind_undecided_crt 2" in results.format_table(s)
+    (run / "servers" / "m0.state.json").write_text("{broken")
+    with pytest.raises(ValueError, match="m0.state.json"):
+        results.server_counters(run)

@@ -1,5 +1,7 @@
 #include "protocols/dast/clock.h"
 
+#include "protocols/dast/mutant.h"
+
 namespace txn::dast {
 
 Ts StretchClock::fresh(TimeUs now) {
@@ -7,7 +9,7 @@ Ts StretchClock::fresh(TimeUs now) {
   // Stretch: freeze just below the oldest unresolved CRT's microsecond. Not
   // just below the CRT itself: a timestamp in its microsecond (lower counter or
   // site) would leave only successors above it, since the counter bumps.
-  if (const Ts* m = min_pending(); m != nullptr && x.t >= m->t) {
+  if (const Ts* m = min_pending(); m != nullptr && x.t >= m->t && !mutant::kNoStretch) {
     x.t = m->t - 1;
     x.c = 0;
   }

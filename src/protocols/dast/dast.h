@@ -60,7 +60,12 @@ class Replica : public ReplicaNode {
   void on_message(Env& env, const Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override;
   bool idle() const override;
-  const ShardStore& store() const override { return *store_; }
+  const ShardExecutor& executor() const override { return exec_; }
+  // irts: IRTs queued at this replica as their output replica (one per IRT and
+  // touched shard); irts_behind_undecided_crt: those queued above a CRT whose
+  // decision had not arrived (they wait for it); counter_proposals: StoreCRTs
+  // answered above T_r.
+  std::map<std::string, int64_t> counters() const override;
 
   // Introspection for tests.
   const StretchClock& clock() const { return clock_; }
@@ -137,7 +142,7 @@ class Replica : public ReplicaNode {
   const NodeInfo& me_;
   const Workload& w_;
   const Options opts_;
-  std::unique_ptr<ShardStore> store_;
+  ShardExecutor exec_;
   StretchClock clock_;
   std::vector<NodeId> region_sites_;                 // other sites of my region
   std::vector<NodeId> region_handlers_;              // other timestamp issuers (replica 0 of each shard)
@@ -149,6 +154,7 @@ class Replica : public ReplicaNode {
   // breaks such ties identically on every replica.
   using QueueKey = std::pair<Ts, uint64_t>;
   std::map<QueueKey, uint64_t> queue_;
+  std::set<QueueKey> undecided_;                     // queued CRTs whose decision has not arrived
   Ts last_proposal_{};                               // counter-proposals strictly increase
   std::unordered_map<uint64_t, Entry> entries_;
   std::unordered_map<uint64_t, Vars> early_vars_;    // outputs that arrived before their entry
@@ -160,6 +166,7 @@ class Replica : public ReplicaNode {
   bool keep_log_ = false;
   std::vector<ExecRecord> exec_log_;
   uint64_t n_executed_ = 0;
+  int64_t n_irts_ = 0, n_irts_behind_crt_ = 0, n_counter_proposals_ = 0;
   TimeUs sync_interval_us_;
   TimeUs wake_at_ = 0;                               // physical time a kWantTimer is set for (0: none)
 };

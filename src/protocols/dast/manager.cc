@@ -121,7 +121,7 @@ void ClientDriverImpl::submit(Env& env, const TxnRequest& txn, uint32_t attempt)
 
 void ClientDriverImpl::on_message(Env& env, const Envelope& msg) {
   if (!msg.has_reply()) throw BadMessage("DAST client expects ClientReply");
-  if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed()});
+  if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs()});
 }
 
 }  // namespace txn::dast

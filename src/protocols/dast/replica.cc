@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "protocols/dast/dast.h"
+#include "protocols/dast/mutant.h"
 
 namespace txn::dast {
 namespace {
@@ -67,7 +68,7 @@ TxnShape analyze(const Deployment& d, const Options& o, const TxnRequest& txn, c
 }
 
 Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), store_(w.load(d.node(self).shard)),
+    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, d.node(self).shard),
       clock_(self), sync_interval_us_(static_cast<TimeUs>(opts_.sync_interval_ms * 1000)) {
   for (NodeId s : d.sites_of_region(me_.region)) {
     if (s == self) continue;
@@ -89,6 +90,11 @@ void Replica::start(Env& env) {
 
 // entries_ holds the queue's entries and those whose deferrable pieces still wait.
 bool Replica::idle() const { return entries_.empty() && coords_.empty(); }
+
+std::map<std::string, int64_t> Replica::counters() const {
+  return {{"irts", n_irts_}, {"irts_behind_undecided_crt", n_irts_behind_crt_},
+          {"counter_proposals", n_counter_proposals_}};
+}
 
 void Replica::on_timer(Env& env, uint64_t id) {
   if (id == kWantTimer && env.now_us() >= wake_at_) wake_at_ = 0;
@@ -237,7 +243,16 @@ Replica::Entry& Replica::add_entry(const TxnRequest& txn, TxnShape shape, const 
     e.vars = it->second;
     early_vars_.erase(it);
   }
-  queue_[{ts, txn.txn_id()}] = txn.txn_id();
+  const QueueKey key{ts, txn.txn_id()};
+  if (!executable) {
+    undecided_.insert(key);  // a CRT: executable once its decision arrives
+  } else if (me_.replica == output_replica) {
+    // An IRT, counted once per touched shard: queued above an undecided CRT it
+    // waits for that CRT's decision (the stretch exists to make this rare).
+    ++n_irts_;
+    if (!undecided_.empty() && *undecided_.begin() < key) ++n_irts_behind_crt_;
+  }
+  queue_[key] = txn.txn_id();
   return e;
 }
 
@@ -324,7 +339,9 @@ double Replica::anticipate_us(const Coord& c, uint32_t region) const {
   // plus one one-way hop after the source timestamp was taken.
   double slowest = 0;
   for (uint32_t r : c.shape.regions) slowest = std::max(slowest, rtt_[r].value());
-  return slowest + rtt_[region].value() / 2 + opts_.anticipation_margin_ms * 1000;
+  // A negative margin may take it below zero: anticipate nothing then (the
+  // replicas counter-propose), rather than send what the manager rejects.
+  return std::max(0.0, slowest + rtt_[region].value() / 2 + opts_.anticipation_margin_ms * 1000);
 }
 
 void Replica::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
@@ -346,8 +363,9 @@ void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
     c.prepare_sent.erase(sent);
   }
   c.proposals[m.shard()][m.replica()] = from_proto(m.proposal());
+  const size_t needed = mutant::kDecideOnMajority ? d_.replicas / 2 + 1 : d_.replicas;
   for (uint32_t s : c.shape.shards)
-    if (c.proposals[s].size() < d_.replicas) return;
+    if (c.proposals[s].size() < needed) return;
   // Every replica of every touched shard has the CRT queued: decide D = max.
   Ts decision{};
   for (auto& [s, reps] : c.proposals)
@@ -382,7 +400,7 @@ void Replica::maybe_reply(Env& env, uint64_t txn_id) {
   auto it = coords_.find(txn_id);
   if (it == coords_.end()) return;
   Coord& c = it->second;
-  const uint32_t majority = d_.replicas / 2 + 1;
+  const uint32_t majority = mutant::kOneAck ? 1 : d_.replicas / 2 + 1;
   for (uint32_t s : c.shape.shards) {
     if (!c.results.count(s)) return;
     if (!c.crt && c.acks[s] < majority) return;
@@ -426,10 +444,11 @@ void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
   // timestamps this site keeps issuing while the proposal is pending (they order
   // before the CRT). Not (last.t + 1, 0): under a stretch that lands on the
   // pending timestamp's own microsecond, which frozen clocks (t - 1, c) never pass.
-  if (p <= clock_.last() || p <= last_proposal_) {
+  if ((p <= clock_.last() || p <= last_proposal_) && !mutant::kNoCounterProposal) {
     const Ts& base = std::max(clock_.last(), last_proposal_);
     p = Ts{base.t, base.c + kProposalGap, self_};
     last_proposal_ = p;
+    ++n_counter_proposals_;
   }
   add_entry(m.txn(), analyze(d_, opts_, m.txn(), &w_), p, false, m.coordinator(), m.output_replica());
   clock_.add_pending(m.txn().txn_id(), p);
@@ -467,7 +486,8 @@ void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   Ts decision = from_proto(m.decision());
   if (decision < e.ts) throw BadMessage("DistExe decision below this replica's proposal");
   clock_.remove_pending(m.txn_id());
-  rekey(e, decision);
+  undecided_.erase({e.ts, m.txn_id()});
+  if (!mutant::kCrtAtProposal) rekey(e, decision);
   e.executable = true;
   for (NodeId h : region_handlers_) asked_[h].insert(decision);  // the manager asked them
   if (e.shape.wait_regions.count(me_.region)) {
@@ -538,6 +558,7 @@ void Replica::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
 // ---- execution ------------------------------------------------------------------
 
 bool Replica::watermark_passed(Env& env, const Ts& t) {
+  if (mutant::kWatermarkLocal) return t < clock_.fresh(env.now_us());
   bool passed = true;
   Ts mine{};
   for (NodeId s : region_handlers_) {
@@ -595,7 +616,7 @@ bool Replica::run_pieces(Env& env, Entry& e) {
     }
     Vars out;
     try {
-      w_.execute(*store_, p, in, &out);
+      exec_.execute(e.txn.txn_id(), p, in, &out, e.slot_passed);
     } catch (const BadMessage& err) {
       // Deterministic on every replica: the piece is skipped everywhere.
       env.log("txn " + str(e.txn.txn_id()) + " piece " + str(p.id()) + ": " + err.what());

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""`make mutants`: build deliberately broken DAST variants and show which tests catch each (tests/mutants/README.md).
+
+For every mutant (src/protocols/dast/mutant.h), in build-mutants/ (reconfigured per mutant: only the DAST sources
+recompile): the C++ DAST suites (unit_tests, DastSim.* and Executor.Dast*), then a short local run checked by the
+end-to-end checker. The first row, `none`, is the unbroken protocol under the same runs: it must pass both.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
+# durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it)
+MUTANTS = [
+    ("none", "the protocol as built", "-"),
+    ("no_stretch", "the stretch disabled: fresh() never clamps below a pending CRT", "latency"),
+    ("watermark_local", "the execution watermark ignores the other handlers' clocks", "safety"),
+    ("one_ack", "an IRT commits on one stored copy per shard instead of 2 of 3", "durability"),
+    ("crt_at_proposal", "a replica executes a CRT at its own proposal, not at the decision", "safety"),
+    ("no_counter_proposal", "a T_r at or below the replica's clock is accepted as it is", "safety"),
+    ("decide_on_majority", "the coordinator decides on 2 of 3 proposals per shard", "safety"),
+]
+SIM_FILTER = "DastSim.*:Executor.Dast*"
+
+
+def sh(cmd, log: Path, timeout: float) -> int:
+    with open(log, "ab") as f:
+        f.write(("\n$ " + " ".join(map(str, cmd)) + "\n").encode())
+        f.flush()
+        try:
+            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            f.write(f"timed out after {timeout:g} s\n".encode())
+            return -1
+
+
+def build(name: str, build_dir: Path, log: Path) -> None:
+    mutant = "" if name == "none" else name
+    if sh(["cmake", "-S", ".", "-B", str(build_dir), "-G", "Ninja", f"-DDAST_MUTANT={mutant}"], log, 300) != 0:
+        raise RuntimeError(f"cmake failed for {name} (see {log})")
+    if sh(["ninja", "-C", str(build_dir), "-j2", "txn-server", "txn-client", "txn-replay", "unit_tests"],
+          log, 3600) != 0:
+        raise RuntimeError(f"build failed for {name} (see {log})")
+
+
+def sim_tests(build_dir: Path, log: Path) -> str:
+    out = build_dir / "mutant-sim.txt"
+    with open(out, "wb") as f:
+        try:
+            rc = subprocess.run([str(build_dir / "unit_tests"), f"--gtest_filter={SIM_FILTER}"], stdout=f,
+                                stderr=subprocess.STDOUT, timeout=900).returncode
+        except subprocess.TimeoutExpired:
+            return "CAUGHT (hung)"
+    text = out.read_text(errors="replace")
+    with open(log, "a") as f:
+        f.write(text)
+    failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+?)(?: \(|,|$)", text, re.M)))
+    if rc == 0 and not failed:
+        return "passed"
+    names = ", ".join(x.removeprefix("DastSim.") for x in failed[:2]) + (", ..." if len(failed) > 2 else "")
+    return f"CAUGHT {len(failed)}: {names}" if failed else f"CAUGHT (exit {rc})"
+
+
+def e2e_deployment(profile: str, duration: float, base_port: int) -> dict:
+    """3 x 2, TPC-C with districts drawn per transaction (conflicts at any load). `stress` adds 4 coordinators
+    per client, cross-region jitter and no anticipation (a margin far below zero): CRTs are decided later than
+    their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the default load."""
+    from testbed import deploy
+    knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
+                 base_port=base_port, name="mutants")
+    if profile == "stress":
+        knobs.update(concurrency=4, jitter=10)
+    d = deploy.build_deployment(**knobs)
+    if profile == "stress":
+        d["dast"]["anticipation_margin_ms"] = -300
+    return d
+
+
+def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
+        log: Path) -> str:
+    from testbed.local import LocalBackend, RunError
+    os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
+    try:
+        res = LocalBackend(build_dir=build_dir, progress=False).run(e2e_deployment(profile, duration, base_port),
+                                                                   f"mutant-{name}-{profile}", out_root=out_root)
+    except RunError as e:
+        with open(log, "a") as f:
+            f.write(f"run failed: {e}\n")
+        return f"CAUGHT (run failed: {str(e).splitlines()[0][:60]})"
+    with open(log, "a") as f:
+        f.write(f"run folder {res.run_dir}\n" + "\n".join(res.check.get("violations", [])[:40]) + "\n")
+    if res.check.get("exit_code") == 0:
+        return "passed"
+    if res.check.get("exit_code") == 2:
+        return f"CAUGHT (unreadable: {res.check.get('error', '')[:60]})"
+    failed = [k for k, c in res.check["checks"].items() if c["verdict"] == "fail"]
+    return "CAUGHT: " + ", ".join(failed)
+
+
+def verdict(kind: str, sim: str, e2e_: str) -> str:
+    caught_sim, caught_e2e = sim.startswith("CAUGHT"), e2e_.startswith("CAUGHT")
+    if kind == "-":
+        return "ok" if not caught_sim and not caught_e2e else "BROKEN BASELINE"
+    if kind == "safety":
+        return "ok" if caught_e2e else "MISSED by the end-to-end checker"
+    return "ok" if caught_sim or caught_e2e else "MISSED"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated mutant names (default: all)")
+    ap.add_argument("--build-dir", default=str(REPO / "build-mutants"))
+    ap.add_argument("--out", default=str(REPO / "results"), help="results root (run folders: mutants/...)")
+    ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s")
+    ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
+                    help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
+                         "or plain (the default load); both with TPC-C districts drawn per transaction")
+    ap.add_argument("--base-port", type=int, default=27000)
+    ap.add_argument("--no-e2e", action="store_true", help="sim tests only")
+    a = ap.parse_args(argv)
+    names = [m[0] for m in MUTANTS]
+    chosen = a.only.split(",") if a.only else names
+    unknown = set(chosen) - set(names)
+    if unknown:
+        print(f"mutants: error: unknown mutant(s) {', '.join(sorted(unknown))} (known: {', '.join(names)})",
+              file=sys.stderr)
+        return 2
+    build_dir, out_root = Path(a.build_dir), Path(a.out) / "mutants"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, what, kind in MUTANTS:
+        if name not in chosen:
+            continue
+        log = build_dir / f"mutant-{name}.log"
+        log.write_text("")
+        t0 = time.monotonic()
+        print(f"[{name}] building", file=sys.stderr, flush=True)
+        build(name, build_dir, log)
+        print(f"[{name}] sim tests", file=sys.stderr, flush=True)
+        sim = sim_tests(build_dir, log)
+        e = "-"
+        if not a.no_e2e:
+            print(f"[{name}] end-to-end run ({a.profile}, {a.duration:g} s)", file=sys.stderr, flush=True)
+            e = e2e(name, build_dir, out_root, a.profile, a.duration, a.base_port, log)
+        rows.append((name, kind, sim, e, verdict(kind, sim, e) if not a.no_e2e else "-"))
+        print(f"[{name}] sim: {sim}; end-to-end: {e} ({time.monotonic() - t0:.0f} s; log {log})", file=sys.stderr,
+              flush=True)
+    head = ("mutant", "breaks", "sim tests (C++)", f"end-to-end checker ({a.profile} run)", "verdict")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+    for name, what, _ in MUTANTS:
+        if name in chosen:
+            print(f"  {name}: {what}")
+    return 0 if all(r[4] in ("ok", "-") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+#include "core/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "workload/store.h"
+
+namespace txn {
+
+ShardExecutor::ShardExecutor(const Workload& w, uint32_t shard) : w_(w), shard_(shard), store_(w.load(shard)) {}
+
+void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred) {
+  history_.push_back(ExecEvent{txn_id, p.id(), deferred});
+  w_.execute(*store_, p, in, out);
+}
+
+namespace {
+// "3", "0-4", "0-2,7": ascending piece ids with runs collapsed.
+void write_ids(std::ostream& o, const std::vector<uint32_t>& ids) {
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (i) o << ',';
+    o << ids[i];
+    if (j > i) o << '-' << ids[j];
+    i = j + 1;
+  }
+}
+}  // namespace
+
+// One line per run of consecutive events of one transaction with one deferred
+// flag: "<txn id> <piece ids>" plus " d" when deferred. Piece ids keep their
+// execution order; only ascending runs are collapsed.
+size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) const {
+  o << "# txn-history v1 node=" << node << " shard=" << shard_ << "\n";
+  size_t lines = 0;
+  std::vector<uint32_t> ids;
+  for (size_t i = 0; i < history_.size();) {
+    const ExecEvent& first = history_[i];
+    ids.clear();
+    size_t j = i;
+    for (; j < history_.size() && history_[j].txn == first.txn && history_[j].deferred == first.deferred; ++j)
+      ids.push_back(history_[j].piece);
+    o << first.txn << ' ';
+    // Collapse only where the ids really ascend, so the order stays readable back.
+    bool ascending = std::is_sorted(ids.begin(), ids.end()) &&
+                     std::adjacent_find(ids.begin(), ids.end()) == ids.end();
+    if (ascending) {
+      write_ids(o, ids);
+    } else {
+      for (size_t k = 0; k < ids.size(); ++k) o << (k ? "," : "") << ids[k];
+    }
+    if (first.deferred) o << " d";
+    o << '\n';
+    ++lines;
+    i = j;
+  }
+  o << "# end events=" << history_.size() << " lines=" << lines << "\n";
+  return lines;
+}
+
+std::string outputs_digest(const Vars& outputs) {
+  std::vector<const std::string*> names;
+  names.reserve(outputs.size());
+  for (const auto& [k, _] : outputs) names.push_back(&k);
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  wl::Fnv f;
+  for (const std::string* k : names) {
+    const Value& v = outputs.at(*k);
+    f.s(*k);
+    f.i(static_cast<int64_t>(v.v_case()));
+    switch (v.v_case()) {
+      case Value::kI: f.i(v.i()); break;
+      case Value::kD: {
+        int64_t bits;
+        double x = v.d();
+        std::memcpy(&bits, &x, sizeof bits);
+        f.i(bits);
+        break;
+      }
+      case Value::kS: f.s(v.s()); break;
+      default: break;
+    }
+  }
+  return f.hex();
+}
+
+Vars execute_serially(const Workload& w, std::vector<std::unique_ptr<ShardStore>>& stores,
+                      const TxnRequest& t, std::vector<std::string>* errors) {
+  Vars vars;
+  std::set<uint32_t> done;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const auto& p : t.pieces()) {
+      if (done.count(p.id())) continue;
+      Vars in = p.args();
+      bool ready = true;
+      for (const auto& v : p.inputs()) {
+        auto it = vars.find(v);
+        if (it == vars.end()) {
+          ready = false;
+          break;
+        }
+        in[v] = it->second;
+      }
+      if (!ready) continue;
+      done.insert(p.id());
+      progress = true;
+      if (p.shard() >= stores.size()) {
+        errors->push_back("piece " + std::to_string(p.id()) + ": shard " + std::to_string(p.shard()) +
+                          " out of range");
+        continue;
+      }
+      Vars out;
+      try {
+        w.execute(*stores[p.shard()], p, in, &out);
+      } catch (const BadMessage& e) {
+        errors->push_back("piece " + std::to_string(p.id()) + ": " + e.what());
+      }
+      for (auto& [k, v] : out) vars[k] = v;
+    }
+  }
+  if (done.size() != static_cast<size_t>(t.pieces_size()))
+    errors->push_back("txn " + std::to_string(t.txn_id()) + ": inputs of " +
+                      std::to_string(t.pieces_size() - done.size()) + " piece(s) never became known");
+  return vars;
+}
+
+}  // namespace txn

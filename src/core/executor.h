@@ -1,0 +1,60 @@
+// The one place where every protocol's replica executes pieces: a
+// ShardExecutor owns the shard's store and records, piece by piece, the order
+// in which this replica executed them (its execution history). The server
+// writes the history beside its state dump; the checker (docs/checker.md)
+// compares histories across replicas, builds the conflict graph from them and
+// replays them. Recording is one small append per executed piece.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "workload.h"
+
+namespace txn {
+
+struct ExecEvent {
+  uint64_t txn = 0;
+  uint32_t piece = 0;
+  // Run after its transaction's place in the order (a piece that commutes with
+  // every other piece, executed when its inputs arrived).
+  bool deferred = false;
+};
+
+class ShardExecutor {
+ public:
+  ShardExecutor(const Workload& w, uint32_t shard);
+  // Execute one piece of transaction `txn_id` and record it. A piece the
+  // workload rejects (BadMessage, rethrown) is recorded too: the rejection is
+  // deterministic and a replay rejects it the same way.
+  void execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred = false);
+  const ShardStore& store() const { return *store_; }
+  uint32_t shard() const { return shard_; }
+  const std::vector<ExecEvent>& history() const { return history_; }
+  // The history file (format in docs/checker.md); returns the number of lines
+  // written between the header and the trailer.
+  size_t write_history(std::ostream& o, const std::string& node) const;
+
+ private:
+  const Workload& w_;
+  uint32_t shard_;
+  std::unique_ptr<ShardStore> store_;
+  std::vector<ExecEvent> history_;
+};
+
+// Digest of a transaction's outputs as its client receives them: every
+// variable its pieces produced, sorted by name, with type and value. The
+// client writes it per committed transaction; the replay computes it.
+std::string outputs_digest(const Vars& outputs);
+
+// Reference serial execution of one transaction on `stores` (indexed by global
+// shard id): each piece as soon as its inputs are known. Returns the variables
+// the pieces produced. A piece the workload rejects is skipped (as a replica
+// skips it) and its message appended to *errors; a piece whose inputs never
+// become known is reported there too.
+Vars execute_serially(const Workload& w, std::vector<std::unique_ptr<ShardStore>>& stores,
+                      const TxnRequest& t, std::vector<std::string>* errors);
+
+}  // namespace txn

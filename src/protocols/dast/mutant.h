@@ -1,0 +1,45 @@
+// Deliberately broken variants of DAST for `make mutants` (tests/mutants/README.md).
+// A mutant build compiles the DAST sources with -DDAST_MUTANT_<NAME> (CMake
+// option DAST_MUTANT=<name>, in its own build directory). A normal build
+// defines none: every flag below is false and its branch compiles away.
+#pragma once
+
+namespace txn::dast::mutant {
+
+#ifdef DAST_MUTANT_NO_STRETCH
+constexpr bool kNoStretch = true;           // fresh() never clamps below a pending CRT
+#else
+constexpr bool kNoStretch = false;
+#endif
+
+#ifdef DAST_MUTANT_WATERMARK_LOCAL
+constexpr bool kWatermarkLocal = true;      // execute once the own clock is past, ignoring the other handlers
+#else
+constexpr bool kWatermarkLocal = false;
+#endif
+
+#ifdef DAST_MUTANT_ONE_ACK
+constexpr bool kOneAck = true;              // an IRT commits on one stored copy per shard
+#else
+constexpr bool kOneAck = false;
+#endif
+
+#ifdef DAST_MUTANT_CRT_AT_PROPOSAL
+constexpr bool kCrtAtProposal = true;       // a replica executes a CRT at its own proposal, not at the decision
+#else
+constexpr bool kCrtAtProposal = false;
+#endif
+
+#ifdef DAST_MUTANT_NO_COUNTER_PROPOSAL
+constexpr bool kNoCounterProposal = true;   // a T_r at or below the replica's clock is accepted as it is
+#else
+constexpr bool kNoCounterProposal = false;
+#endif
+
+#ifdef DAST_MUTANT_DECIDE_ON_MAJORITY
+constexpr bool kDecideOnMajority = true;    // the coordinator decides on 2 of 3 proposals per shard (the artifact's way)
+#else
+constexpr bool kDecideOnMajority = false;
+#endif
+
+}  // namespace txn::dast::mutant

@@ -1,0 +1,256 @@
+"""The checker's order checks on a real local run (real txn-server/txn-client/txn-replay), copied and modified:
+planted faults must be caught with their reason printed. Plus unit tests of the graph and file readers."""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import checker, deploy, histories
+from testbed.local import LocalBackend
+
+from conftest import REPO
+
+BUILD = Path(os.environ.get("TXN_BUILD_DIR", REPO / "build"))
+BINARIES = [BUILD / b for b in ("txn-server", "txn-client", "txn-replay")]
+needs_build = pytest.mark.skipif(not all(os.access(b, os.X_OK) for b in BINARIES),
+                                 reason="build/txn-server, txn-client or txn-replay not built (run `make build`)")
+
+
+# ---- unit tests: no run needed ------------------------------------------------------------------------------
+
+def test_shortest_cycle_is_found_among_longer_ones():
+    # 1 -> 2 -> 3 -> 4 -> 1 (length 4) and 2 -> 5 -> 2 (length 2), plus an acyclic tail 4 -> 6
+    adj = {1: {2: (0, "a")}, 2: {3: (0, "b"), 5: (1, "c")}, 3: {4: (0, "d")}, 4: {1: (1, "e"), 6: (0, "f")},
+           5: {2: (1, "g")}}
+    comps = histories.strongly_connected(adj)
+    assert len(comps) == 1 and sorted(comps[0]) == [1, 2, 3, 4, 5]
+    cyc = histories.shortest_cycle(adj, comps[0])
+    assert sorted(cyc) == [2, 5]
+    assert histories.strongly_connected({1: {2: (0, "a")}, 2: {3: (0, "a")}}) == []
+
+
+def test_conflict_graph_orders_only_conflicting_pieces_and_skips_commutative_ones():
+    P = histories.Piece
+    txns = {
+        1: histories.Txn(1, "c", True, "", {0: P(0, ("x",), ("x",))}, frozenset()),
+        2: histories.Txn(2, "c", True, "", {0: P(0, ("y",), ())}, frozenset()),        # no conflict with 1
+        3: histories.Txn(3, "c", True, "", {0: P(0, ("x",), ())}, frozenset()),        # reads what 1 wrote
+        4: histories.Txn(4, "c", True, "", {0: P(0, (), ("x",)), 1: P(0, (), ("h",))}, frozenset({1})),
+        5: histories.Txn(5, "c", True, "", {0: P(0, (), ("h",))}, frozenset({0})),     # commutes
+    }
+    data = histories.RunData(txns=txns, replicas={0: ["r0", "r1"]},
+                             histories={n: [(1, 0, False), (2, 0, False), (5, 0, False), (3, 0, False),
+                                            (4, 0, False), (4, 1, True)] for n in ("r0", "r1")})
+    adj, pre = histories.conflict_graph(data)
+    assert pre == []
+    edges = {(u, v) for u, vs in adj.items() for v in vs}
+    assert edges == {(1, 3), (1, 4), (3, 4)}
+    assert adj[3][4] == (0, "x")
+    assert [t.id for t in histories.topological_order(data, adj)] == [1, 2, 3, 4, 5]
+    # a replica that ran 3 before 1 contributes the reverse edge: a 2-cycle through shard 0
+    data.histories["r1"] = [(3, 0, False), (1, 0, False), (2, 0, False), (5, 0, False), (4, 0, False),
+                            (4, 1, True)]
+    data._ordered.clear()
+    adj, _ = histories.conflict_graph(data)
+    v, comps = histories.check_serializability(data, adj, [])
+    assert comps and "shortest cycle (2 transactions)" in v[0] and "txn 1 " in v[0] and "txn 3 " in v[0]
+    # deferring a piece that does not commute is reported
+    data.histories["r0"] = [(1, 0, True)]
+    assert "does not commute" in histories.conflict_graph(data)[1][0]
+
+
+def test_atomicity_sees_missing_duplicated_and_forbidden_executions():
+    P = histories.Piece
+    t1 = histories.Txn(1, "c0", True, "", {0: P(0, (), ("a",)), 1: P(1, (), ("b",))}, frozenset(), failed=(9,),
+                       type_name="payment")
+    t2 = histories.Txn(2, "c0", False, "", {0: P(0, (), ("a",))}, frozenset(), type_name="new_order")
+    data = histories.RunData(txns={1: t1, 2: t2}, failed_ids={9: t1}, replicas={0: ["a0", "a1"], 1: ["b0", "b1"]},
+                             histories={"a0": [(1, 0, False)], "a1": [(1, 0, False), (1, 0, False)],
+                                        "b0": [(1, 1, False), (2, 0, False), (9, 0, False), (5, 0, False)],
+                                        "b1": []})
+    v = histories.check_atomicity(data)
+    assert "txn 1 (payment, c0) at a1 (shard 0): pieces [0] executed more than once" in v
+    assert "txn 1 (payment, c0) at b1 (shard 1): pieces [1] never executed" in v
+    assert "txn 2 (new_order, c0) was given up but executed at b0" in v
+    assert "txn 9 (a failed attempt of txn 1 (payment, c0)) did not commit but executed at b0" in v
+    assert "txn 5 (in no client's log) executed at b0" in v
+    assert len(v) == 5
+    data.histories.update(a1=[(1, 0, False)], b0=[(1, 1, False)], b1=[(1, 1, False)])
+    assert histories.check_atomicity(data) == []
+
+
+def test_history_reader_detects_truncation_and_bad_lines(tmp_path):
+    f = tmp_path / "h.txt"
+    f.write_text("# txn-history v1 node=x shard=0\n5 0-2\n6 1 d\n# end events=4 lines=2\n")
+    assert histories.read_history(f, 4) == [(5, 0, False), (5, 1, False), (5, 2, False), (6, 1, True)]
+    f.write_text("# txn-history v1 node=x shard=0\n5 0-2\n")
+    with pytest.raises(histories.Unreadable, match="truncated"):
+        histories.read_history(f, 3)
+    f.write_text("# txn-history v1 node=x shard=0\n5 0-2\n# end events=3 lines=1\n")
+    with pytest.raises(histories.Unreadable, match="state dump 4"):
+        histories.read_history(f, 4)
+    f.write_text("# txn-history v1 node=x shard=0\n5 zero\n# end events=1 lines=1\n")
+    with pytest.raises(histories.Unreadable, match="bad piece ids"):
+        histories.read_history(f, 1)
+
+
+# ---- a real run, copied and modified -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """A short 2 x 2 TPC-C run with districts drawn per transaction (district conflicts at any load)."""
+    if not all(os.access(b, os.X_OK) for b in BINARIES):
+        pytest.skip("binaries not built")
+    d = deploy.build_deployment(regions=2, shards=2, concurrency=3, duration=6, warmup=1, cooldown=1,
+                                district="uniform", base_port=25500)
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "hist", out_root=tmp_path_factory.mktemp("runs"))
+    return res
+
+
+def copy_run(real_run, tmp_path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(real_run.run_dir, dst)
+    (dst / "check.json").unlink()
+    return dst
+
+
+def run_cli(run):
+    env = {**os.environ, "EDGE_TXN_REPLAY": str(BUILD / "txn-replay")}
+    return subprocess.run([sys.executable, "-m", "testbed.checker", str(run)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def history_lines(run, node):
+    lines = (run / "servers" / f"{node}.history.txt").read_text().splitlines()
+    return lines[0], lines[1:-1]
+
+
+def write_history(run, node, header, body):
+    """Rewrite a replica's history consistently (trailer and the dump's count): a replica that really did this."""
+    events = sum(len(histories._ids(x.split()[1], "")) for x in body)
+    (run / "servers" / f"{node}.history.txt").write_text(
+        "\n".join([header, *body, f"# end events={events} lines={len(body)}"]) + "\n")
+    dump_file = run / "servers" / f"{node}.state.json"
+    dump = json.loads(dump_file.read_text())
+    dump["execution_history"].update(events=events, lines=len(body))
+    dump_file.write_text(json.dumps(dump))
+
+
+def load(run):
+    replicas = [d for d in checker.load_dumps(run) if d.get("kind") == "replica"]
+    return histories.load_run(run, replicas)
+
+
+@needs_build
+@pytest.mark.slow
+def test_normal_run_passes_every_check_with_district_conflicts(real_run):
+    res = real_run.check
+    assert res["verdict"] == "CONSISTENT", res["violations"][:5]
+    assert {k: c["verdict"] for k, c in res["checks"].items()} == {k: "pass" for k in checker.CHECKS}
+    data = load(real_run.run_dir)
+    adj, _ = histories.conflict_graph(data)
+    keys = {k for vs in adj.values() for (_, k) in vs.values()}
+    assert any(k.startswith("district:") for k in keys), "no district conflict in the run"
+    assert len(data.txns) > 200 and all(t.committed for t in data.txns.values())
+    assert res["elapsed_s"] < 30
+
+
+def _conflicting_neighbours(data, header, body):
+    """Index i such that history lines i and i+1 hold different transactions whose pieces conflict."""
+    def piece_keys(line):
+        f = line.split()
+        t = data.txns.get(int(f[0]))
+        if t is None or len(f) == 3:
+            return None
+        ps = [t.pieces[p] for p in histories._ids(f[1], "") if p not in t.commutative]
+        return int(f[0]), {k for p in ps for k in p.reads}, {k for p in ps for k in p.writes}
+    for i in range(len(body) - 1):
+        a, b = piece_keys(body[i]), piece_keys(body[i + 1])
+        if a and b and a[0] != b[0] and (a[2] & (b[1] | b[2]) or b[2] & (a[1] | a[2])):
+            return i, a[0], b[0]
+    raise AssertionError("no two adjacent conflicting transactions in the history")
+
+
+@needs_build
+@pytest.mark.slow
+def test_swapped_conflicting_pair_in_one_replica_is_caught(real_run, tmp_path):
+    run = copy_run(real_run, tmp_path)
+    node = "s0.1.2"
+    header, body = history_lines(run, node)
+    i, t1, t2 = _conflicting_neighbours(load(run), header, body)
+    body[i], body[i + 1] = body[i + 1], body[i]
+    write_history(run, node, header, body)
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = p.stdout
+    assert f"[order] shard 1: {node} executed a different order than s0.1.0" in out, out
+    cycle = next(x for x in out.splitlines() if x.startswith("[serializability]"))
+    assert "shortest cycle (2 transactions)" in cycle and f"txn {t1} " in cycle and f"txn {t2} " in cycle, cycle
+    assert "shard 1" in cycle
+    res = json.loads((run / "check.json").read_text())
+    assert res["checks"]["order"]["verdict"] == "fail" and res["checks"]["serializability"]["verdict"] == "fail"
+    assert res["checks"]["replay"]["verdict"] == "skipped" and "cycle" in res["checks"]["replay"]["reason"]
+
+
+@needs_build
+@pytest.mark.slow
+def test_transaction_missing_at_one_shard_is_caught(real_run, tmp_path):
+    run = copy_run(real_run, tmp_path)
+    node = "s1.0.1"
+    header, body = history_lines(run, node)
+    data = load(run)
+    k = next(i for i, x in enumerate(body)
+             if len(x.split()) == 2 and data.txns.get(int(x.split()[0])) and len(data.txns[int(x.split()[0])].shards()) > 1)
+    txn = int(body[k].split()[0])
+    body = [x for x in body if int(x.split()[0]) != txn]
+    write_history(run, node, header, body)
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[atomicity]"))
+    assert f"txn {txn} " in line and f"at {node} (shard 2)" in line and "never executed" in line, line
+    res = json.loads((run / "check.json").read_text())
+    assert res["checks"]["atomicity"]["verdict"] == "fail" and res["checks"]["order"]["verdict"] == "fail"
+
+
+@needs_build
+@pytest.mark.slow
+def test_wrong_output_in_a_client_record_is_caught(real_run, tmp_path):
+    run = copy_run(real_run, tmp_path)
+    f = run / "clients" / "c1.1.0.records.csv"
+    rows = list(csv.DictReader(f.open()))
+    row = next(r for r in rows if r["status"] == "committed" and r["type_name"] == "new_order")
+    row["outputs"] = "0123456789abcdef"
+    with f.open("w", newline="") as out:
+        w = csv.DictWriter(out, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[replay]"))
+    assert f"txn {row['txn_id']} (new_order, c1.1.0)" in line and "0123456789abcdef" in line, line
+    res = json.loads((run / "check.json").read_text())
+    assert [k for k, c in res["checks"].items() if c["verdict"] == "fail"] == ["replay"]
+
+
+@needs_build
+@pytest.mark.slow
+def test_run_health_and_truncation(real_run, tmp_path):
+    run = copy_run(real_run, tmp_path)
+    dump_file = run / "servers" / "m1.state.json"
+    dump = json.loads(dump_file.read_text())
+    dump["process"].update(dropped_messages=3, drain_timed_out=True)
+    dump_file.write_text(json.dumps(dump))
+    p = run_cli(run)
+    assert p.returncode == 1
+    assert "[run] m1: dropped 3 message(s) to servers" in p.stdout
+    assert "[run] m1: still busy when its 10 s drain ran out" in p.stdout
+    # a history cut short: nothing can be concluded
+    h = run / "servers" / "s0.0.0.history.txt"
+    h.write_text("\n".join(h.read_text().splitlines()[:-3]) + "\n")
+    p = run_cli(run)
+    assert p.returncode == 2 and "s0.0.0.history.txt: truncated" in p.stderr and "UNREADABLE" in p.stdout
