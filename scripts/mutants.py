@@ -78,19 +78,17 @@ def e2e_deployment(profile: str, duration: float, base_port: int) -> dict:
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
                  base_port=base_port, name="mutants")
     if profile == "stress":
-        knobs.update(concurrency=4, jitter=10)
-    d = deploy.build_deployment(**knobs)
-    if profile == "stress":
-        d["dast"]["anticipation_margin_ms"] = -300
-    return d
+        knobs.update(concurrency=4, jitter=10, protocol_options={"anticipation_margin_ms": -300})
+    return deploy.build_deployment(mode="dast", **knobs)
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
         log: Path) -> str:
-    from testbed.local import LocalBackend, RunError
+    from testbed.local import LocalRunner
+    from testbed.runtypes import RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     try:
-        res = LocalBackend(build_dir=build_dir, progress=False).run(e2e_deployment(profile, duration, base_port),
+        res = LocalRunner(build_dir=build_dir, progress=False).run(e2e_deployment(profile, duration, base_port),
                                                                    f"mutant-{name}-{profile}", out_root=out_root)
     except RunError as e:
         with open(log, "a") as f:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testbed import checker, deploy, histories
-from testbed.local import LocalBackend
+from testbed.local import LocalRunner
 
 from conftest import REPO
 
@@ -108,7 +108,7 @@ def real_run(tmp_path_factory):
         pytest.skip("binaries not built")
     d = deploy.build_deployment(regions=2, shards=2, concurrency=3, duration=6, warmup=1, cooldown=1,
                                 district="uniform", base_port=25500)
-    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "hist", out_root=tmp_path_factory.mktemp("runs"))
+    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "hist", out_root=tmp_path_factory.mktemp("runs"))
     return res
 
 
