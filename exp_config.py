@@ -9,6 +9,9 @@ REGIONS = 3                 # R regions deployed (1..64); every experiment but e
 SHARDS_PER_REGION = 2       # N shards per region (1..239); one container per shard
 REPLICAS = 3                # replicas per shard, inside the shard's container (only 3 is supported)
 SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original artifact's sizes), 0.0001..10
+TPCC_DISTRICT = 'fixed'     # TPC-C district of a transaction: 'fixed' per coordinator (the artifact's way: with few
+                            # coordinators per shard no two concurrent New-Orders share a district) or 'uniform' per
+                            # transaction (TPC-C 2.4.1.2: district conflicts at any load)
 
 # ---------------------------------------------------------------- emulated network
 INTRA_RTT_MS = 5            # round trip between two containers of one region (and inside one container), ms

@@ -35,6 +35,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--workload", default=d["workload"], help="tpcc|tpca")
     ap.add_argument("--scale", type=float, default=d["scale"], help="table sizes x scale")
     ap.add_argument("--zipf", type=float, default=d["zipf"], help="tpca zipf coefficient in [0,1]")
+    ap.add_argument("--district", default=d["district"], choices=deploylib.DISTRICTS,
+                    help="tpcc: the district of a transaction, fixed per coordinator (the artifact's way) or uniform "
+                         "per transaction (TPC-C 2.4.1.2: concurrent New-Orders conflict at any load)")
     ap.add_argument("--payment-crt-rate", type=int, default=d["payment_crt_rate"],
                     help="-1 natural, 0..100 %% of Payments forced cross-region")
     ap.add_argument("--jitter", type=float, default=d["jitter"], help="one-way delay jitter std-dev, ms")
