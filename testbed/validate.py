@@ -106,17 +106,19 @@ def write_manifest(run_dir) -> dict:
 
 
 def _csv_problems(path: Path, rel: str) -> tuple[int | None, list[str]]:
-    """(data rows, problems) of a records CSV, streamed: header, fields per line, last line whole. rows is None
-    when the header is wrong or the file empty."""
-    header = ",".join(COLUMNS).encode()
-    commas = len(COLUMNS) - 1
+    """(data rows, problems) of a records CSV, streamed: header (the required columns first, further ones such as
+    the outputs digest after them), fields per line as in the header, last line whole. rows is None when the
+    header is wrong or the file empty."""
+    required = ",".join(COLUMNS).encode()
     probs = []
     with open(path, "rb") as f:
         first = f.readline()
         if not first:
             return None, [f"{rel}: empty"]
-        if first.rstrip(b"\r\n") != header:
-            return None, [f"{rel}: header is not {header.decode()}"]
+        header = first.rstrip(b"\r\n")
+        if header != required and not header.startswith(required + b","):
+            return None, [f"{rel}: header does not start with {required.decode()}"]
+        commas = header.count(b",")
         rows, carry = 0, b""
         while chunk := f.read(_CHUNK):
             data = carry + chunk

@@ -24,6 +24,7 @@ def test_dast_tpcc_3x2_low_load(tmp_path):
     irt, crt = res.summary["classes"]["IRT"], res.summary["classes"]["CRT"]
     assert irt["committed"] > 0 and crt["committed"] > 0, res.summary
     assert res.check["verdict"] == "CONSISTENT", res.check
+    assert res.ok and res.reason == "", res.reason          # the lifecycle's verdict, files validated included
     assert irt["p50_ms"] < 100, f"IRT median {irt['p50_ms']} ms is not below one cross-region RTT"
     assert procs_mentioning(str(res.run_dir)) == []
 
@@ -45,6 +46,7 @@ def test_dast_tpca_zipf_runs_consistent(tmp_path):
     res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-tpca", out_root=tmp_path)
     assert res.summary["classes"]["IRT"]["committed"] > 0 and res.summary["classes"]["CRT"]["committed"] > 0
     assert res.check["verdict"] == "CONSISTENT", res.check
+    assert res.ok, res.reason
 
 
 def _run_server(cfg, name, tmp_path, binary=SERVER, timeout=30):

@@ -163,8 +163,13 @@ def test_without_manifest_the_csvs_are_still_parsed(run):
     csv.write_text("".join(lines))
     assert "clients/c0.0.0.records.csv: line 124 has 5 fields, not 8" in validate.validate_run(run)
     csv.write_text("id,kind\n1,2\n")
-    assert ("clients/c0.0.0.records.csv: header is not txn_id,type,type_name,class,start_us,latency_us,attempts,"
-            "status") in validate.validate_run(run)
+    assert ("clients/c0.0.0.records.csv: header does not start with txn_id,type,type_name,class,start_us,latency_us,"
+            "attempts,status") in validate.validate_run(run)
+    # further columns (the engine's outputs digest) are fine, and then every line has as many fields
+    csv.write_text(",".join(["txn_id", "type", "type_name", "class", "start_us", "latency_us", "attempts", "status",
+                             "outputs"]) + "\n" + "".join(x if i == 122 else x.rstrip("\n") + ",9f3a\n"
+                                                          for i, x in enumerate(lines[1:])))
+    assert "clients/c0.0.0.records.csv: line 124 has 5 fields, not 9" in validate.validate_run(run)
 
 
 def test_client_without_records_and_a_stray_csv(run):
