@@ -54,8 +54,7 @@ def clean(tmp_path):
     yield dict(state_dir=tmp_path / "state", containers_yml=tmp_path / "containers.yml")
     for c in labelled():
         c.remove(force=True)
-    for n in DOCKER.networks.list(names=[NETWORK]):
-        n.remove()
+    assert swarm._remove_network(DOCKER, NETWORK, DEPLOYMENT) is None   # waits until it has left this node
     if before != "active" and swarm_state() == "active":
         DOCKER.swarm.leave(force=True)
 
@@ -120,7 +119,8 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
         assert json.loads((run / "check.json").read_text())["verdict"] == "CONSISTENT"
         meta = json.loads((run / "meta.json").read_text())
         assert meta["backend"] == "swarm" and meta["shaping"] == state["mechanism"]
-        assert len(list((run / "servers").glob("*.state.json"))) == 18
+        assert len(list((run / "servers").glob("s*.state.json"))) == 18           # replicas
+        assert len(list((run / "servers").glob("m*.state.json"))) == 3            # region managers (run health)
         assert len(list((run / "clients").glob("*.records.csv"))) == 6
         assert (run / "logs" / "s0.0.0.log").is_file()
         # nothing of the run is left running in the containers
