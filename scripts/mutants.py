@@ -2,7 +2,8 @@
 """`make mutants`: build deliberately broken DAST variants and show which tests catch each (tests/mutants/README.md).
 
 For every mutant (src/protocols/dast/mutant.h), in build-mutants/ (reconfigured per mutant: only the DAST sources
-recompile): the C++ DAST suites (unit_tests, DastSim.* and Executor.Dast*), then a short local run checked by the
+recompile): the C++ simulator suites (unit_tests: DastSim.*, Executor.Dast* and the protocol-neutral suite on DAST,
+Registered/ProtocolSim.*/dast, all with the history checker), then a short local run checked by the
 end-to-end checker. The first row, `none`, is the unbroken protocol under the same runs: it must pass both.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ MUTANTS = [
     ("no_counter_proposal", "a T_r at or below the replica's clock is accepted as it is", "safety"),
     ("decide_on_majority", "the coordinator decides on 2 of 3 proposals per shard", "safety"),
 ]
-SIM_FILTER = "DastSim.*:Executor.Dast*"
+SIM_FILTER = "DastSim.*:Executor.Dast*:Registered/ProtocolSim.*/dast"
 
 
 def sh(cmd, log: Path, timeout: float) -> int:
@@ -66,7 +67,8 @@ def sim_tests(build_dir: Path, log: Path) -> str:
     failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+?)(?: \(|,|$)", text, re.M)))
     if rc == 0 and not failed:
         return "passed"
-    names = ", ".join(x.removeprefix("DastSim.") for x in failed[:2]) + (", ..." if len(failed) > 2 else "")
+    short = [x.removeprefix("DastSim.").removeprefix("Registered/") for x in failed[:2]]
+    names = ", ".join(short) + (", ..." if len(failed) > 2 else "")
     return f"CAUGHT {len(failed)}: {names}" if failed else f"CAUGHT (exit {rc})"
 
 

@@ -13,6 +13,7 @@
 
 #include "client/client_node.h"
 #include "core/protocol.h"
+#include "history_check.h"
 #include "sim/sim.h"
 
 namespace txn::test {
@@ -35,6 +36,11 @@ struct SimCluster {
   std::unique_ptr<sim::Network> net;
   std::vector<ReplicaNode*> replicas;  // in node id order
   std::vector<ClientNode*> clients;
+  std::vector<NodeId> client_ids;  // of clients[i]
+  // What each client's txn sink received (SimCluster installs it on every
+  // client it builds), in the order of the client's records(): the history
+  // checker's transactions.
+  std::map<NodeId, std::vector<TxnLogEntry>> txn_logs;
 
   // with_clients=false leaves client ids free for ProbeClients.
   SimCluster(Deployment dep, sim::Options o, bool with_clients)
@@ -51,7 +57,10 @@ struct SimCluster {
         net->add(n.id, spec.role(n.role)->make(d, n.id));
       } else if (with_clients) {
         auto c = std::make_unique<ClientNode>(d, n.id, *w, spec.make_client_driver(d, n.id));
+        std::vector<TxnLogEntry>* log = &txn_logs[n.id];
+        c->set_txn_sink([log](const TxnLogEntry& e) { log->push_back(e); });
         clients.push_back(c.get());
+        client_ids.push_back(n.id);
         net->add(n.id, std::move(c));
       }
     }
@@ -84,17 +93,56 @@ inline Deployment small_deployment(const std::string& mode, const std::string& w
   return d;
 }
 
+// The history checker's inputs from a finished cluster: every replica's
+// execution history and digest (replica 0 of each shard first), and every
+// transaction the clients finished, each committed one with the outputs digest
+// its client recorded. The transactions point into c.txn_logs.
+inline RunHistory history_of(const SimCluster& c) {
+  RunHistory h;
+  for (uint32_t s = 0; s < c.d.n_shards(); ++s)
+    for (uint32_t r = 0; r < c.d.replicas; ++r) {
+      const ReplicaNode* rep = c.replica(s, r);
+      h.replicas.push_back({c.d.node(c.d.replica_id(s, r)).name, s, rep->executor().history(), rep->store().digest()});
+    }
+  for (size_t k = 0; k < c.clients.size(); ++k) {
+    const std::string& name = c.d.node(c.client_ids[k]).name;
+    const auto& log = c.txn_logs.at(c.client_ids[k]);
+    const auto& recs = c.clients[k]->records();
+    if (log.size() != recs.size()) {
+      h.input_problems.push_back(name + ": " + std::to_string(recs.size()) + " records but its txn sink received " +
+                                 std::to_string(log.size()) + " transactions");
+      continue;
+    }
+    for (size_t i = 0; i < log.size(); ++i) {
+      if (log[i].txn().txn_id() != recs[i].txn_id || log[i].committed() != recs[i].committed) {
+        h.input_problems.push_back(name + ": record " + std::to_string(i) + " is txn " +
+                                   std::to_string(recs[i].txn_id) + ", its txn sink received txn " +
+                                   std::to_string(log[i].txn().txn_id()) + " there");
+        continue;
+      }
+      h.txns.push_back({name, &log[i], recs[i].outputs});
+    }
+  }
+  return h;
+}
+
+// Runs the history checker (history_check.h) on a finished cluster and adds a
+// gtest failure per violation.
+inline void check_history(const SimCluster& c) {
+  report_history_failures(check_histories(*c.w, c.d.n_shards(), history_of(c)), c.d.mode);
+}
+
 // ===== HISTORY CHECKER HOOK =============================================
-// Checks that run after every run_and_check(): the protocol-neutral history
-// checker plugs in here (add one with post_run_checks().push_back, e.g. from
-// a static initializer in its test file). A check sees the finished cluster:
-// every replica node (c.replicas, c.replica(shard, r)), the role nodes
-// (c.net->node(id)), the clients' records (c.clients) and the deployment, and
-// reports with gtest assertions. A protocol-specific check returns early for
-// other modes (c.d.mode).
+// Checks that run after every run_and_check(). The protocol-neutral history
+// checker (check_history) is registered here; more can be added with
+// post_run_checks().push_back. A check sees the finished cluster: every
+// replica node (c.replicas, c.replica(shard, r)), the role nodes
+// (c.net->node(id)), the clients' records (c.clients) and transactions
+// (c.txn_logs) and the deployment, and reports with gtest assertions. A
+// protocol-specific check returns early for other modes (c.d.mode).
 using PostRunCheck = std::function<void(const SimCluster&)>;
 inline std::vector<PostRunCheck>& post_run_checks() {
-  static std::vector<PostRunCheck> checks;
+  static std::vector<PostRunCheck> checks{check_history};
   return checks;
 }
 
@@ -115,7 +163,8 @@ inline RunCounts count_records(const SimCluster& c) {
 // Runs a cluster built with clients to the end and checks what every protocol
 // owes: every client finishes with every transaction committed, no node is
 // left with unfinished work, the replicas of each shard end identical, no
-// message was rejected or lost; then the post-run checks.
+// message was rejected or lost; then the post-run checks (the history checker:
+// orders, atomicity, serializability, serial replay).
 inline void run_and_check(SimCluster& c) {
   c.net->start();
   ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 120'000'000))

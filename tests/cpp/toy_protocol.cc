@@ -14,16 +14,24 @@
 // of all shards are cut from one global order, so the execution is
 // serializable and cannot deadlock: a transaction waits only for values of
 // pieces of its own, which no later transaction can hold up.
-#include <map>
-#include <set>
-#include <unordered_map>
+//
+// The replicas of the shards that touch a transaction report, with Done, the
+// values their pieces produced; the sequencer answers the client with all of
+// them (what the client records as the transaction's outputs).
+#include "toy_protocol.h"
 
-#include "core/protocol.h"
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
 
 namespace txn::toy {
 namespace {
 
 constexpr const char* kSequencer = "sequencer";
+constexpr TimeUs kHoldUs = 20'000;  // Fault::SwapPairsAtShard0: how long an order waits for a partner
 
 NodeId sequencer_of(const Deployment& d) { return d.role_nodes(kSequencer).at(0); }
 
@@ -70,7 +78,12 @@ class Replica : public ReplicaNode {
         if (p.shard() == me_.shard && !done_.count(p.id())) return;  // waits for a value
       if (me_.replica < acks_) {
         Envelope e;
-        e.mutable_toy()->mutable_done()->set_txn_id(t.txn_id());
+        auto* done = e.mutable_toy()->mutable_done();
+        done->set_txn_id(t.txn_id());
+        for (const auto& p : t.pieces())
+          if (p.shard() == me_.shard)
+            for (const auto& v : p.outputs())
+              if (known.count(v)) (*done->mutable_vars())[v] = known.at(v);
         env.send(sequencer_of(d_), std::move(e));
       }
       vars_.erase(t.txn_id());
@@ -118,10 +131,19 @@ class Replica : public ReplicaNode {
 
 class Sequencer : public Node {
  public:
-  Sequencer(const Deployment& d, NodeId) : d_(d), acks_(static_cast<uint32_t>(protocol_options(d).integer("acks"))) {}
+  Sequencer(const Deployment& d, NodeId, Fault fault)
+      : d_(d), acks_(static_cast<uint32_t>(protocol_options(d).integer("acks"))),
+        swap_pairs_(fault == Fault::SwapPairsAtShard0) {}
   void start(Env&) override {}
-  void on_timer(Env&, uint64_t) override {}
+  void on_timer(Env& env, uint64_t id) override {
+    // Fault::SwapPairsAtShard0: no partner came for the held transaction; it goes alone.
+    if (held_ && id == hold_timer_) {
+      order(env, 0, *held_);
+      held_.reset();
+    }
+  }
   bool idle() const override { return waiting_.empty(); }
+  uint64_t swapped() const { return swapped_; }
 
   void on_message(Env& env, const Envelope& msg) override {
     if (msg.has_submit()) {
@@ -132,27 +154,23 @@ class Sequencer : public Node {
         shards.insert(p.shard());
       }
       if (shards.empty()) throw BadMessage("txn " + std::to_string(t.txn_id()) + " has no pieces");
-      if (!waiting_.emplace(t.txn_id(), Waiting{msg.from(), static_cast<uint32_t>(shards.size()) * acks_}).second)
+      if (!waiting_.emplace(t.txn_id(), Waiting{msg.from(), static_cast<uint32_t>(shards.size()) * acks_, {}}).second)
         throw BadMessage("txn " + std::to_string(t.txn_id()) + " submitted twice");
       for (uint32_t s : shards) {
-        const uint64_t seq = ++next_seq_[s];
-        for (NodeId r : d_.replicas_of(s)) {
-          Envelope e;
-          auto* o = e.mutable_toy()->mutable_order();
-          *o->mutable_txn() = t;
-          o->set_seq(seq);
-          env.send(r, std::move(e));
-        }
+        if (swap_pairs_ && s == 0) swap_at_shard_0(env, t);
+        else order(env, s, t);
       }
       return;
     }
     if (!msg.has_toy() || !msg.toy().has_done()) throw BadMessage("toy sequencer expects submissions and Done");
     auto it = waiting_.find(msg.toy().done().txn_id());
     if (it == waiting_.end()) throw BadMessage("Done for unknown txn");
+    for (const auto& [k, v] : msg.toy().done().vars()) it->second.outputs[k] = v;
     if (--it->second.reports > 0) return;
     Envelope e;
     e.mutable_reply()->set_txn_id(it->first);
     e.mutable_reply()->set_committed(true);
+    *e.mutable_reply()->mutable_outputs() = it->second.outputs;
     env.send(it->second.client, std::move(e));
     waiting_.erase(it);
   }
@@ -161,11 +179,84 @@ class Sequencer : public Node {
   struct Waiting {
     NodeId client;
     uint32_t reports;  // Done messages still to come
+    Vars outputs;      // what the reported pieces produced
   };
+
+  // Gives `t` the next place in shard `s`'s order.
+  void order(Env& env, uint32_t s, const TxnRequest& t) {
+    const uint64_t seq = ++next_seq_[s];
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      auto* o = e.mutable_toy()->mutable_order();
+      *o->mutable_txn() = t;
+      o->set_seq(seq);
+      env.send(r, std::move(e));
+    }
+  }
+
+  // The broken variant: shard 0's order holds a transaction back until the
+  // next one comes, and puts that one first when the two conflict on shard 0
+  // and on another shard, where they keep the global order (a swap that
+  // matters), and the later one can run at once (it needs no value from
+  // another shard, so the swap cannot deadlock).
+  void swap_at_shard_0(Env& env, const TxnRequest& t) {
+    if (held_ && self_contained(t, 0) && conflict(*held_, t, 0) && conflict_beyond_shard_0(*held_, t)) {
+      order(env, 0, t);
+      order(env, 0, *held_);
+      held_.reset();
+      ++swapped_;
+      return;
+    }
+    if (held_) order(env, 0, *held_);
+    held_ = t;
+    env.set_timer(++hold_timer_, kHoldUs);
+  }
+
+  // A piece of `a` and a piece of `b` on `shard` access a key that one of them writes.
+  static bool conflict(const TxnRequest& a, const TxnRequest& b, uint32_t shard) {
+    auto writes = [](const Piece& p, const std::string& k) {
+      return std::find(p.write_keys().begin(), p.write_keys().end(), k) != p.write_keys().end();
+    };
+    for (const auto& p : a.pieces())
+      for (const auto& q : b.pieces()) {
+        if (p.shard() != shard || q.shard() != shard) continue;
+        for (const auto& k : p.read_keys())
+          if (writes(q, k)) return true;
+        for (const auto& k : p.write_keys())
+          if (writes(q, k) || std::find(q.read_keys().begin(), q.read_keys().end(), k) != q.read_keys().end())
+            return true;
+      }
+    return false;
+  }
+  static bool conflict_beyond_shard_0(const TxnRequest& a, const TxnRequest& b) {
+    std::set<uint32_t> shards;
+    for (const auto& p : a.pieces())
+      if (p.shard() != 0) shards.insert(p.shard());
+    for (uint32_t s : shards)
+      if (conflict(a, b, s)) return true;
+    return false;
+  }
+
+  // Every input of t's pieces on shard `s` comes from its pieces on `s`.
+  static bool self_contained(const TxnRequest& t, uint32_t s) {
+    std::set<std::string> local;
+    for (const auto& p : t.pieces())
+      if (p.shard() == s) local.insert(p.outputs().begin(), p.outputs().end());
+    for (const auto& p : t.pieces())
+      if (p.shard() == s)
+        for (const auto& v : p.inputs())
+          if (!local.count(v)) return false;
+    return true;
+  }
+
   const Deployment& d_;
   const uint32_t acks_;
+  const bool swap_pairs_;
   std::map<uint32_t, uint64_t> next_seq_;  // shard -> last place handed out
   std::unordered_map<uint64_t, Waiting> waiting_;
+  std::optional<TxnRequest> held_;          // Fault::SwapPairsAtShard0: shard 0's transaction held back
+  uint64_t hold_timer_ = 0;                 // the timer that releases it
+  uint64_t swapped_ = 0;                    // pairs swapped
 };
 
 class Driver : public ClientDriver {
@@ -179,21 +270,29 @@ class Driver : public ClientDriver {
   }
   void on_message(Env& env, const Envelope& msg) override {
     if (!msg.has_reply()) throw BadMessage("toy client expects ClientReply");
-    if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed()});
+    if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs()});
   }
 
  private:
   const Deployment& d_;
 };
 
-ProtocolSpec spec() {
+}  // namespace
+
+uint64_t swapped_pairs(const Node& sequencer) {
+  const auto* s = dynamic_cast<const Sequencer*>(&sequencer);
+  if (!s) throw std::logic_error("not a toy sequencer");
+  return s->swapped();
+}
+
+ProtocolSpec spec(const std::string& name, Fault fault) {
   ProtocolSpec p;
-  p.name = "toy";
+  p.name = name;
   p.summary = "one sequencer orders every transaction; each shard executes in that order (a test of the contract)";
   p.min_regions = 1;
   p.roles = {{kSequencer, "q", Placement::Group, 1, "numbers every transaction in each shard's order",
-              [](const Deployment& d, NodeId id) -> std::unique_ptr<Node> {
-                return std::make_unique<Sequencer>(d, id);
+              [fault](const Deployment& d, NodeId id) -> std::unique_ptr<Node> {
+                return std::make_unique<Sequencer>(d, id, fault);
               }}};
   p.options = {OptionSpec::integer("acks", 1, 1, 3,
                                    "replicas of each touched shard that report completion before the client hears back")};
@@ -206,9 +305,10 @@ ProtocolSpec spec() {
   return p;
 }
 
+namespace {
 // Registered before main(), so the parameterized suites, which read the
 // registry when gtest starts, include it.
 const bool registered = (register_protocol(spec()), true);
-
 }  // namespace
+
 }  // namespace txn::toy

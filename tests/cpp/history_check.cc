@@ -1,0 +1,533 @@
+// The history checker of the simulated cluster (history_check.h; the checks
+// are those of docs/checker.md, as testbed/histories.py runs them on real runs).
+#include "history_check.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace txn::test {
+namespace {
+
+using TxnId = uint64_t;
+using Event = std::pair<TxnId, uint32_t>;  // (transaction, piece)
+
+// The violation lines of one check: the first kMaxListed, then how many more.
+class Collector {
+ public:
+  explicit Collector(std::vector<std::string>* out) : out_(out) {}
+  void add(std::string line) {
+    if (out_->size() < HistoryVerdict::kMaxListed) out_->push_back(std::move(line));
+    else ++more_;
+  }
+  void finish() {
+    if (more_) out_->push_back("... and " + std::to_string(more_) + " more");
+    more_ = 0;
+  }
+
+ private:
+  std::vector<std::string>* out_;
+  size_t more_ = 0;
+};
+
+std::string ids(const std::vector<uint32_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// What the checks need to know about one finished transaction.
+struct TxnInfo {
+  const FinishedTxn* f = nullptr;
+  std::unordered_map<uint32_t, const Piece*> pieces;   // piece id -> piece
+  std::unordered_set<uint32_t> commutative;            // piece ids
+  std::map<uint32_t, std::vector<uint32_t>> shards;    // shard -> ascending piece ids on it
+  TxnId id() const { return f->entry->txn().txn_id(); }
+  bool committed() const { return f->entry->committed(); }
+};
+
+// The run, indexed.
+class Run {
+ public:
+  Run(const Workload& w, const RunHistory& r, Collector& inputs) : w_(w), r_(r) {
+    for (const auto& f : r.txns) {
+      TxnInfo t;
+      t.f = &f;
+      for (const auto& p : f.entry->txn().pieces()) {
+        t.pieces[p.id()] = &p;
+        t.shards[p.shard()].push_back(p.id());
+      }
+      for (auto& [_, v] : t.shards) std::sort(v.begin(), v.end());
+      t.commutative.insert(f.entry->commutative().begin(), f.entry->commutative().end());
+      const TxnId id = f.entry->txn().txn_id();
+      auto [it, fresh] = txns_.emplace(id, std::move(t));
+      if (!fresh) {
+        inputs.add("txn " + std::to_string(id) + " finished twice (" + it->second.f->client + ", " + f.client + ")");
+        continue;
+      }
+      for (uint64_t a : f.entry->failed_attempts()) failed_[a] = id;
+    }
+    for (size_t i = 0; i < r.replicas.size(); ++i) shards[r.replicas[i].shard].push_back(i);
+    ordered_.resize(r.replicas.size());
+    for (size_t i = 0; i < r.replicas.size(); ++i)
+      for (const auto& e : r.replicas[i].history)
+        if (!commutes(e.txn, e.piece)) ordered_[i].emplace_back(e.txn, e.piece);
+  }
+
+  const ReplicaRun& replica(size_t i) const { return r_.replicas[i]; }
+  const std::vector<ReplicaRun>& replicas() const { return r_.replicas; }
+  // A replica's executions in order, without the commutative pieces (their place is no order).
+  const std::vector<Event>& ordered(size_t i) const { return ordered_[i]; }
+  const TxnInfo* txn(TxnId id) const {
+    auto it = txns_.find(id);
+    return it == txns_.end() ? nullptr : &it->second;
+  }
+  // Committed and given-up transactions, by id.
+  std::vector<const TxnInfo*> by_id() const {
+    std::vector<const TxnInfo*> v;
+    for (const auto& [_, t] : txns_) v.push_back(&t);
+    std::sort(v.begin(), v.end(), [](const TxnInfo* a, const TxnInfo* b) { return a->id() < b->id(); });
+    return v;
+  }
+  // The transaction whose earlier attempt had id `id`, or nullptr.
+  const TxnInfo* failed_attempt_of(TxnId id) const {
+    auto it = failed_.find(id);
+    return it == failed_.end() ? nullptr : txn(it->second);
+  }
+  bool commutes(TxnId id, uint32_t piece) const {
+    const TxnInfo* t = txn(id);
+    return t && t->commutative.count(piece);
+  }
+  const Piece* piece(TxnId id, uint32_t p) const {
+    const TxnInfo* t = txn(id);
+    if (!t) return nullptr;
+    auto it = t->pieces.find(p);
+    return it == t->pieces.end() ? nullptr : it->second;
+  }
+  std::string label(const TxnInfo& t) const {
+    return "txn " + std::to_string(t.id()) + " (" + w_.type_name(t.f->entry->txn().type()) + ", " + t.f->client +
+           ")";
+  }
+  std::string describe(TxnId id) const {
+    if (const TxnInfo* t = txn(id)) return label(*t);
+    if (const TxnInfo* t = failed_attempt_of(id))
+      return "txn " + std::to_string(id) + " (a failed attempt of " + label(*t) + ")";
+    return "txn " + std::to_string(id) + " (in no client's log)";
+  }
+
+  std::map<uint32_t, std::vector<size_t>> shards;  // shard -> its replicas (indexes), as listed
+
+ private:
+  const Workload& w_;
+  const RunHistory& r_;
+  std::unordered_map<TxnId, TxnInfo> txns_;
+  std::unordered_map<TxnId, TxnId> failed_;  // failed attempt id -> the transaction's last id
+  std::vector<std::vector<Event>> ordered_;
+};
+
+// ---- (a) the same order at every replica of a shard ----------------------------------------
+
+std::map<Event, int> commutative_events(const Run& run, size_t i) {
+  std::map<Event, int> m;
+  for (const auto& e : run.replica(i).history)
+    if (run.commutes(e.txn, e.piece)) ++m[{e.txn, e.piece}];
+  return m;
+}
+
+void check_order(const Run& run, Collector& out) {
+  for (const auto& [shard, reps] : run.shards) {
+    const ReplicaRun& ref = run.replica(reps[0]);
+    const auto& ref_seq = run.ordered(reps[0]);
+    const auto ref_comm = commutative_events(run, reps[0]);
+    for (size_t k = 1; k < reps.size(); ++k) {
+      const ReplicaRun& rep = run.replica(reps[k]);
+      const auto& seq = run.ordered(reps[k]);
+      if (seq != ref_seq) {
+        const size_t n = std::min(seq.size(), ref_seq.size());
+        size_t i = std::mismatch(seq.begin(), seq.begin() + n, ref_seq.begin()).first - seq.begin();
+        auto at = [&](const std::vector<Event>& s) {
+          return i < s.size() ? run.describe(s[i].first) + " piece " + std::to_string(s[i].second)
+                              : std::string("the end of its history");
+        };
+        out.add("shard " + std::to_string(shard) + ": " + rep.node + " executed a different order than " +
+                ref.node + ": its execution " + std::to_string(i + 1) + " is " + at(seq) + " where " + ref.node +
+                " has " + at(ref_seq));
+      }
+      const auto comm = commutative_events(run, reps[k]);
+      if (comm != ref_comm) {
+        std::map<Event, int> diff;  // the symmetric difference of the two multisets
+        for (const auto& [e, n] : comm) {
+          auto it = ref_comm.find(e);
+          if (int d = n - (it == ref_comm.end() ? 0 : it->second)) diff[e] = d;
+        }
+        for (const auto& [e, n] : ref_comm)
+          if (!comm.count(e)) diff[e] = -n;
+        const Event& e = diff.begin()->first;
+        out.add("shard " + std::to_string(shard) + ": " + rep.node + " and " + ref.node +
+                " executed different commutative pieces (" + std::to_string(diff.size()) + " differ, e.g. " +
+                run.describe(e.first) + " piece " + std::to_string(e.second) + ")");
+      }
+    }
+  }
+}
+
+// ---- (b) atomicity ----------------------------------------------------------------------------
+
+void check_atomicity(const Run& run, Collector& out) {
+  // Per replica: transaction -> the pieces it executed, and the transactions in order of first execution.
+  struct Executed {
+    std::unordered_map<TxnId, std::vector<uint32_t>> pieces;
+    std::vector<TxnId> order;
+  };
+  std::vector<Executed> executed(run.replicas().size());
+  for (size_t i = 0; i < run.replicas().size(); ++i)
+    for (const auto& e : run.replica(i).history) {
+      auto [it, fresh] = executed[i].pieces.try_emplace(e.txn);
+      if (fresh) executed[i].order.push_back(e.txn);
+      it->second.push_back(e.piece);
+    }
+  for (const TxnInfo* t : run.by_id()) {
+    if (!t->committed()) continue;
+    for (const auto& [shard, want] : t->shards) {
+      auto reps = run.shards.find(shard);
+      if (reps == run.shards.end()) {
+        out.add(run.label(*t) + " touches shard " + std::to_string(shard) + ", which has no replica");
+        continue;
+      }
+      for (size_t i : reps->second) {
+        auto it = executed[i].pieces.find(t->id());
+        std::vector<uint32_t> got = it == executed[i].pieces.end() ? std::vector<uint32_t>{} : it->second;
+        std::sort(got.begin(), got.end());
+        if (got == want) continue;
+        std::vector<uint32_t> missing, twice, extra;
+        std::set_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(missing));
+        for (size_t k = 0; k + 1 < got.size(); ++k)
+          if (got[k] == got[k + 1] && (twice.empty() || twice.back() != got[k])) twice.push_back(got[k]);
+        std::vector<uint32_t> distinct = got;
+        distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+        std::set_difference(distinct.begin(), distinct.end(), want.begin(), want.end(), std::back_inserter(extra));
+        std::string what;
+        auto part = [&](const std::vector<uint32_t>& v, const char* before, const char* after) {
+          if (!v.empty()) what += (what.empty() ? "" : "; ") + std::string(before) + ids(v) + after;
+        };
+        part(missing, "pieces ", " never executed");
+        part(twice, "pieces ", " executed more than once");
+        part(extra, "unknown pieces ", "");
+        out.add(run.label(*t) + " at " + run.replica(i).node + " (shard " + std::to_string(shard) + "): " + what);
+      }
+    }
+  }
+  for (size_t i = 0; i < run.replicas().size(); ++i) {
+    const ReplicaRun& rep = run.replica(i);
+    for (TxnId id : executed[i].order) {
+      const TxnInfo* t = run.txn(id);
+      if (t && t->committed()) {
+        if (!t->shards.count(rep.shard))
+          out.add(run.label(*t) + " executed at " + rep.node + ", but it has no piece on shard " +
+                  std::to_string(rep.shard));
+      } else if (t) {
+        out.add(run.label(*t) + " was given up but executed at " + rep.node);
+      } else if (run.failed_attempt_of(id)) {
+        out.add(run.describe(id) + " did not commit but executed at " + rep.node);
+      } else {
+        out.add(run.describe(id) + " executed at " + rep.node);
+      }
+    }
+  }
+}
+
+// ---- (c) serializability: the conflict graph ------------------------------------------------------
+
+struct Why {
+  uint32_t shard;
+  std::string key;
+};
+
+// Edges u -> v (u's piece executed before a conflicting piece of v), with the
+// first shard and key that made each; successors in the order they were added.
+class Graph {
+ public:
+  void add(TxnId u, TxnId v, uint32_t shard, const std::string& key) {
+    if (u == v) return;
+    auto [it, fresh] = nodes_.try_emplace(u);
+    if (fresh) order_.push_back(u);
+    if (!it->second.why.emplace(v, Why{shard, key}).second) return;
+    it->second.succ.push_back(v);
+    ++edges_;
+  }
+  const std::vector<TxnId>& succ(TxnId u) const {
+    static const std::vector<TxnId> none;
+    auto it = nodes_.find(u);
+    return it == nodes_.end() ? none : it->second.succ;
+  }
+  const Why& why(TxnId u, TxnId v) const { return nodes_.at(u).why.at(v); }
+  const std::vector<TxnId>& sources() const { return order_; }  // nodes with an outgoing edge
+  size_t edges() const { return edges_; }
+
+ private:
+  struct Node {
+    std::vector<TxnId> succ;
+    std::unordered_map<TxnId, Why> why;
+  };
+  std::unordered_map<TxnId, Node> nodes_;
+  std::vector<TxnId> order_;
+  size_t edges_ = 0;
+};
+
+// Every distinct order of a shard adds its edges, so two replicas that
+// disagree on a conflicting pair make a 2-cycle. Per key the last writer and
+// the readers since it are kept, so the edges stay linear in the accesses.
+Graph conflict_graph(const Run& run, Collector& out) {
+  Graph g;
+  for (const auto& [shard, reps] : run.shards) {
+    std::vector<const std::vector<Event>*> seen;
+    for (size_t i : reps) {
+      for (const auto& e : run.replica(i).history)
+        if (e.deferred && !run.commutes(e.txn, e.piece))
+          out.add(run.replica(i).node + " deferred " + run.describe(e.txn) + " piece " + std::to_string(e.piece) +
+                  ", which does not commute");
+      const auto& seq = run.ordered(i);
+      if (std::any_of(seen.begin(), seen.end(), [&](const auto* s) { return *s == seq; })) continue;
+      seen.push_back(&seq);
+      std::unordered_map<std::string, TxnId> last_writer;
+      std::unordered_map<std::string, std::vector<TxnId>> readers;
+      for (const auto& [t, p] : seq) {
+        const Piece* piece = run.piece(t, p);
+        if (!piece) continue;
+        for (const auto& k : piece->read_keys()) {
+          auto w = last_writer.find(k);
+          if (w != last_writer.end()) g.add(w->second, t, shard, k);
+          readers[k].push_back(t);
+        }
+        for (const auto& k : piece->write_keys()) {
+          auto w = last_writer.find(k);
+          if (w != last_writer.end()) g.add(w->second, t, shard, k);
+          auto rs = readers.find(k);
+          if (rs != readers.end()) {
+            for (TxnId r : rs->second) g.add(r, t, shard, k);
+            readers.erase(rs);
+          }
+          last_writer[k] = t;
+        }
+      }
+    }
+  }
+  return g;
+}
+
+// Strongly connected components with more than one transaction (Tarjan, iterative).
+std::vector<std::vector<TxnId>> cycle_components(const Graph& g) {
+  std::unordered_map<TxnId, size_t> index, low;
+  std::unordered_set<TxnId> on_stack;
+  std::vector<TxnId> stack;
+  std::vector<std::vector<TxnId>> comps;
+  size_t counter = 0;
+  auto visit = [&](TxnId v) {
+    index[v] = low[v] = counter++;
+    stack.push_back(v);
+    on_stack.insert(v);
+  };
+  for (TxnId root : g.sources()) {
+    if (index.count(root)) continue;
+    std::vector<std::pair<TxnId, size_t>> work;  // (node, next successor to look at)
+    visit(root);
+    work.emplace_back(root, 0);
+    while (!work.empty()) {
+      auto& [v, next] = work.back();
+      const auto& succ = g.succ(v);
+      bool descended = false;
+      while (next < succ.size()) {
+        TxnId w = succ[next++];
+        if (!index.count(w)) {
+          visit(w);
+          work.emplace_back(w, 0);  // invalidates v and next: leave at once
+          descended = true;
+          break;
+        }
+        if (on_stack.count(w)) low[v] = std::min(low[v], index[w]);
+      }
+      if (descended) continue;
+      const TxnId done = v;
+      work.pop_back();
+      if (!work.empty()) low[work.back().first] = std::min(low[work.back().first], low[done]);
+      if (low[done] == index[done]) {
+        std::vector<TxnId> comp;
+        TxnId w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack.erase(w);
+          comp.push_back(w);
+        } while (w != done);
+        if (comp.size() > 1) comps.push_back(std::move(comp));
+      }
+    }
+  }
+  return comps;
+}
+
+// The shortest cycle inside one component: breadth-first search from each
+// member (ascending), cut at the best length found so far.
+std::vector<TxnId> shortest_cycle(const Graph& g, const std::vector<TxnId>& comp) {
+  const std::unordered_set<TxnId> members(comp.begin(), comp.end());
+  std::vector<TxnId> starts = comp, best;
+  std::sort(starts.begin(), starts.end());
+  for (TxnId s : starts) {
+    const size_t limit = best.empty() ? comp.size() + 1 : best.size();
+    std::unordered_map<TxnId, TxnId> parent;  // BFS tree; s is its own parent
+    parent[s] = s;
+    std::vector<TxnId> frontier{s};
+    bool found = false;
+    TxnId last = 0;  // the node whose edge closes the cycle back to s
+    for (size_t depth = 1; !frontier.empty() && depth < limit && !found; ++depth) {
+      std::vector<TxnId> next;
+      for (TxnId u : frontier) {
+        for (TxnId v : g.succ(u)) {
+          if (v == s) {
+            found = true;
+            last = u;
+            break;
+          }
+          if (members.count(v) && parent.emplace(v, u).second) next.push_back(v);
+        }
+        if (found) break;
+      }
+      frontier = std::move(next);
+    }
+    if (!found) continue;
+    std::vector<TxnId> path;
+    for (TxnId x = last;; x = parent.at(x)) {
+      path.push_back(x);
+      if (x == s) break;
+    }
+    best.assign(path.rbegin(), path.rend());  // s ... last, and last -> s closes it
+    if (best.size() == 2) break;
+  }
+  return best;
+}
+
+std::string describe_cycle(const Run& run, const Graph& g, const std::vector<TxnId>& cycle) {
+  std::string s;
+  for (size_t i = 0; i < cycle.size(); ++i) {
+    const Why& why = g.why(cycle[i], cycle[(i + 1) % cycle.size()]);
+    s += run.describe(cycle[i]) + " -> [shard " + std::to_string(why.shard) + ", " + why.key + "] -> ";
+  }
+  return s + run.describe(cycle[0]);
+}
+
+// ---- (d) serial replay ----------------------------------------------------------------------------
+
+// The committed transactions in an order that respects every conflict edge
+// between them (Kahn, ties by smallest id); empty when they form a cycle.
+std::vector<const TxnInfo*> topological_order(const Run& run, const Graph& g, size_t* committed) {
+  std::unordered_map<TxnId, size_t> indeg;
+  for (const TxnInfo* t : run.by_id())
+    if (t->committed()) indeg[t->id()] = 0;
+  *committed = indeg.size();
+  for (TxnId u : g.sources())
+    if (indeg.count(u))
+      for (TxnId v : g.succ(u)) {
+        auto it = indeg.find(v);
+        if (it != indeg.end()) ++it->second;
+      }
+  std::priority_queue<TxnId, std::vector<TxnId>, std::greater<TxnId>> ready;
+  for (const auto& [id, n] : indeg)
+    if (n == 0) ready.push(id);
+  std::vector<const TxnInfo*> order;
+  while (!ready.empty()) {
+    TxnId u = ready.top();
+    ready.pop();
+    order.push_back(run.txn(u));
+    for (TxnId v : g.succ(u)) {
+      auto it = indeg.find(v);
+      if (it != indeg.end() && --it->second == 0) ready.push(v);
+    }
+  }
+  if (order.size() != indeg.size()) order.clear();
+  return order;
+}
+
+void check_replay(const Workload& w, uint32_t n_shards, const Run& run,
+                  const std::vector<const TxnInfo*>& order, Collector& out) {
+  std::vector<std::unique_ptr<ShardStore>> stores;
+  for (uint32_t s = 0; s < n_shards; ++s) stores.push_back(w.load(s));
+  std::vector<std::string> outputs;  // per transaction of `order`
+  std::vector<std::string> errors;   // rejected pieces: a replica rejects them the same way
+  for (const TxnInfo* t : order) outputs.push_back(outputs_digest(execute_serially(w, stores, t->f->entry->txn(), &errors)));
+  std::vector<std::string> digests;
+  for (const auto& s : stores) digests.push_back(s->digest());
+  for (const auto& rep : run.replicas()) {
+    if (rep.shard >= n_shards) {
+      out.add(rep.node + ": shard " + std::to_string(rep.shard) + " is not in the deployment");
+      continue;
+    }
+    const std::string& want = digests[rep.shard];
+    if (rep.digest != want)
+      out.add("shard " + std::to_string(rep.shard) + ": the serial replay ends in state " + want + ", " + rep.node +
+              " in " + rep.digest);
+  }
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i]->f->outputs != outputs[i])
+      out.add(run.label(*order[i]) + ": the client received outputs " + order[i]->f->outputs +
+              ", the serial replay produces " + outputs[i]);
+}
+
+}  // namespace
+
+HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHistory& r) {
+  HistoryVerdict v;
+  Collector inputs(&v.inputs), order(&v.order), atomicity(&v.atomicity), serial(&v.serializability),
+      replay(&v.replay);
+  for (const auto& p : r.input_problems) inputs.add(p);
+  Run run(w, r, inputs);
+  inputs.finish();
+  check_order(run, order);
+  order.finish();
+  check_atomicity(run, atomicity);
+  atomicity.finish();
+  Graph g = conflict_graph(run, serial);
+  serial.finish();
+  v.conflict_edges = g.edges();
+  auto comps = cycle_components(g);
+  if (!comps.empty()) {
+    std::vector<TxnId> best;
+    size_t members = 0;
+    for (const auto& c : comps) {
+      members += c.size();
+      auto cyc = shortest_cycle(g, c);
+      if (best.empty() || cyc.size() < best.size()) best = std::move(cyc);
+    }
+    v.serializability.insert(v.serializability.begin(),
+                             "the conflict graph has " + std::to_string(comps.size()) + " cycle component(s) over " +
+                                 std::to_string(members) + " transactions; shortest cycle (" +
+                                 std::to_string(best.size()) + " transactions): " + describe_cycle(run, g, best));
+  }
+  auto serial_order = topological_order(run, g, &v.committed);
+  if (serial_order.size() != v.committed) {
+    v.replay_skipped = "the conflict graph has a cycle: no serial order to replay";
+  } else {
+    check_replay(w, n_shards, run, serial_order, replay);
+    replay.finish();
+  }
+  return v;
+}
+
+void report_history_failures(const HistoryVerdict& v, const std::string& context) {
+  const std::pair<const char*, const std::vector<std::string>*> checks[] = {
+      {"inputs", &v.inputs},
+      {"(a) order", &v.order},
+      {"(b) atomicity", &v.atomicity},
+      {"(c) serializability", &v.serializability},
+      {"(d) replay", &v.replay}};
+  for (const auto& [name, lines] : checks)
+    for (const auto& line : *lines) ADD_FAILURE() << context << ": history check " << name << ": " << line;
+}
+
+}  // namespace txn::test
