@@ -224,3 +224,15 @@ def test_sweep_on_the_host_shows_progress_and_ctrl_c_is_not_reused(dep):
                                           str(OUT)], cwd=REPO, text=True, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT), within=240)
     assert rc == 0 and "reused ok run" not in out and "1 of 1 runs done (0 reused, 0 failed)" in out, out
+
+
+def test_a_changed_subnet_with_the_deployment_up_says_tear_down_first_and_changes_nothing(dep):
+    before = sorted((c.name, c.id) for c in DOCKER.containers.list(filters={"label": f"{swarm.LABEL}={DEPLOYMENT}"}))
+    changed = load_exp_config({**KNOBS, "SUBNET": "10.233.0.0/16", "DRIVER_IP": "10.233.0.240"})
+    with pytest.raises(swarm.SwarmError) as e:
+        swarm.up(changed, LOCAL, log=print)
+    msg = str(e.value)
+    assert msg.startswith(f"SUBNET changed from 10.232.0.0/16 to 10.233.0.0/16 while deployment {DEPLOYMENT} is up")
+    assert "make down" in msg and "\n" not in msg
+    after = sorted((c.name, c.id) for c in DOCKER.containers.list(filters={"label": f"{swarm.LABEL}={DEPLOYMENT}"}))
+    assert after == before and len(DOCKER.networks.list(names=["tstlife_net"])) == 1
