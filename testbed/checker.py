@@ -5,8 +5,9 @@ Usage: python -m testbed.checker RUN_DIR   -> exit 0 CONSISTENT, 1 INCONSISTENT,
 Checks, each with a verdict (pass / fail / skipped) and its reason in check.json:
   replicas         replicas of a shard have identical digests and aggregates
   workload         TPC-C consistency conditions 3.3.2.1-3.3.2.12 (as far as the scaled tables allow); TPC-A deltas
-  run              no transaction given up, no message dropped or rejected, every server drained in time
-  order            (a) every replica of a shard executed the same pieces in the same order
+  run              no transaction left unfinished, no message dropped or rejected, every server drained in time
+                   (transactions given up after the retry limit are recorded as notes, not violations)
+  order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
   atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did
   serializability  (c) the conflict graph of the per-shard orders has no cycle (the shortest one is printed)
   replay           (d) a serial replay of the committed transactions reproduces every digest and client output
@@ -187,19 +188,39 @@ PROCESS_FACTS = (("dropped_messages", "dropped {} message(s) to servers"),
                  ("rejected_messages", "rejected {} message(s) (bad message)"))
 
 
+def _retry_limit(run_dir: Path) -> int | None:
+    try:
+        import yaml
+        return int(yaml.safe_load((run_dir / "deploy.yml").read_text())["client"]["retry_limit"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):
+        return None
+
+
+def given_up_transactions(run_dir) -> tuple[list[str], list[str]]:
+    """(exhausted, cut_off): given-up transactions (records.csv) that used every attempt the retry limit allows (a
+    protocol that aborts on conflict gave them up: recorded, not a violation), and the others (still unfinished
+    when the run's drain ended: a violation)."""
+    run_dir = Path(run_dir)
+    clients, limit = run_dir / "clients", _retry_limit(run_dir)
+    exhausted, cut_off = [], []
+    for f in sorted(clients.glob("*.records.csv")) if clients.is_dir() else []:
+        for txn, (status, type_name, _, attempts) in histories.read_record_outputs(f, attempts=True).items():
+            if status == "given_up":
+                label = f"txn {txn} ({type_name}, {f.name.removesuffix('.records.csv')})"
+                (exhausted if limit is not None and attempts >= limit else cut_off).append(label)
+    return exhausted, cut_off
+
+
 def check_run_health(run_dir, dumps) -> list[str]:
-    """Given-up transactions (records.csv), and what every process said about itself: dropped, malformed or
-    rejected messages, a drain that timed out, an interrupted client."""
+    """Transactions still unfinished when the drain ended (given up before the retry limit), and what every
+    process said about itself: dropped, malformed or rejected messages, a drain that timed out, an interrupted
+    client. Transactions given up after the retry limit are not violations: check_run records them."""
     run_dir, v = Path(run_dir), []
     clients = run_dir / "clients"
-    given_up = []
-    for f in sorted(clients.glob("*.records.csv")) if clients.is_dir() else []:
-        for txn, (status, type_name, _) in histories.read_record_outputs(f).items():
-            if status == "given_up":
-                given_up.append(f"txn {txn} ({type_name}, {f.name.removesuffix('.records.csv')})")
-    if given_up:
-        v.append(f"{len(given_up)} transaction(s) given up: " + ", ".join(given_up[:5])
-                 + (" ..." if len(given_up) > 5 else ""))
+    _, cut_off = given_up_transactions(run_dir)
+    if cut_off:
+        v.append(f"{len(cut_off)} transaction(s) given up unfinished (before the retry limit): "
+                 + ", ".join(cut_off[:5]) + (" ..." if len(cut_off) > 5 else ""))
     procs = [(d["node"], d) for d in dumps]
     for f in sorted(clients.glob("*.summary.json")) if clients.is_dir() else []:
         try:
@@ -263,8 +284,13 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
             rep.run("replay", lambda: histories.check_replay(data, adj, Path(run_dir) / "deploy.yml", replicas,
                                                              replay_bin))
         n = len(rep.violations)
+        exhausted, _ = given_up_transactions(run_dir)
+        notes = [f"{len(exhausted)} transaction(s) given up after the retry limit (aborted on every attempt; "
+                 f"they executed nowhere: atomicity checks it): " + ", ".join(exhausted[:5])
+                 + (" ..." if len(exhausted) > 5 else "")] if exhausted else []
         res = {"verdict": "CONSISTENT" if not n else f"INCONSISTENT ({n} violations)", "exit_code": 1 if n else 0,
-               "violations": rep.violations, "checks": rep.checks, "dumps": len(replicas),
+               "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
+               "checks": rep.checks, "dumps": len(replicas),
                "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
                "stats": rep.stats}
     except Unreadable as e:
@@ -284,6 +310,8 @@ def main(argv=None) -> int:
     res = check_run(argv[0])
     for line in res["violations"]:
         print(line)
+    for line in res.get("notes", []):
+        print("[note] " + line)
     for name, c in res.get("checks", {}).items():
         print(f"  {name:16s} {c['verdict']}" + (f": {c['reason']}" if c["verdict"] == "skipped" else ""))
     if res["exit_code"] == 2:

@@ -101,6 +101,8 @@ def main(argv=None) -> int:
     print(f"checker: {res.check['verdict']}" + (f" ({res.check.get('error')})" if res.check.get("error") else ""))
     for v in res.check["violations"][:10]:
         print(f"  {v}")
+    for n in res.check.get("notes", []):
+        print(f"  note: {n}")
     print(f"run folder: {res.run_dir}")
     if not res.ok:
         print(f"run_local: {res.reason}", file=sys.stderr)

@@ -20,7 +20,7 @@ DEFAULTS = dict(
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
     host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
-    protocol_options=None, district="fixed",
+    protocol_options=None, district="fixed", retry_limit=20,
 )
 # mode None: the registry's default mode (its first protocol).
 # protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
@@ -33,6 +33,7 @@ RANGES = dict(
     duration=(1, 3600), warmup=(0, 3600), cooldown=(0, 3600), drain_timeout=(0, 600),
     scale=(0.0001, 10), zipf=(0, 1), payment_crt_rate=(-1, 100), intra_rtt=(0, 10000),
     inter_rtt=(0, 10000), jitter=(0, 1000), base_port=(1024, 65000), seed=(0, 2**31 - 1),
+    retry_limit=(1, 1000000),
 )
 
 
@@ -152,7 +153,10 @@ def build_deployment(place=None, **knobs) -> dict:
                      "payment_crt_rate": int(k["payment_crt_rate"]), "district": k["district"]},
         "client": {"n_concurrent": int(k["concurrency"]), "duration_s": float(k["duration"]),
                    "warmup_s": float(k["warmup"]), "cooldown_s": float(k["cooldown"]),
-                   "drain_timeout_s": float(k["drain_timeout"])},
+                   "drain_timeout_s": float(k["drain_timeout"]),
+                   # attempts per transaction before it is given up (the artifact's 20); only protocols that
+                   # abort on conflict (TAPIR) retry
+                   "retry_limit": int(k["retry_limit"])},
         "protocols": {k["mode"]: k["protocol_options"]},
         "nodes": nodes,
     }

@@ -87,6 +87,8 @@ def load_runs(exp_dir, tail: float) -> pd.DataFrame:
         if status == "ok":
             summary = read_json(run_dir / "summary.json") or {}
             row["throughput_tps"] = summary.get("classes", {}).get("all", {}).get("throughput_tps", math.nan)
+            row["given_up"] = sum(int(summary.get("classes", {}).get(c, {}).get("given_up") or 0)
+                                  for c in ("IRT", "CRT"))
             try:
                 pct = resultslib.class_percentiles(run_dir, (50, tail))
             except (OSError, ValueError, KeyError) as e:
@@ -252,6 +254,10 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     steal = runs["steal_pct"].dropna() if "steal_pct" in runs else []
     if len(steal) and steal.max() > 5:  # the hypervisor took CPU from the runs: say so beside the numbers
         parts.insert(-1, f"CPU steal during runs {steal.median():.0f} % median, {steal.max():.0f} % max")
+    if "given_up" in runs and runs["given_up"].fillna(0).sum() > 0:  # aborted on every attempt: not in the latencies
+        gave = runs.groupby("system")["given_up"].sum()
+        parts.insert(-1, "given up after the retry limit (started in the window, not in the latencies): " + ", ".join(
+            f"{STYLES.get(sy, {}).get('label', sy)} {int(n)}" for sy, n in gave.items() if n > 0))
     shas = _values(runs, "git_sha")
     if shas:
         parts.insert(-1, "code " + _one_or_swept(shas, lambda v: str(v)[:12] + ("-dirty" if "dirty" in str(v) else "")))

@@ -5,7 +5,7 @@ every client's transaction log (clients/<client>.txns.jsonl.gz) and raw records 
 column `outputs`). Protocol-neutral: only pieces, shards, conflict keys and execution orders.
 
 Checks (each returns violation lines):
-  order            (a) every replica of a shard executed the same pieces in the same order
+  order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
   atomicity        (b) every committed transaction executed exactly once at every replica of every shard it
                        touches; no given-up attempt and no unknown transaction executed anywhere
   serializability  (c) the union of the per-shard orders over conflicting pieces has no cycle (shortest printed)
@@ -146,13 +146,14 @@ def read_txn_log(path: Path, client: str) -> list[Txn]:
     return [_parse_entry(line, client, f"{path.name}:{n}") for n, line in enumerate(lines, start=1) if line]
 
 
-def read_record_outputs(path: Path) -> dict[int, tuple[str, str, str]]:
-    """txn id -> (status, type_name, outputs) from a client's records.csv."""
+def read_record_outputs(path: Path, attempts: bool = False) -> dict[int, tuple]:
+    """txn id -> (status, type_name, outputs) from a client's records.csv (+ attempts with attempts=True)."""
     out = {}
     try:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
-                out[int(row["txn_id"])] = (row["status"], row.get("type_name", "?"), row.get("outputs") or "")
+                rec = (row["status"], row.get("type_name", "?"), row.get("outputs") or "")
+                out[int(row["txn_id"])] = rec + (int(row["attempts"]),) if attempts else rec
     except (OSError, KeyError, ValueError) as e:
         raise Unreadable(f"{path.name}: {e}") from e
     return out
@@ -248,26 +249,80 @@ def _describe(data: RunData, txn: int) -> str:
     return f"txn {txn} (in no client's log)"
 
 
-# ---- (a) the same order at every replica of a shard ---------------------------------------------------------
+# ---- (a) the same order of conflicting pieces at every replica of a shard -------------------------------------
+
+def key_accesses(data: RunData, node: str) -> tuple[dict, list]:
+    """A replica's order as far as it matters: per conflict key, its accesses in execution order, each write
+    (a piece that writes the key, whether or not it also reads it) one group and each run of reads between two
+    writes one set (reads of a key commute with each other); and, apart, the pieces of transactions no client
+    logged (their keys are unknown, so their order among themselves is compared as it is)."""
+    per_key, unknown = defaultdict(list), []
+    for t, p in ordered_events(data, node):
+        txn = data.txns.get(t)
+        piece = txn.pieces.get(p) if txn is not None else None
+        if piece is None:
+            unknown.append((t, p))
+            continue
+        writes = set(piece.writes)
+        for k in writes:
+            per_key[k].append(("w", (t, p)))
+        for k in piece.reads:
+            if k in writes:
+                continue
+            groups = per_key[k]
+            if groups and groups[-1][0] == "r":
+                groups[-1][1].add((t, p))
+            else:
+                groups.append(("r", {(t, p)}))
+    return per_key, unknown
+
+
+def _access(data: RunData, groups: list, i: int) -> str:
+    if i >= len(groups):
+        return "the end of its accesses"
+    kind, what = groups[i]
+    if kind == "w":
+        return f"{_describe(data, what[0])} piece {what[1]}"
+    reads = sorted(what)
+    return "reads by " + ", ".join(f"{_describe(data, t)} piece {p}" for t, p in reads[:2]) + \
+        (f" and {len(reads) - 2} more" if len(reads) > 2 else "")
+
 
 def check_order(data: RunData) -> list[str]:
+    """(a): the replicas of a shard executed the same pieces, and every two conflicting pieces in the same order.
+    Pieces that do not conflict commute, so their interleaving may differ (a protocol like Janus executes
+    independent transactions as their dependencies allow); commutative pieces are compared as a multiset."""
     out = _Collector()
     for shard, nodes in sorted(data.replicas.items()):
         ref = nodes[0]
-        ref_seq = ordered_events(data, ref)
+        ref_events = Counter(ordered_events(data, ref))
+        ref_keys, ref_unknown = key_accesses(data, ref)
         ref_comm = Counter((t, p) for t, p, _ in data.histories[ref] if _commutes(data, t, p))
         for node in nodes[1:]:
-            seq = ordered_events(data, node)
-            if seq != ref_seq:
-                i = next((k for k, (a, b) in enumerate(zip(seq, ref_seq)) if a != b), min(len(seq), len(ref_seq)))
-                def at(s, k):
-                    return f"{_describe(data, s[k][0])} piece {s[k][1]}" if k < len(s) else "the end of its history"
-                out.add(f"shard {shard}: {node} executed a different order than {ref}: its execution {i + 1} is "
-                        f"{at(seq, i)} where {ref} has {at(ref_seq, i)}")
+            events = Counter(ordered_events(data, node))
+            if events != ref_events:
+                diff = (events - ref_events) + (ref_events - events)
+                (t, p), _ = min(diff.items())
+                out.add(f"shard {shard}: {node} and {ref} executed different pieces ({len(diff)} differ, e.g. "
+                        f"{_describe(data, t)} piece {p})")
+            else:
+                keys, unknown = key_accesses(data, node)
+                differ = sorted(k for k in set(keys) | set(ref_keys) if keys.get(k, []) != ref_keys.get(k, []))
+                if differ:
+                    k = differ[0]
+                    a, b = keys.get(k, []), ref_keys.get(k, [])
+                    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                    more = f" ({len(differ)} keys differ)" if len(differ) > 1 else ""
+                    out.add(f"shard {shard}: {node} executed conflicting pieces in another order than {ref} on key "
+                            f"{k}{more}: its access {i + 1} is {_access(data, a, i)} where {ref} has "
+                            f"{_access(data, b, i)}")
+                if unknown != ref_unknown:
+                    out.add(f"shard {shard}: {node} executed pieces of transactions in no client's log in another "
+                            f"order than {ref}")
             comm = Counter((t, p) for t, p, _ in data.histories[node] if _commutes(data, t, p))
             if comm != ref_comm:
                 diff = (comm - ref_comm) + (ref_comm - comm)
-                (t, p), _ = next(iter(diff.items()))
+                (t, p), _ = min(diff.items())
                 out.add(f"shard {shard}: {node} and {ref} executed different commutative pieces "
                         f"({len(diff)} differ, e.g. {_describe(data, t)} piece {p})")
     return out.result()

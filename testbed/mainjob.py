@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 import sys
 from pathlib import Path, PurePosixPath
 
@@ -141,7 +142,7 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
             log(f"main job: docker exec -i {driver} {' '.join(job)}")
             rc = exec_in_driver(driver, job, env, line_filter=relay_paths(str(swarm.REPO)), stop=stop)
             if rc != 0:
-                _after_bad_exit(driver, hosts, state, log)
+                _after_bad_exit(driver, hosts, state, log, rc)
             log("main job: the containers stay up for the next run; `make down` removes them")
             return rc
     except (lock.Busy, ValueError) as e:
@@ -152,11 +153,17 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
         return e.exit_code
 
 
-def _after_bad_exit(driver: str, hosts, state: dict, log) -> None:
+def _after_bad_exit(driver: str, hosts, state: dict, log, rc: int = 1, settle_s: float = 5.0) -> None:
     """The job in the driver ended badly (or was stopped): name the driver's own state when it was the driver
-    that died, and stop whatever engine processes the job left in the shard containers."""
+    that died, and stop whatever engine processes the job left in the shard containers. When the job was killed
+    by a signal (rc >= 128), `docker stop` may end the exec before Docker marks the container exited: its state
+    is then asked again for up to `settle_s`."""
     from . import swarm
     where = container_state(driver)
+    deadline = time.monotonic() + (settle_s if rc >= 128 else 0)
+    while where == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        where = container_state(driver)
     if where and where != "running":
         log(f"the driver container {driver} {where} during the job: its run was cut off (recorded as failed); "
             "the next `make main` (or `make up`) replaces the driver")
@@ -186,7 +193,7 @@ def run_job_in_driver(job_argv: list[str], config=None, wait: bool = False, log=
             rc = exec_in_driver(driver, driver_argv(job_argv, swarm.REPO), env,
                                 line_filter=relay_paths(str(swarm.REPO)), stop=stop)
             if rc != 0:
-                _after_bad_exit(driver, load_hosts(), state, log)
+                _after_bad_exit(driver, load_hosts(), state, log, rc)
             return rc
     except (lock.Busy, ValueError) as e:
         log(f"error: {e}")

@@ -87,7 +87,8 @@ def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, wr
 
 def server_counters(run_dir) -> dict:
     """Protocol counters summed over every server state dump of a run (servers/*.state.json, key "counters"; e.g.
-    DAST's irts and irts_behind_undecided_crt, docs/protocols/dast.md). {} when no dump carries any."""
+    DAST's irts and irts_behind_undecided_crt, docs/protocols/dast.md); a counter whose name ends in `_max` (Janus's
+    largest_scc_max) is a maximum and is combined as one. {} when no dump carries any."""
     totals: dict = {}
     for f in sorted(Path(run_dir, "servers").glob("*.state.json")):
         try:
@@ -95,7 +96,7 @@ def server_counters(run_dir) -> dict:
         except (OSError, ValueError, AttributeError) as e:
             raise ValueError(f"{f}: {e}") from e
         for k, v in counters.items():
-            totals[k] = totals.get(k, 0) + int(v)
+            totals[k] = max(totals.get(k, 0), int(v)) if k.endswith("_max") else totals.get(k, 0) + int(v)
     return totals
 
 

@@ -132,7 +132,7 @@ class Run {
   std::vector<std::vector<Event>> ordered_;
 };
 
-// ---- (a) the same order at every replica of a shard ----------------------------------------
+// ---- (a) the same order of conflicting pieces at every replica of a shard -------------------
 
 std::map<Event, int> commutative_events(const Run& run, size_t i) {
   std::map<Event, int> m;
@@ -141,38 +141,126 @@ std::map<Event, int> commutative_events(const Run& run, size_t i) {
   return m;
 }
 
+// A replica's order as far as it matters: per conflict key, its accesses in
+// execution order, each write (a piece that writes the key, whether or not it
+// also reads it) one group and each run of reads between two writes one set
+// (reads of a key commute with each other); and, apart, the pieces of
+// transactions no client logged (their keys are unknown, so their order among
+// themselves is compared as it is).
+struct Access {
+  bool write;
+  std::set<Event> pieces;  // the write's one piece, or the run of reads
+  bool operator==(const Access& o) const { return write == o.write && pieces == o.pieces; }
+  bool operator!=(const Access& o) const { return !(*this == o); }
+};
+struct KeyAccesses {
+  std::map<std::string, std::vector<Access>> per_key;
+  std::vector<Event> unknown;
+};
+KeyAccesses key_accesses(const Run& run, size_t i) {
+  KeyAccesses a;
+  for (const auto& e : run.ordered(i)) {
+    const Piece* piece = run.piece(e.first, e.second);
+    if (!piece) {
+      a.unknown.push_back(e);
+      continue;
+    }
+    std::set<std::string> writes(piece->write_keys().begin(), piece->write_keys().end());
+    for (const auto& k : writes) a.per_key[k].push_back({true, {e}});
+    for (const auto& k : piece->read_keys()) {
+      if (writes.count(k)) continue;
+      auto& groups = a.per_key[k];
+      if (!groups.empty() && !groups.back().write) groups.back().pieces.insert(e);
+      else groups.push_back({false, {e}});
+    }
+  }
+  return a;
+}
+
+std::string access(const Run& run, const std::vector<Access>& groups, size_t i) {
+  if (i >= groups.size()) return "the end of its accesses";
+  const Access& g = groups[i];
+  auto piece = [&](const Event& e) { return run.describe(e.first) + " piece " + std::to_string(e.second); };
+  if (g.write) return piece(*g.pieces.begin());
+  std::string s = "reads by ";
+  size_t n = 0;
+  for (const auto& e : g.pieces) {
+    if (n == 2) break;
+    s += (n++ ? ", " : "") + piece(e);
+  }
+  if (g.pieces.size() > 2) s += " and " + std::to_string(g.pieces.size() - 2) + " more";
+  return s;
+}
+
+// The symmetric difference of two multisets, as signed counts.
+std::map<Event, int> multiset_diff(const std::map<Event, int>& a, const std::map<Event, int>& b) {
+  std::map<Event, int> diff;
+  for (const auto& [e, n] : a) {
+    auto it = b.find(e);
+    if (int d = n - (it == b.end() ? 0 : it->second)) diff[e] = d;
+  }
+  for (const auto& [e, n] : b)
+    if (!a.count(e)) diff[e] = -n;
+  return diff;
+}
+
+// (a): the replicas of a shard executed the same pieces, and every two
+// conflicting pieces in the same order. Pieces that do not conflict commute,
+// so their interleaving may differ (Janus executes independent transactions
+// as their dependencies allow); commutative pieces are compared as a multiset.
 void check_order(const Run& run, Collector& out) {
   for (const auto& [shard, reps] : run.shards) {
     const ReplicaRun& ref = run.replica(reps[0]);
-    const auto& ref_seq = run.ordered(reps[0]);
+    auto count = [&](size_t i) {
+      std::map<Event, int> m;
+      for (const auto& e : run.ordered(i)) ++m[e];
+      return m;
+    };
+    const auto ref_events = count(reps[0]);
+    const KeyAccesses ref_keys = key_accesses(run, reps[0]);
     const auto ref_comm = commutative_events(run, reps[0]);
     for (size_t k = 1; k < reps.size(); ++k) {
       const ReplicaRun& rep = run.replica(reps[k]);
-      const auto& seq = run.ordered(reps[k]);
-      if (seq != ref_seq) {
-        const size_t n = std::min(seq.size(), ref_seq.size());
-        size_t i = std::mismatch(seq.begin(), seq.begin() + n, ref_seq.begin()).first - seq.begin();
-        auto at = [&](const std::vector<Event>& s) {
-          return i < s.size() ? run.describe(s[i].first) + " piece " + std::to_string(s[i].second)
-                              : std::string("the end of its history");
+      const std::string where = "shard " + std::to_string(shard) + ": " + rep.node;
+      const auto events = count(reps[k]);
+      if (events != ref_events) {
+        const auto diff = multiset_diff(events, ref_events);
+        const Event& e = diff.begin()->first;
+        out.add(where + " and " + ref.node + " executed different pieces (" + std::to_string(diff.size()) +
+                " differ, e.g. " + run.describe(e.first) + " piece " + std::to_string(e.second) + ")");
+      } else {
+        const KeyAccesses keys = key_accesses(run, reps[k]);
+        static const std::vector<Access> none;
+        auto of = [&](const KeyAccesses& a, const std::string& key) -> const std::vector<Access>& {
+          auto it = a.per_key.find(key);
+          return it == a.per_key.end() ? none : it->second;
         };
-        out.add("shard " + std::to_string(shard) + ": " + rep.node + " executed a different order than " +
-                ref.node + ": its execution " + std::to_string(i + 1) + " is " + at(seq) + " where " + ref.node +
-                " has " + at(ref_seq));
+        std::set<std::string> all;
+        for (const auto& [key, _] : keys.per_key) all.insert(key);
+        for (const auto& [key, _] : ref_keys.per_key) all.insert(key);
+        std::vector<std::string> differ;
+        for (const auto& key : all)
+          if (of(keys, key) != of(ref_keys, key)) differ.push_back(key);
+        if (!differ.empty()) {
+          const std::string& key = differ.front();
+          const auto& a = of(keys, key);
+          const auto& b = of(ref_keys, key);
+          const size_t n = std::min(a.size(), b.size());
+          size_t i = std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin();
+          const std::string more = differ.size() > 1 ? " (" + std::to_string(differ.size()) + " keys differ)" : "";
+          out.add(where + " executed conflicting pieces in another order than " + ref.node + " on key " + key + more +
+                  ": its access " + std::to_string(i + 1) + " is " + access(run, a, i) + " where " + ref.node +
+                  " has " + access(run, b, i));
+        }
+        if (keys.unknown != ref_keys.unknown)
+          out.add(where + " executed pieces of transactions in no client's log in another order than " + ref.node);
       }
       const auto comm = commutative_events(run, reps[k]);
       if (comm != ref_comm) {
-        std::map<Event, int> diff;  // the symmetric difference of the two multisets
-        for (const auto& [e, n] : comm) {
-          auto it = ref_comm.find(e);
-          if (int d = n - (it == ref_comm.end() ? 0 : it->second)) diff[e] = d;
-        }
-        for (const auto& [e, n] : ref_comm)
-          if (!comm.count(e)) diff[e] = -n;
+        const auto diff = multiset_diff(comm, ref_comm);
         const Event& e = diff.begin()->first;
-        out.add("shard " + std::to_string(shard) + ": " + rep.node + " and " + ref.node +
-                " executed different commutative pieces (" + std::to_string(diff.size()) + " differ, e.g. " +
-                run.describe(e.first) + " piece " + std::to_string(e.second) + ")");
+        out.add(where + " and " + ref.node + " executed different commutative pieces (" + std::to_string(diff.size()) +
+                " differ, e.g. " + run.describe(e.first) + " piece " + std::to_string(e.second) + ")");
       }
     }
   }

@@ -9,8 +9,10 @@
 // transaction a client finished (the TxnLogEntry its txn sink received, plus
 // the outputs digest its record holds). It knows no protocol.
 //
-//   (a) order            every replica of a shard executed the same pieces in the
-//                        same order; pieces that commute with everything
+//   (a) order            every replica of a shard executed the same pieces, and
+//                        every two conflicting pieces in the same order (per
+//                        key: writes in order, reads between writes as a set);
+//                        pieces that commute with everything
 //                        (TxnLogEntry::commutative) are compared as multisets
 //   (b) atomicity        every committed transaction executed exactly once at
 //                        every replica of every shard it touches (each of its

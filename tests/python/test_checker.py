@@ -149,21 +149,25 @@ def test_older_dumps_without_the_new_aggregates_are_still_checked(tmp_path):
     assert res["checks"]["order"]["verdict"] == "skipped" and "no execution histories" in res["checks"]["order"]["reason"]
 
 
-def test_given_up_transactions_and_process_facts_fail_the_run(tmp_path):
+def test_unfinished_transactions_and_process_facts_fail_the_run_retry_exhaustion_is_a_note(tmp_path):
     def facts(dumps):
         dumps["s0.0.1"]["process"] = {"rejected_messages": 2, "drain_timed_out": False}
     run = make_run(tmp_path, mutate=facts)
     (run / "clients").mkdir()
+    # txn 8 used all 20 attempts (the deployment's retry limit): given up by an aborting protocol, a note;
+    # txn 9 was still unfinished after 3 attempts when the drain ended: a violation
     (run / "clients" / "c0.0.0.records.csv").write_text(
         "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs\n"
-        "7,0,new_order,IRT,1,2,1,committed,00aa\n8,1,payment,CRT,3,4,20,given_up,\n")
+        "7,0,new_order,IRT,1,2,1,committed,00aa\n8,1,payment,CRT,3,4,20,given_up,\n9,1,payment,IRT,5,6,3,given_up,\n")
     (run / "clients" / "c0.0.0.summary.json").write_text(json.dumps({"interrupted": True}))
     p = run_cli(run)
     assert p.returncode == 1
-    assert "[run] 1 transaction(s) given up: txn 8 (payment, c0.0.0)" in p.stdout
+    assert "[run] 1 transaction(s) given up unfinished (before the retry limit): txn 9 (payment, c0.0.0)" in p.stdout
+    assert "[note] 1 transaction(s) given up after the retry limit" in p.stdout and "txn 8 (payment" in p.stdout
     assert "[run] s0.0.1: rejected 2 message(s) (bad message)" in p.stdout
     assert "[run] c0.0.0: interrupted before its run finished" in p.stdout
     res = json.loads((run / "check.json").read_text())
-    assert res["checks"]["run"] == {"verdict": "fail", "reason": "1 transaction(s) given up: txn 8 (payment, c0.0.0)",
-                                    "violations": 3}
+    assert res["checks"]["run"] == {"verdict": "fail", "violations": 3, "reason":
+                                    "1 transaction(s) given up unfinished (before the retry limit): txn 9 (payment, c0.0.0)"}
+    assert res["given_up_after_retries"] == 1 and "txn 8 (payment, c0.0.0)" in res["notes"][0]
     assert res["checks"]["replicas"]["verdict"] == "pass"

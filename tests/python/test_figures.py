@@ -20,7 +20,7 @@ def rec(i, cls, start_s, lat_ms, status="committed", attempts=1):
 
 def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, start="2024-01-01T00:00:00",
              status="ok", error=None, check_code=0, clients=None, tput=100.0, committed=None, series="",
-             regions=3, jitter=0.0, run_id=None, busy=None):
+             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0):
     """A run folder as the runner leaves it; clients: {name: [record tuples]}."""
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
     d = root / exp / run_id
@@ -42,7 +42,8 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
     (d / "meta.json").write_text(json.dumps(meta))
     if status == "ok":
         n = sum(len(r) for r in clients.values()) if committed is None else committed
-        (d / "summary.json").write_text(json.dumps({"classes": {"all": {"committed": n, "throughput_tps": tput}}}))
+        (d / "summary.json").write_text(json.dumps({"classes": {"all": {"committed": n, "throughput_tps": tput},
+                                                                "CRT": {"given_up": given_up}}}))
         (d / "check.json").write_text(json.dumps({"exit_code": check_code, "verdict": "CONSISTENT" if check_code == 0
                                                   else "INCONSISTENT (2 violations)"}))
     seal_run(d)
@@ -196,6 +197,16 @@ def test_caption_says_where_the_cpu_was_saturated(tmp_path):
     make_run(tmp_path, exp="tpca", x=0.5, key="c", busy=40.0)
     cap = figures.caption(figures.load_runs(tmp_path / "tpca", 99), None, "TPC-A", 1, 99)
     assert "host CPU busy 40 %" in cap and "above" not in cap
+
+
+def test_caption_counts_transactions_given_up_after_the_retry_limit(tmp_path):
+    make_run(tmp_path, x=2, key="a")
+    cap = figures.caption(figures.load_runs(tmp_path / "n_clients", 99), None, "TPC-C", 1, 99)
+    assert "given up" not in cap
+    make_run(tmp_path, system="tapir", x=2, key="b", given_up=3)
+    make_run(tmp_path, system="tapir", x=4, key="c", given_up=4)
+    cap = figures.caption(figures.load_runs(tmp_path / "n_clients", 99), None, "TPC-C", 1, 99)
+    assert "given up after the retry limit (started in the window, not in the latencies): Tapir 7" in cap
 
 
 def test_empty_experiment_is_an_error_and_writes_nothing(tmp_path):

@@ -89,13 +89,14 @@ def test_cpu_shares_busy_and_steal():
 def test_server_counters_are_summed_over_the_dumps_into_the_summary(tmp_path):
     run = write_run(tmp_path, {})
     (run / "servers").mkdir()
-    for name, counters in (("s0.0.0", {"irts": 10, "irts_behind_undecided_crt": 2}),
-                           ("s0.0.1", {"irts": 5, "counter_proposals": 1}), ("m0", None)):
+    for name, counters in (("s0.0.0", {"irts": 10, "irts_behind_undecided_crt": 2, "largest_scc_max": 3}),
+                           ("s0.0.1", {"irts": 5, "counter_proposals": 1, "largest_scc_max": 2}), ("m0", None)):
         dump = {"node": name, "kind": "manager" if counters is None else "replica"}
         if counters is not None:
             dump["counters"] = counters
         (run / "servers" / f"{name}.state.json").write_text(json.dumps(dump))
-    want = {"irts": 15, "irts_behind_undecided_crt": 2, "counter_proposals": 1}
+    # a `_max` counter is a maximum over the servers, the others are sums
+    want = {"irts": 15, "irts_behind_undecided_crt": 2, "counter_proposals": 1, "largest_scc_max": 3}
     assert results.server_counters(run) == want
     s = results.summarize_run(run)
     assert s["counters"] == want and "irts_behind_undecided_crt 2" in results.format_table(s)
