@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include "workload/store.h"
 
@@ -13,6 +14,33 @@ ShardExecutor::ShardExecutor(const Workload& w, uint32_t shard) : w_(w), shard_(
 void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred) {
   history_.push_back(ExecEvent{txn_id, p.id(), deferred});
   w_.execute(*store_, p, in, out);
+}
+
+bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
+  std::set<std::string> produced;  // by this shard's pieces, available to its later ones
+  for (const auto& p : t.pieces())
+    if (p.shard() == shard_) {
+      for (const auto& v : p.inputs())
+        if (!vars->count(v) && !produced.count(v)) return false;
+      produced.insert(p.outputs().begin(), p.outputs().end());
+    }
+  std::unique_ptr<ShardStore> copy = store_->clone();
+  if (!copy) throw std::logic_error("workload " + w_.name() + ": its store cannot be copied for evaluation");
+  for (const auto& p : t.pieces()) {
+    if (p.shard() != shard_) continue;
+    Vars in = p.args(), out;
+    for (const auto& v : p.inputs()) {
+      auto it = vars->find(v);
+      if (it != vars->end()) in[v] = it->second;
+    }
+    try {
+      w_.execute(*copy, p, in, &out);
+    } catch (const BadMessage&) {
+      // rejected: skipped, as a replica executing it skips it
+    }
+    for (const auto& [k, v] : out) (*vars)[k] = v;
+  }
+  return true;
 }
 
 namespace {

@@ -30,6 +30,12 @@ class ShardExecutor {
   // workload rejects (BadMessage, rethrown) is recorded too: the rejection is
   // deterministic and a replay rejects it the same way.
   void execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred = false);
+  // What executing `t`'s pieces on this shard would produce now, without
+  // executing them: they run in order on a copy of the store, each with its
+  // inputs from `vars`, which gains their outputs; nothing is recorded. False
+  // (and nothing evaluated) when a piece here lacks an input. Throws
+  // std::logic_error when the workload's store cannot be copied.
+  bool evaluate(const TxnRequest& t, Vars* vars) const;
   const ShardStore& store() const { return *store_; }
   uint32_t shard() const { return shard_; }
   const std::vector<ExecEvent>& history() const { return history_; }

@@ -25,6 +25,10 @@ class ShardStore {
   // JSON object with the aggregates the consistency checker needs plus
   // "digest" and row counts (docs/checker.md).
   virtual std::string dump_json() const = 0;
+  // A copy to evaluate pieces on without changing this store (optimistic
+  // protocols read before they commit: ShardExecutor::evaluate). nullptr: the
+  // store cannot be copied.
+  virtual std::unique_ptr<ShardStore> clone() const { return nullptr; }
 };
 
 // What a client needs to know to generate transactions.

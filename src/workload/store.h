@@ -92,6 +92,7 @@ class TpccStore : public ShardStore {
   TpccStore(uint32_t shard, TpccSizes sz) : shard(shard), sz(sz) {}
   std::string digest() const override;
   std::string dump_json() const override;
+  std::unique_ptr<ShardStore> clone() const override { return std::make_unique<TpccStore>(*this); }
   std::vector<DistrictAgg> aggregates() const;
   // HISTORY amounts stored here, by the paying customer's (c_w_id, c_d_id) (3.3.2.10).
   std::map<std::pair<int32_t, int32_t>, int64_t> history_by_customer_district() const;
@@ -126,6 +127,7 @@ class TpcaStore : public ShardStore {
   explicit TpcaStore(uint32_t shard) : shard(shard) {}
   std::string digest() const override;
   std::string dump_json() const override;
+  std::unique_ptr<ShardStore> clone() const override { return std::make_unique<TpcaStore>(*this); }
   static constexpr const char* kTables[3] = {"customer", "teller", "branch"};
   uint32_t shard;
   uint64_t executed = 0;

@@ -5,6 +5,7 @@
 
 #include "protocols/dast/dast.h"
 #include "serial_exec.h"
+#include "sim_txns.h"
 #include "sim_cluster.h"
 
 using namespace txn;
@@ -100,25 +101,8 @@ TEST(DastSim, TpcaZipfUnderReordering) {
   run_closed_loop("tpca", o);
 }
 
-namespace {
-TxnRequest find_txn(const Workload& w, uint32_t home, bool crt, std::mt19937_64& rng,
-                    const std::function<bool(const TxnRequest&)>& extra = nullptr) {
-  ClientContext ctx{home, 0};
-  for (int i = 0; i < 100000; ++i) {
-    TxnRequest t = w.generate(rng, ctx);
-    if (t.crt() == crt && (!extra || extra(t))) return t;
-  }
-  ADD_FAILURE() << "no matching transaction generated";
-  return {};
-}
-Envelope submit(const TxnRequest& t, uint64_t id) {
-  Envelope e;
-  *e.mutable_submit()->mutable_txn() = t;
-  e.mutable_submit()->mutable_txn()->set_txn_id(id);
-  e.mutable_submit()->set_attempt(1);
-  return e;
-}
-}  // namespace
+using txn::test::find_txn;
+using txn::test::submit;
 
 TEST(DastSim, IrtDoesNotWaitForPendingCrtInItsRegion) {
   DastCluster c(small_deployment("tpca"), {}, false);

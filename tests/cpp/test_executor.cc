@@ -63,6 +63,32 @@ TEST(Executor, RecordsEveryPieceInExecutionOrder) {
   EXPECT_FALSE(ex.history()[3].deferred);
 }
 
+// Evaluation (optimistic protocols' read phase): the pieces' outputs as
+// executing them now would give, on a copy: the store, its digest and the
+// history stay as they were; a piece lacking an input makes it refuse.
+TEST(Executor, EvaluateComputesOutputsWithoutChangingTheStore) {
+  Deployment d = tpca();
+  auto w = make_workload(d);
+  ShardExecutor ex(*w, 0);
+  const std::string before = ex.store().digest();
+  TxnRequest t;
+  t.set_txn_id(3);
+  *t.add_pieces() = update(0, 0, 0, 5);
+  *t.add_pieces() = update(1, 1, 1, 7);  // another shard's piece: not evaluated here
+  Vars vars;
+  ASSERT_TRUE(ex.evaluate(t, &vars));
+  EXPECT_EQ(vars.at("customer_balance").i(), 1000005);
+  EXPECT_EQ(ex.store().digest(), before);
+  EXPECT_TRUE(ex.history().empty());
+  Vars out;  // executing it for real gives the same output
+  ex.execute(3, t.pieces(0), t.pieces(0).args(), &out);
+  EXPECT_EQ(out.at("customer_balance").i(), 1000005);
+  t.mutable_pieces(0)->add_inputs("from_elsewhere");
+  Vars none;
+  EXPECT_FALSE(ex.evaluate(t, &none));
+  EXPECT_TRUE(none.empty());
+}
+
 TEST(Executor, RejectedPieceIsRecordedAndRethrown) {
   Deployment d = tpca();
   auto w = make_workload(d);

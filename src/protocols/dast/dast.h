@@ -7,7 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/handler_driver.h"
 #include "protocol.h"
+#include "self_queue.h"
 #include "protocols/dast/clock.h"
 
 namespace txn::dast {
@@ -161,8 +163,7 @@ class Replica : public ReplicaNode {
   std::unordered_map<uint64_t, TimeUs> released_;    // release notices seen before DistExe
   std::unordered_map<uint64_t, Coord> coords_;
   std::vector<DelayEstimate> rtt_;                   // coordinator: RTT to each region's prepare path
-  std::deque<Envelope> local_;
-  bool in_dispatch_ = false;
+  SelfQueue self_q_;
   bool keep_log_ = false;
   std::vector<ExecRecord> exec_log_;
   uint64_t n_executed_ = 0;
@@ -195,19 +196,9 @@ class Manager : public Node {
   std::unordered_map<uint64_t, Live> live_;
 };
 
-// Replica 0 of every shard is its handler/coordinator: only handlers issue IRT
-// timestamps, so the execution watermark needs just their clocks.
-inline NodeId handler_of(const Deployment& d, uint32_t shard) { return d.replica_id(shard, 0); }
-
-class ClientDriverImpl : public ClientDriver {
- public:
-  ClientDriverImpl(const Deployment& d, NodeId self);
-  void submit(Env& env, const TxnRequest& txn, uint32_t attempt) override;
-  void on_message(Env& env, const Envelope& msg) override;
-
- private:
-  const Deployment& d_;
-  NodeId self_;
-};
+// Replica 0 of every shard is its handler/coordinator (txn::handler_of): only
+// handlers issue IRT timestamps, so the execution watermark needs just their
+// clocks. Clients use txn::HandlerClientDriver.
+using txn::handler_of;
 
 }  // namespace txn::dast

@@ -109,19 +109,4 @@ void Manager::on_message(Env& env, const Envelope& msg) {
   throw BadMessage("DAST message not for a manager");
 }
 
-ClientDriverImpl::ClientDriverImpl(const Deployment& d, NodeId self) : d_(d), self_(self) {}
-
-void ClientDriverImpl::submit(Env& env, const TxnRequest& txn, uint32_t attempt) {
-  NodeId handler = handler_of(d_, txn.home_shard());
-  Envelope e;
-  *e.mutable_submit()->mutable_txn() = txn;
-  e.mutable_submit()->set_attempt(attempt);
-  env.send(handler, std::move(e));
-}
-
-void ClientDriverImpl::on_message(Env& env, const Envelope& msg) {
-  if (!msg.has_reply()) throw BadMessage("DAST client expects ClientReply");
-  if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs()});
-}
-
 }  // namespace txn::dast

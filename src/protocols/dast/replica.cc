@@ -69,7 +69,7 @@ TxnShape analyze(const Deployment& d, const Options& o, const TxnRequest& txn, c
 
 Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
     : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, d.node(self).shard),
-      clock_(self), sync_interval_us_(static_cast<TimeUs>(opts_.sync_interval_ms * 1000)) {
+      clock_(self), self_q_(self), sync_interval_us_(static_cast<TimeUs>(opts_.sync_interval_ms * 1000)) {
   for (NodeId s : d.sites_of_region(me_.region)) {
     if (s == self) continue;
     region_sites_.push_back(s);
@@ -175,29 +175,10 @@ void Replica::on_message(Env& env, const Envelope& msg) {
   drain_local(env);
 }
 
-void Replica::post(Env& env, NodeId to, Envelope msg) {
-  if (to == self_) {
-    msg.set_from(self_);
-    msg.set_to(self_);
-    local_.push_back(std::move(msg));
-  } else {
-    env.send(to, std::move(msg));
-  }
-}
+void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
 
 void Replica::drain_local(Env& env) {
-  if (in_dispatch_) return;
-  in_dispatch_ = true;
-  while (!local_.empty()) {
-    Envelope m = std::move(local_.front());
-    local_.pop_front();
-    try {
-      dispatch(env, m);
-    } catch (const BadMessage& e) {
-      env.log(std::string("bad local message: ") + e.what());
-    }
-  }
-  in_dispatch_ = false;
+  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
 }
 
 void Replica::dispatch(Env& env, const Envelope& msg) {

@@ -33,7 +33,8 @@ ProtocolSpec spec() {
     return std::make_unique<Replica>(d, id, w);
   };
   p.make_client_driver = [](const Deployment& d, NodeId id) -> std::unique_ptr<ClientDriver> {
-    return std::make_unique<ClientDriverImpl>(d, id);
+    (void)id;
+    return std::make_unique<HandlerClientDriver>(d, "DAST");
   };
   return p;
 }

@@ -1,0 +1,126 @@
+// Janus (OSDI'16): dependency tracking on conflict keys, commit in one round
+// trip when every replica agrees, execution in the order of the dependency
+// graph's strongly connected components (docs/protocols/janus.md).
+#pragma once
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "client/handler_driver.h"
+#include "protocol.h"
+#include "self_queue.h"
+#include "shards.h"
+
+namespace txn::janus {
+
+using TxnId = uint64_t;
+using Scc = std::shared_ptr<const std::vector<TxnId>>;  // a decided component, ascending ids
+
+// Janus's options: `protocols: {janus: {...}}` (schema in spec.cc).
+struct Options {
+  explicit Options(const Deployment& d);
+  bool fast_path;  // commit on identical PreAccept replies; false: always take the Accept round
+};
+
+// One replica of a shard, and the coordinator of the transactions homed at its
+// shard when it is replica 0 there (the handler).
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w);
+  void start(Env&) override {}
+  void on_message(Env& env, const Envelope& msg) override;
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override;
+  const ShardExecutor& executor() const override { return exec_; }
+  // fast_commits / slow_commits (coordinator), inquiries (sent), largest_scc_max
+  // (the largest component decided here; summed as a maximum over the run).
+  std::map<std::string, int64_t> counters() const override;
+
+ private:
+  enum class Status { Unknown, PreAccepted, Accepted, Committed };
+  // What this replica knows of a transaction: its own (it touches this shard)
+  // or one met as a dependency.
+  struct Vertex {
+    Status status = Status::Unknown;
+    std::vector<uint32_t> shards;  // empty: not known yet
+    std::vector<TxnId> deps;       // final once Committed
+    Scc scc;                       // decided component (global truth), or null
+    bool local = false;            // touches this shard
+    bool executed = false;         // local: every piece here has executed
+    bool inquired = false;
+  };
+  // A local transaction until it has executed here.
+  struct Local {
+    TxnRequest txn;
+    NodeId coordinator = 0;
+    std::set<uint32_t> done;  // executed piece ids
+    uint64_t explored_at = 0; // graph version of its last unsuccessful walk (0: never walked)
+  };
+  // Coordinator-side state of a transaction homed at this shard.
+  struct Coord {
+    TxnRequest txn;
+    NodeId client = 0;
+    std::vector<uint32_t> shards;
+    std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> replies;  // shard -> replica -> deps
+    std::map<uint32_t, uint32_t> accept_oks;                                    // shard -> AcceptOKs
+    std::vector<::janus::Dep> deps;  // the union of the replies: committed (fast) or accepted (slow)
+    bool accepting = false, committed = false;
+    std::set<uint32_t> results;  // shards whose output replica reported
+    Vars outputs;
+  };
+
+  void dispatch(Env& env, const Envelope& msg);
+  void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
+  void drain_local(Env& env);
+
+  void on_submit(Env& env, NodeId from, const ClientSubmit& m);
+  void on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m);
+  void on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m);
+  void on_accept(Env& env, NodeId from, const ::janus::Accept& m);
+  void on_accept_reply(Env& env, const ::janus::AcceptReply& m);
+  void on_commit(Env& env, const ::janus::Commit& m);
+  void on_inquire(Env& env, NodeId from, const ::janus::Inquire& m);
+  void on_inquire_reply(Env& env, const ::janus::InquireReply& m);
+  void on_send_output(Env& env, const ::janus::SendOutput& m);
+  void on_piece_result(Env& env, const ::janus::PieceResult& m);
+
+  void maybe_decide(Env& env, Coord& c);
+  void commit(Env& env, Coord& c);
+  Vertex& vertex(TxnId id);
+  void learn(const ::janus::Dep& d);          // a dependency's shards and decided component
+  void set_scc(TxnId id, const Scc& scc);
+  void fill_dep(TxnId id, ::janus::Dep* out);  // as this replica knows it
+  void answer_inquiries(Env& env, TxnId id);
+  void try_execute(Env& env);
+  bool decide_scc(Env& env, TxnId t);          // walk t's ancestors; true once t's component is known
+  bool ready(TxnId t) const;
+  bool run_pieces(Env& env, TxnId t, Local& l); // true when every piece here has executed
+  void executed(Env& env, TxnId t);
+
+  const Deployment& d_;
+  NodeId self_;
+  const NodeInfo& me_;
+  const Workload& w_;
+  const Options opts_;
+  ShardExecutor exec_;
+  // Per conflict key: the last transaction that wrote it and those that read it since.
+  struct KeyState {
+    TxnId writer = 0;
+    std::vector<TxnId> readers;
+  };
+  std::unordered_map<std::string, KeyState> keys_;
+  std::unordered_map<TxnId, Vertex> graph_;
+  std::unordered_map<TxnId, Local> locals_;
+  std::set<TxnId> committed_;                          // committed local transactions not executed here
+  std::unordered_map<TxnId, Vars> vars_;               // values known per transaction (may precede it)
+  std::unordered_map<TxnId, std::vector<NodeId>> inquirers_;  // waiting for a transaction's commit here
+  std::unordered_map<TxnId, Coord> coords_;
+  uint64_t version_ = 1;  // bumped whenever the graph gains a commit, a component or an execution
+  SelfQueue self_q_;
+  int64_t n_fast_ = 0, n_slow_ = 0, n_inquiries_ = 0, largest_scc_ = 0;
+};
+
+}  // namespace txn::janus

@@ -1,0 +1,590 @@
+// Janus replica and coordinator (docs/protocols/janus.md).
+//
+// Ordering. A replica records, per conflict key (the pieces' read_keys and
+// write_keys), the last transaction that wrote it and those that read it
+// since. A PreAccepted transaction depends on the last writer of every key it
+// accesses and, for a key it writes, on the readers since; older conflicting
+// transactions are its ancestors through that chain. The coordinator commits
+// the union of the replies (after an Accept round unless every replica of
+// every shard answered the same).
+//
+// The coordinator decides once every replica of every touched shard has
+// replied, so each replica's chain of accesses to a key (every access depends
+// on the one before it that conflicts with it) is in the committed graph, and
+// two transactions that conflict at a shard are joined by a path of that
+// shard's transactions.
+//
+// Execution. The committed graph orders transactions: components (SCCs) in
+// topological order, members of a component by id. A replica executes a
+// committed transaction T of its shard once it knows T's component, every
+// member with a smaller id that touches this shard has executed here, and so
+// has every transaction of this shard that a member depends on outside the
+// component. Following those paths, every shard executes conflicting pieces in
+// the order of one global order (a linear extension of the components' order,
+// ids within a component): serializable, and nothing waits for a transaction
+// that global order puts later, so execution cannot deadlock.
+//
+// T's component is found by walking its ancestors through their final
+// dependencies. The walk stops at a transaction whose component is already
+// decided (a component is the same wherever it is computed; if T is not in it,
+// none of its ancestors is in T's) and at one of this shard that has executed
+// here (its component was decided then). An ancestor that does not touch this
+// shard and is not committed here is asked about with an Inquire to a replica
+// of a shard it touches (this region's if any), which answers once it has the
+// transaction's final dependencies.
+#include <algorithm>
+#include <stdexcept>
+
+#include "protocols/janus/janus.h"
+
+namespace txn::janus {
+namespace {
+
+std::string str(uint64_t x) { return std::to_string(x); }
+
+bool same_ids(const std::vector<::janus::Dep>& a, const std::vector<::janus::Dep>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].id() != b[i].id()) return false;
+  return true;
+}
+
+// The union of dependency lists, each transaction once with what any list knew of it.
+void merge(std::map<TxnId, ::janus::Dep>& u, const std::vector<::janus::Dep>& deps) {
+  for (const auto& d : deps) {
+    ::janus::Dep& x = u[d.id()];
+    x.set_id(d.id());
+    if (x.shards_size() == 0) *x.mutable_shards() = d.shards();
+    if (x.scc_size() == 0) *x.mutable_scc() = d.scc();
+  }
+}
+
+}  // namespace
+
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, me_.shard), self_q_(self) {}
+
+bool Replica::idle() const { return coords_.empty() && locals_.empty(); }
+
+std::map<std::string, int64_t> Replica::counters() const {
+  return {{"fast_commits", n_fast_}, {"slow_commits", n_slow_}, {"inquiries", n_inquiries_},
+          {"largest_scc_max", largest_scc_}};
+}
+
+// ---- plumbing --------------------------------------------------------------------------
+
+void Replica::on_message(Env& env, const Envelope& msg) {
+  dispatch(env, msg);
+  drain_local(env);
+}
+
+void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
+
+void Replica::drain_local(Env& env) {
+  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+}
+
+void Replica::dispatch(Env& env, const Envelope& m) {
+  if (m.has_submit()) return on_submit(env, m.from(), m.submit());
+  if (!m.has_janus()) throw BadMessage("Janus replica got a message of another protocol");
+  const auto& j = m.janus();
+  switch (j.body_case()) {
+    case ::janus::Msg::kPreAccept: return on_pre_accept(env, m.from(), j.pre_accept());
+    case ::janus::Msg::kPreAcceptReply: return on_pre_accept_reply(env, j.pre_accept_reply());
+    case ::janus::Msg::kAccept: return on_accept(env, m.from(), j.accept());
+    case ::janus::Msg::kAcceptReply: return on_accept_reply(env, j.accept_reply());
+    case ::janus::Msg::kCommit: return on_commit(env, j.commit());
+    case ::janus::Msg::kInquire: return on_inquire(env, m.from(), j.inquire());
+    case ::janus::Msg::kInquireReply: return on_inquire_reply(env, j.inquire_reply());
+    case ::janus::Msg::kSendOutput: return on_send_output(env, j.send_output());
+    case ::janus::Msg::kPieceResult: return on_piece_result(env, j.piece_result());
+    default: throw BadMessage("empty Janus message");
+  }
+}
+
+Replica::Vertex& Replica::vertex(TxnId id) { return graph_[id]; }
+
+void Replica::set_scc(TxnId id, const Scc& scc) {
+  Vertex& v = vertex(id);
+  if (v.scc) return;
+  v.scc = scc;
+  ++version_;
+}
+
+void Replica::learn(const ::janus::Dep& d) {
+  Vertex& v = vertex(d.id());
+  if (v.shards.empty() && d.shards_size() > 0) {
+    v.shards.assign(d.shards().begin(), d.shards().end());
+    v.local = std::binary_search(v.shards.begin(), v.shards.end(), me_.shard);
+  }
+  if (!v.scc && d.scc_size() > 0) set_scc(d.id(), std::make_shared<const std::vector<TxnId>>(d.scc().begin(), d.scc().end()));
+}
+
+void Replica::fill_dep(TxnId id, ::janus::Dep* out) {
+  out->set_id(id);
+  auto it = graph_.find(id);
+  if (it == graph_.end()) return;
+  for (uint32_t s : it->second.shards) out->add_shards(s);
+  if (it->second.scc)
+    for (TxnId x : *it->second.scc) out->add_scc(x);
+}
+
+// ---- coordinator ------------------------------------------------------------------------
+
+void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
+  const TxnRequest& t = m.txn();
+  if (me_.replica != 0 || t.home_shard() != me_.shard)
+    throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
+                     str(t.home_shard()));
+  std::vector<uint32_t> shards = touched_shards(d_, t);
+  if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
+  Coord& c = coords_[t.txn_id()];
+  c.txn = t;
+  c.client = from;
+  c.shards = shards;
+  for (uint32_t s : shards)
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      *e.mutable_janus()->mutable_pre_accept()->mutable_txn() = t;
+      post(env, r, std::move(e));
+    }
+}
+
+void Replica::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) return;  // decided and answered already: a late reply
+  Coord& c = it->second;
+  if (!std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
+    throw BadMessage("PreAcceptReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " replica " +
+                     str(m.replica()) + ", which it does not touch");
+  if (c.accepting || c.committed) return;
+  c.replies[m.shard()][m.replica()] = {m.deps().begin(), m.deps().end()};
+  maybe_decide(env, c);
+}
+
+// Decided once every replica of every touched shard has replied (see the
+// header comment: the per-key chains need every replica's view). Fast path:
+// the replies of each shard are the same. Slow path otherwise (or with the
+// option off): Accept the union.
+void Replica::maybe_decide(Env& env, Coord& c) {
+  bool agree = opts_.fast_path;
+  for (uint32_t s : c.shards) {
+    const auto& got = c.replies[s];
+    if (got.size() < d_.replicas) return;
+    for (const auto& [r, deps] : got)
+      if (!same_ids(deps, got.begin()->second)) agree = false;
+  }
+  std::map<TxnId, ::janus::Dep> u;
+  for (const auto& [s, got] : c.replies)
+    for (const auto& [r, deps] : got) merge(u, deps);
+  c.deps.clear();
+  for (auto& [id, d] : u) c.deps.push_back(d);
+  if (agree) {
+    ++n_fast_;
+    return commit(env, c);
+  }
+  c.accepting = true;
+  for (uint32_t s : c.shards)
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      auto* a = e.mutable_janus()->mutable_accept();
+      a->set_txn_id(c.txn.txn_id());
+      a->set_ballot(1);
+      for (const auto& d : c.deps) *a->add_deps() = d;
+      post(env, r, std::move(e));
+    }
+}
+
+void Replica::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end() || it->second.committed) return;
+  Coord& c = it->second;
+  if (!c.accepting) throw BadMessage("AcceptReply for txn " + str(m.txn_id()) + ", which is not accepting");
+  if (!m.ok()) throw BadMessage("Accept of txn " + str(m.txn_id()) + " refused (no recovery: one ballot)");
+  ++c.accept_oks[m.shard()];
+  for (uint32_t s : c.shards)
+    if (c.accept_oks[s] < d_.replicas / 2 + 1) return;
+  ++n_slow_;
+  commit(env, c);
+}
+
+void Replica::commit(Env& env, Coord& c) {
+  c.committed = true;
+  for (uint32_t s : c.shards)
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      auto* m = e.mutable_janus()->mutable_commit();
+      m->set_txn_id(c.txn.txn_id());
+      for (const auto& d : c.deps) *m->add_deps() = d;
+      post(env, r, std::move(e));
+    }
+}
+
+void Replica::on_piece_result(Env& env, const ::janus::PieceResult& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) throw BadMessage("PieceResult for unknown txn " + str(m.txn_id()));
+  Coord& c = it->second;
+  if (!c.committed || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()))
+    throw BadMessage("PieceResult for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
+  for (const auto& [k, v] : m.vars()) c.outputs[k] = v;
+  c.results.insert(m.shard());
+  if (c.results.size() < c.shards.size()) return;
+  Envelope e;
+  e.mutable_reply()->set_txn_id(c.txn.txn_id());
+  e.mutable_reply()->set_committed(true);
+  *e.mutable_reply()->mutable_outputs() = c.outputs;
+  env.send(c.client, std::move(e));
+  coords_.erase(it);
+}
+
+// ---- replica: ordering ------------------------------------------------------------------
+
+void Replica::on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m) {
+  const TxnRequest& t = m.txn();
+  std::vector<uint32_t> shards = touched_shards(d_, t);
+  if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
+    throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " at shard " + str(me_.shard) + ", which it does not touch");
+  if (locals_.count(t.txn_id()) || (graph_.count(t.txn_id()) && graph_[t.txn_id()].status != Status::Unknown))
+    throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " seen before");
+  for (const auto& p : t.pieces())
+    if (p.shard() == me_.shard)
+      for (const auto& v : p.inputs()) {
+        bool produced = false;
+        for (const auto& q : t.pieces())
+          if (std::find(q.outputs().begin(), q.outputs().end(), v) != q.outputs().end()) produced = true;
+        if (!produced) throw BadMessage("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": input '" + v +
+                                        "' produced by no piece");
+      }
+  const TxnId id = t.txn_id();
+  // Dependencies at this shard, then this transaction becomes the keys' latest access.
+  std::set<TxnId> deps;
+  std::set<std::string> reads, writes;
+  for (const auto& p : t.pieces()) {
+    if (p.shard() != me_.shard) continue;
+    writes.insert(p.write_keys().begin(), p.write_keys().end());
+    reads.insert(p.read_keys().begin(), p.read_keys().end());
+  }
+  for (const auto& k : writes) {
+    KeyState& ks = keys_[k];
+    if (ks.writer) deps.insert(ks.writer);
+    deps.insert(ks.readers.begin(), ks.readers.end());
+  }
+  for (const auto& k : reads)
+    if (!writes.count(k)) {
+      KeyState& ks = keys_[k];
+      if (ks.writer) deps.insert(ks.writer);
+    }
+  for (const auto& k : writes) {
+    KeyState& ks = keys_[k];
+    ks.writer = id;
+    ks.readers.clear();
+  }
+  for (const auto& k : reads)
+    if (!writes.count(k)) keys_[k].readers.push_back(id);
+  deps.erase(id);
+
+  Vertex& v = vertex(id);
+  v.status = Status::PreAccepted;
+  v.shards = shards;
+  v.local = true;
+  v.deps.assign(deps.begin(), deps.end());
+  Local& l = locals_[id];
+  l.txn = t;
+  l.coordinator = from;
+
+  Envelope e;
+  auto* r = e.mutable_janus()->mutable_pre_accept_reply();
+  r->set_txn_id(id);
+  r->set_shard(me_.shard);
+  r->set_replica(me_.replica);
+  for (TxnId x : deps) fill_dep(x, r->add_deps());
+  post(env, from, std::move(e));
+}
+
+void Replica::on_accept(Env& env, NodeId from, const ::janus::Accept& m) {
+  auto it = locals_.find(m.txn_id());
+  if (it == locals_.end()) throw BadMessage("Accept of txn " + str(m.txn_id()) + ", not pre-accepted here");
+  if (vertex(m.txn_id()).status == Status::Committed)
+    throw BadMessage("Accept of txn " + str(m.txn_id()) + " after its commit");
+  std::vector<TxnId> deps;
+  for (const auto& d : m.deps()) {
+    learn(d);
+    deps.push_back(d.id());
+  }
+  Vertex& v = vertex(m.txn_id());  // learn() may have grown the graph
+  v.status = Status::Accepted;
+  v.deps = std::move(deps);
+  Envelope e;
+  auto* r = e.mutable_janus()->mutable_accept_reply();
+  r->set_txn_id(m.txn_id());
+  r->set_shard(me_.shard);
+  r->set_replica(me_.replica);
+  r->set_ballot(m.ballot());
+  r->set_ok(true);
+  post(env, from, std::move(e));
+}
+
+void Replica::on_commit(Env& env, const ::janus::Commit& m) {
+  const TxnId id = m.txn_id();
+  if (!locals_.count(id)) throw BadMessage("Commit of txn " + str(id) + ", not pre-accepted here");
+  Vertex& v = vertex(id);
+  if (v.status == Status::Committed) throw BadMessage("Commit of txn " + str(id) + " twice");
+  std::vector<TxnId> deps;
+  for (const auto& d : m.deps()) {
+    if (d.id() == id) throw BadMessage("txn " + str(id) + " depends on itself");
+    learn(d);
+    deps.push_back(d.id());
+  }
+  Vertex& w = vertex(id);  // learn() may have grown the graph
+  w.deps = std::move(deps);
+  w.status = Status::Committed;
+  ++version_;
+  committed_.insert(id);
+  answer_inquiries(env, id);
+  try_execute(env);
+}
+
+// ---- replica: inquiries -----------------------------------------------------------------
+
+void Replica::on_inquire(Env& env, NodeId from, const ::janus::Inquire& m) {
+  // Not committed here yet (perhaps not even pre-accepted: the inquirer
+  // learned that it touches this shard): answered at its commit.
+  auto it = graph_.find(m.txn_id());
+  inquirers_[m.txn_id()].push_back(from);
+  if (it != graph_.end() && it->second.status == Status::Committed) answer_inquiries(env, m.txn_id());
+}
+
+void Replica::answer_inquiries(Env& env, TxnId id) {
+  auto q = inquirers_.find(id);
+  if (q == inquirers_.end()) return;
+  const Vertex& v = graph_.at(id);
+  for (NodeId to : q->second) {
+    Envelope e;
+    auto* r = e.mutable_janus()->mutable_inquire_reply();
+    r->set_txn_id(id);
+    for (uint32_t s : v.shards) r->add_shards(s);
+    for (TxnId x : v.deps) fill_dep(x, r->add_deps());
+    if (v.scc)
+      for (TxnId x : *v.scc) r->add_scc(x);
+    post(env, to, std::move(e));
+  }
+  inquirers_.erase(q);
+}
+
+void Replica::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
+  Vertex& v0 = vertex(m.txn_id());
+  if (v0.local) throw BadMessage("InquireReply about txn " + str(m.txn_id()) + ", which touches this shard");
+  if (v0.status == Status::Committed) return;  // answered twice
+  std::vector<TxnId> deps;
+  for (const auto& d : m.deps()) {
+    learn(d);
+    deps.push_back(d.id());
+  }
+  Vertex& v = vertex(m.txn_id());
+  if (v.shards.empty()) v.shards.assign(m.shards().begin(), m.shards().end());
+  v.deps = std::move(deps);
+  v.status = Status::Committed;
+  if (m.scc_size() > 0) set_scc(m.txn_id(), std::make_shared<const std::vector<TxnId>>(m.scc().begin(), m.scc().end()));
+  ++version_;
+  try_execute(env);
+}
+
+// ---- replica: execution -----------------------------------------------------------------
+
+// Finds t's component, or sends the Inquires that finding it needs. The walk
+// covers t's ancestors, cut at decided components and at executed local
+// transactions; the component is then what of the walked graph reaches t.
+bool Replica::decide_scc(Env& env, TxnId t) {
+  if (graph_.at(t).scc) return true;
+  std::vector<TxnId> stack{t}, walked;
+  std::unordered_map<TxnId, bool> seen{{t, true}};  // id -> part of the walked graph (false: cut)
+  bool complete = true;
+  while (!stack.empty()) {
+    const TxnId x = stack.back();
+    stack.pop_back();
+    Vertex& v = vertex(x);
+    if (x != t) {
+      if (v.scc) {
+        if (std::binary_search(v.scc->begin(), v.scc->end(), t)) {
+          set_scc(t, v.scc);
+          return true;
+        }
+        seen[x] = false;
+        continue;
+      }
+      if (v.local && v.executed) {
+        seen[x] = false;
+        continue;
+      }
+    }
+    if (v.status != Status::Committed) {
+      complete = false;
+      // One of this shard commits here in time; another is asked about.
+      if (!v.local && !v.inquired && !v.shards.empty()) {
+        v.inquired = true;
+        ++n_inquiries_;
+        uint32_t target = v.shards.front();
+        for (uint32_t s : v.shards)
+          if (d_.region_of_shard(s) == me_.region) { target = s; break; }
+        Envelope e;
+        e.mutable_janus()->mutable_inquire()->set_txn_id(x);
+        post(env, d_.replica_id(target, me_.replica), std::move(e));
+      }
+      continue;
+    }
+    walked.push_back(x);
+    for (TxnId p : v.deps)
+      if (seen.emplace(p, true).second) stack.push_back(p);
+  }
+  if (!complete) return false;
+  // The component: the walked transactions from which t is reachable
+  // (following dependents, within the walked graph).
+  std::unordered_map<TxnId, std::vector<TxnId>> dependents;
+  for (TxnId x : walked)
+    for (TxnId p : graph_.at(x).deps)
+      if (seen[p]) dependents[p].push_back(x);
+  std::set<TxnId> comp{t};
+  std::vector<TxnId> todo{t};
+  while (!todo.empty()) {
+    TxnId x = todo.back();
+    todo.pop_back();
+    for (TxnId y : dependents[x])
+      if (comp.insert(y).second) todo.push_back(y);
+  }
+  auto scc = std::make_shared<const std::vector<TxnId>>(comp.begin(), comp.end());
+  for (TxnId x : *scc) set_scc(x, scc);
+  largest_scc_ = std::max<int64_t>(largest_scc_, static_cast<int64_t>(scc->size()));
+  return true;
+}
+
+bool Replica::ready(TxnId t) const {
+  const auto& scc = *graph_.at(t).scc;
+  for (TxnId m : scc) {
+    auto it = graph_.find(m);
+    if (it == graph_.end()) continue;
+    const Vertex& v = it->second;
+    if (m < t && v.local && !v.executed) return false;
+    for (TxnId p : v.deps) {
+      if (std::binary_search(scc.begin(), scc.end(), p)) continue;
+      const Vertex& d = graph_.at(p);
+      if (d.local && !d.executed) return false;
+    }
+  }
+  return true;
+}
+
+void Replica::try_execute(Env& env) {
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto it = committed_.begin(); it != committed_.end();) {
+      const TxnId t = *it++;
+      Local& l = locals_.at(t);
+      if (!graph_.at(t).scc) {
+        if (l.explored_at == version_) continue;  // nothing new since its last walk
+        if (!decide_scc(env, t)) {
+          l.explored_at = version_;
+          continue;
+        }
+      }
+      if (!ready(t)) continue;
+      if (run_pieces(env, t, l)) {
+        executed(env, t);
+        progress = true;
+      }
+    }
+  }
+}
+
+bool Replica::run_pieces(Env& env, TxnId t, Local& l) {
+  Vars& known = vars_[t];
+  for (const auto& p : l.txn.pieces()) {
+    if (p.shard() != me_.shard || l.done.count(p.id())) continue;
+    Vars in = p.args();
+    for (const auto& v : p.inputs()) {
+      auto it = known.find(v);
+      if (it == known.end()) return false;  // waits for a value from another shard
+      in[v] = it->second;
+    }
+    Vars out;
+    try {
+      exec_.execute(t, p, in, &out);
+    } catch (const BadMessage& err) {
+      env.log("txn " + str(t) + " piece " + str(p.id()) + ": " + err.what());  // skipped on every replica alike
+    }
+    l.done.insert(p.id());
+    if (out.empty()) continue;
+    for (const auto& [k, v] : out) known[k] = v;
+    std::set<uint32_t> consumers;  // other shards with a piece that needs one of these values
+    for (const auto& q : l.txn.pieces())
+      for (const auto& v : q.inputs())
+        if (q.shard() != me_.shard && out.count(v)) consumers.insert(q.shard());
+    for (uint32_t s : consumers)
+      for (NodeId r : d_.replicas_of(s)) {
+        Envelope e;
+        auto* so = e.mutable_janus()->mutable_send_output();
+        so->set_txn_id(t);
+        *so->mutable_vars() = out;
+        post(env, r, std::move(e));
+      }
+  }
+  return true;
+}
+
+void Replica::executed(Env& env, TxnId t) {
+  Local& l = locals_.at(t);
+  Vertex& v = vertex(t);
+  v.executed = true;
+  ++version_;
+  if (me_.replica == 0) {
+    Envelope e;
+    auto* r = e.mutable_janus()->mutable_piece_result();
+    r->set_txn_id(t);
+    r->set_shard(me_.shard);
+    const Vars& known = vars_[t];
+    for (const auto& p : l.txn.pieces())
+      if (p.shard() == me_.shard)
+        for (const auto& o : p.outputs())
+          if (known.count(o)) (*r->mutable_vars())[o] = known.at(o);
+    for (TxnId x : *v.scc) r->add_scc(x);
+    post(env, l.coordinator, std::move(e));
+  }
+  vars_.erase(t);
+  committed_.erase(t);
+  locals_.erase(t);
+}
+
+void Replica::on_send_output(Env& env, const ::janus::SendOutput& m) {
+  auto g = graph_.find(m.txn_id());
+  if (g != graph_.end() && g->second.executed) return;  // every piece here ran already
+  Vars& known = vars_[m.txn_id()];
+  for (const auto& [k, v] : m.vars()) known[k] = v;
+  if (committed_.count(m.txn_id())) try_execute(env);
+}
+
+// ---- registration -----------------------------------------------------------------------
+
+Options::Options(const Deployment& d) {
+  const ProtocolOptions o = protocol_options(d);
+  fast_path = o.flag("fast_path");
+}
+
+ProtocolSpec spec() {
+  ProtocolSpec p;
+  p.name = "janus";
+  p.summary = "dependency graphs on conflict keys: one round trip when replicas agree, execution in SCC order";
+  p.min_regions = 1;
+  p.options = {
+      OptionSpec::flag("fast_path", true,
+                       "commit on identical PreAccept replies from every replica of every touched shard "
+                       "(false: always take the Accept round)"),
+  };
+  p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
+    return std::make_unique<Replica>(d, id, w);
+  };
+  p.make_client_driver = [](const Deployment& d, NodeId) -> std::unique_ptr<ClientDriver> {
+    return std::make_unique<HandlerClientDriver>(d, "Janus");
+  };
+  return p;
+}
+
+}  // namespace txn::janus

@@ -1,0 +1,455 @@
+// TAPIR replica and coordinator (docs/protocols/tapir.md).
+//
+// Read. The coordinator (the handler of the home shard) asks one replica of
+// each shard (replica 0, the one in the shard's region nearest to it) to
+// evaluate the shard's pieces on a copy of its store (ShardExecutor::evaluate):
+// their outputs, and per read key the version read, which is the last
+// transaction applied there that wrote the key. A shard whose pieces need
+// another shard's value is read once that value is known (rounds).
+//
+// Prepare (consensus operation at every replica of every touched shard): a
+// replica answers ABSTAIN when a conflicting transaction holds one of the keys
+// here (prepared, or committed and not yet applied), ABORT when a read version
+// is not the key's last applied writer here (a stale read), else OK: the
+// transaction is prepared and holds its keys, and its dependencies are the
+// keys' last applied writers (and, for a key it writes, the readers applied
+// since). A shard is decided OK on 3 OKs (fast path) or, once every replica
+// answered, on a majority of OKs, which is then finalized at a majority (slow
+// path); any ABORT, or a majority not OK, aborts the transaction. The client
+// is answered at the decision, with the Read round's values.
+//
+// Commit and Abort are inconsistent operations. A replica applies a committed
+// transaction (executes its pieces) once its dependencies at this shard have
+// been applied here. Why replicas agree and the order is serializable: of two
+// conflicting committed transactions, a replica in both OK majorities saw the
+// first applied before the second's Prepare (it would have answered ABSTAIN
+// otherwise), and recorded a dependency path to it through the keys' last
+// applied accesses; every replica applies along those paths. A committed
+// transaction reads what its Read round read: a later write of a key it read
+// would have made some replica of its OK majority answer ABORT or ABSTAIN.
+#include <algorithm>
+
+#include "protocols/tapir/tapir.h"
+
+namespace txn::tapir {
+namespace {
+
+std::string str(uint64_t x) { return std::to_string(x); }
+
+bool needs_other_shard(const TxnRequest& t, uint32_t shard, const Vars& known) {
+  std::set<std::string> here;
+  for (const auto& p : t.pieces())
+    if (p.shard() == shard) here.insert(p.outputs().begin(), p.outputs().end());
+  for (const auto& p : t.pieces())
+    if (p.shard() == shard)
+      for (const auto& v : p.inputs())
+        if (!here.count(v) && !known.count(v)) return true;
+  return false;
+}
+
+}  // namespace
+
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, me_.shard), self_q_(self) {}
+
+bool Replica::idle() const { return coords_.empty() && locals_.empty(); }
+
+std::map<std::string, int64_t> Replica::counters() const {
+  return {{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
+          {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}};
+}
+
+void Replica::on_message(Env& env, const Envelope& msg) {
+  dispatch(env, msg);
+  drain_local(env);
+}
+
+void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
+
+void Replica::drain_local(Env& env) {
+  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+}
+
+void Replica::dispatch(Env& env, const Envelope& m) {
+  if (m.has_submit()) return on_submit(env, m.from(), m.submit());
+  if (!m.has_tapir()) throw BadMessage("TAPIR replica got a message of another protocol");
+  const auto& t = m.tapir();
+  switch (t.body_case()) {
+    case ::tapir::Msg::kRead: return on_read(env, m.from(), t.read());
+    case ::tapir::Msg::kReadReply: return on_read_reply(env, t.read_reply());
+    case ::tapir::Msg::kPrepare: return on_prepare(env, m.from(), t.prepare());
+    case ::tapir::Msg::kPrepareReply: return on_prepare_reply(env, t.prepare_reply());
+    case ::tapir::Msg::kFinalize: return on_finalize(env, m.from(), t.finalize());
+    case ::tapir::Msg::kFinalizeReply: return on_finalize_reply(env, t.finalize_reply());
+    case ::tapir::Msg::kCommit: return on_commit(env, t.commit());
+    case ::tapir::Msg::kAbort: return on_abort(t.abort());
+    default: throw BadMessage("empty TAPIR message");
+  }
+}
+
+// ---- coordinator ------------------------------------------------------------------------
+
+void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
+  const TxnRequest& t = m.txn();
+  if (me_.replica != 0 || t.home_shard() != me_.shard)
+    throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
+                     str(t.home_shard()));
+  std::vector<uint32_t> shards = touched_shards(d_, t);
+  if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
+  Coord& c = coords_[t.txn_id()];
+  c.txn = t;
+  c.client = from;
+  c.shards = std::move(shards);
+  send_reads(env, c);
+  if (c.read_sent.empty()) {
+    const TxnId id = t.txn_id();
+    coords_.erase(id);
+    throw BadMessage("txn " + str(id) + ": no shard can be read first (its pieces wait on each other's values)");
+  }
+}
+
+void Replica::send_reads(Env& env, Coord& c) {
+  for (uint32_t s : c.shards) {
+    if (c.read_sent.count(s) || needs_other_shard(c.txn, s, c.vars)) continue;
+    c.read_sent.insert(s);
+    Envelope e;
+    auto* r = e.mutable_tapir()->mutable_read();
+    *r->mutable_txn() = c.txn;
+    *r->mutable_vars() = c.vars;
+    post(env, d_.replica_id(s, 0), std::move(e));
+  }
+}
+
+void Replica::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) throw BadMessage("ReadReply for unknown txn " + str(m.txn_id()));
+  Coord& c = it->second;
+  if (!c.read_sent.count(m.shard()) || !c.read_done.insert(m.shard()).second)
+    throw BadMessage("ReadReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
+  for (const auto& [k, v] : m.vars()) c.vars[k] = v;
+  c.versions[m.shard()] = {m.versions().begin(), m.versions().end()};
+  send_reads(env, c);
+  if (c.read_done.size() < c.shards.size()) {
+    if (c.read_sent.size() == c.read_done.size()) {  // nothing in flight and nothing readable: it cannot finish
+      const TxnId id = m.txn_id();
+      coords_.erase(it);
+      throw BadMessage("txn " + str(id) + ": its pieces wait on values no shard produces");
+    }
+    return;
+  }
+  c.preparing = true;
+  for (uint32_t s : c.shards)
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      auto* p = e.mutable_tapir()->mutable_prepare();
+      *p->mutable_txn() = c.txn;
+      for (const auto& [k, v] : c.versions[s]) (*p->mutable_versions())[k] = v;
+      post(env, r, std::move(e));
+    }
+}
+
+void Replica::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) return;  // decided already: a late reply
+  Coord& c = it->second;
+  if (!c.preparing || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
+    throw BadMessage("PrepareReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
+  if (c.decided.count(m.shard())) return;
+  c.results[m.shard()][m.replica()] = m.result();
+  if (m.result() == ::tapir::OK) c.deps[m.shard()].insert(m.deps().begin(), m.deps().end());
+  decide_shard(env, c, m.shard());
+}
+
+void Replica::decide_shard(Env& env, Coord& c, uint32_t shard) {
+  const auto& got = c.results[shard];
+  const size_t n = d_.replicas, majority = n / 2 + 1;
+  size_t ok = 0, abort = 0;
+  for (const auto& [r, res] : got) {
+    ok += res == ::tapir::OK;
+    abort += res == ::tapir::ABORT;
+  }
+  const size_t not_ok = got.size() - ok;
+  if (abort > 0 || not_ok >= majority) {
+    c.decided[shard] = abort > 0 ? ::tapir::ABORT : ::tapir::ABSTAIN;
+    return finish(env, c, false);
+  }
+  if (got.size() < n) return;  // wait for every replica: 3 identical results are the fast path
+  c.decided[shard] = ::tapir::OK;
+  if (ok == n && opts_.fast_path) return maybe_finish(env, c);
+  c.slow = true;
+  for (NodeId r : d_.replicas_of(shard)) {
+    Envelope e;
+    auto* f = e.mutable_tapir()->mutable_finalize();
+    f->set_txn_id(c.txn.txn_id());
+    f->set_result(::tapir::OK);
+    post(env, r, std::move(e));
+  }
+}
+
+void Replica::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) return;
+  ++it->second.finalized[m.shard()];
+  maybe_finish(env, it->second);
+}
+
+void Replica::maybe_finish(Env& env, Coord& c) {
+  for (uint32_t s : c.shards) {
+    auto d = c.decided.find(s);
+    if (d == c.decided.end()) return;
+    // a shard decided on the slow path counts once a majority confirmed its Finalize
+    const auto& got = c.results[s];
+    bool fast = opts_.fast_path && got.size() == d_.replicas &&
+                std::all_of(got.begin(), got.end(), [](const auto& x) { return x.second == ::tapir::OK; });
+    if (!fast && c.finalized[s] < d_.replicas / 2 + 1) return;
+  }
+  finish(env, c, true);
+}
+
+void Replica::finish(Env& env, Coord& c, bool commit) {
+  const TxnId id = c.txn.txn_id();
+  for (uint32_t s : c.shards)
+    for (NodeId r : d_.replicas_of(s)) {
+      Envelope e;
+      if (commit) {
+        auto* m = e.mutable_tapir()->mutable_commit();
+        m->set_txn_id(id);
+        for (TxnId x : c.deps[s]) m->add_deps(x);
+        *m->mutable_vars() = c.vars;
+      } else {
+        e.mutable_tapir()->mutable_abort()->set_txn_id(id);
+      }
+      post(env, r, std::move(e));
+    }
+  if (commit) {
+    ++(c.slow ? n_slow_ : n_fast_);
+  } else {
+    ++(c.txn.crt() ? n_abort_crt_ : n_abort_irt_);
+    bool stale = false;
+    for (const auto& [s, res] : c.decided) stale |= res == ::tapir::ABORT;
+    ++(stale ? n_stale_ : n_conflict_);
+  }
+  Envelope e;
+  e.mutable_reply()->set_txn_id(id);
+  e.mutable_reply()->set_committed(commit);
+  if (commit) *e.mutable_reply()->mutable_outputs() = c.vars;
+  env.send(c.client, std::move(e));
+  coords_.erase(id);
+}
+
+// ---- replica ----------------------------------------------------------------------------
+
+void Replica::on_read(Env& env, NodeId from, const ::tapir::Read& m) {
+  const TxnRequest& t = m.txn();
+  std::vector<uint32_t> shards = touched_shards(d_, t);
+  if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
+    throw BadMessage("Read of txn " + str(t.txn_id()) + " at shard " + str(me_.shard) + ", which it does not touch");
+  Vars vars = m.vars();
+  if (!exec_.evaluate(t, &vars))
+    throw BadMessage("Read of txn " + str(t.txn_id()) + ": a piece at shard " + str(me_.shard) + " lacks an input");
+  Envelope e;
+  auto* r = e.mutable_tapir()->mutable_read_reply();
+  r->set_txn_id(t.txn_id());
+  r->set_shard(me_.shard);
+  for (const auto& [k, v] : vars)
+    if (!m.vars().count(k)) (*r->mutable_vars())[k] = v;
+  for (const auto& [k, version] : versions_of(t)) (*r->mutable_versions())[k] = version;
+  post(env, from, std::move(e));
+}
+
+// The version of every key `t`'s pieces here access, as this replica has
+// applied it: for a key they read, its last writer; for a key they only write,
+// its last accessor (a write-only key can stand for rows the piece reads: TPC-C
+// Stock-Level writes the coarse key stock:<w> for the stock rows it reads, which
+// New-Orders access as readers of that key while they write stock:<w>:<i>).
+std::map<std::string, uint64_t> Replica::versions_of(const TxnRequest& t) const {
+  std::set<std::string> reads, writes;
+  for (const auto& p : t.pieces())
+    if (p.shard() == me_.shard) {
+      reads.insert(p.read_keys().begin(), p.read_keys().end());
+      writes.insert(p.write_keys().begin(), p.write_keys().end());
+    }
+  std::map<std::string, uint64_t> v;
+  for (const auto& k : reads) {
+    auto ks = keys_.find(k);
+    v[k] = ks == keys_.end() ? 0 : ks->second.writer;
+  }
+  for (const auto& k : writes)
+    if (!reads.count(k)) {
+      auto ks = keys_.find(k);
+      v[k] = ks == keys_.end() ? 0 : ks->second.accessor;
+    }
+  return v;
+}
+
+bool Replica::conflicts(const Local& a, const Local& b) const {
+  for (const auto& k : a.writes)
+    if (b.writes.count(k) || b.reads.count(k)) return true;
+  for (const auto& k : a.reads)
+    if (b.writes.count(k)) return true;
+  return false;
+}
+
+void Replica::hold(TxnId id, Local& l) {
+  for (const auto* set : {&l.reads, &l.writes})
+    for (const auto& k : *set) keys_[k].holders.insert(id);
+}
+
+void Replica::release(TxnId id, const Local& l) {
+  for (const auto* set : {&l.reads, &l.writes})
+    for (const auto& k : *set) keys_[k].holders.erase(id);
+}
+
+void Replica::on_prepare(Env& env, NodeId from, const ::tapir::Prepare& m) {
+  const TxnRequest& t = m.txn();
+  const TxnId id = t.txn_id();
+  std::vector<uint32_t> shards = touched_shards(d_, t);
+  if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
+    throw BadMessage("Prepare of txn " + str(id) + " at shard " + str(me_.shard) + ", which it does not touch");
+  if (locals_.count(id) || applied_.count(id)) throw BadMessage("Prepare of txn " + str(id) + " seen before");
+  Local l;
+  l.txn = t;
+  const std::map<std::string, uint64_t> now = versions_of(t);
+  for (const auto& [k, v] : now)
+    if (!m.versions().count(k)) throw BadMessage("Prepare of txn " + str(id) + ": no read version for key " + k);
+  for (const auto& p : t.pieces())
+    if (p.shard() == me_.shard) l.writes.insert(p.write_keys().begin(), p.write_keys().end());
+  for (const auto& p : t.pieces())
+    if (p.shard() == me_.shard)
+      for (const auto& k : p.read_keys())
+        if (!l.writes.count(k)) l.reads.insert(k);
+
+  ::tapir::Result result = ::tapir::OK;
+  for (const auto* set : {&l.reads, &l.writes})
+    for (const auto& k : *set) {
+      auto ks = keys_.find(k);
+      if (ks == keys_.end()) continue;
+      for (TxnId h : ks->second.holders)
+        if (conflicts(l, locals_.at(h))) result = ::tapir::ABSTAIN;
+    }
+  if (result == ::tapir::OK)
+    for (const auto& [k, version] : now)
+      if (m.versions().at(k) != version) result = ::tapir::ABORT;
+  Envelope e;
+  auto* r = e.mutable_tapir()->mutable_prepare_reply();
+  r->set_txn_id(id);
+  r->set_shard(me_.shard);
+  r->set_replica(me_.replica);
+  r->set_result(result);
+  if (result == ::tapir::OK) {
+    std::set<TxnId> deps;
+    for (const auto* set : {&l.reads, &l.writes})
+      for (const auto& k : *set) {
+        const KeyState& ks = keys_[k];
+        if (ks.writer) deps.insert(ks.writer);
+      }
+    for (const auto& k : l.writes) deps.insert(keys_[k].readers.begin(), keys_[k].readers.end());
+    for (TxnId x : deps) r->add_deps(x);
+    l.prepared = true;
+    hold(id, l);
+  }
+  locals_.emplace(id, std::move(l));
+  post(env, from, std::move(e));
+}
+
+void Replica::on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m) {
+  auto it = locals_.find(m.txn_id());
+  if (it == locals_.end()) throw BadMessage("Finalize of txn " + str(m.txn_id()) + ", not prepared here");
+  if (m.result() == ::tapir::OK && !it->second.prepared && !it->second.committed) {
+    it->second.prepared = true;  // the decided result binds this replica too
+    hold(m.txn_id(), it->second);
+  }
+  Envelope e;
+  auto* r = e.mutable_tapir()->mutable_finalize_reply();
+  r->set_txn_id(m.txn_id());
+  r->set_shard(me_.shard);
+  r->set_replica(me_.replica);
+  post(env, from, std::move(e));
+}
+
+void Replica::on_commit(Env& env, const ::tapir::Commit& m) {
+  auto it = locals_.find(m.txn_id());
+  if (it == locals_.end()) throw BadMessage("Commit of txn " + str(m.txn_id()) + ", not prepared here");
+  Local& l = it->second;
+  if (l.committed) throw BadMessage("Commit of txn " + str(m.txn_id()) + " twice");
+  if (!l.prepared) hold(m.txn_id(), l);  // committed and not applied: it holds its keys until applied
+  l.prepared = false;
+  l.committed = true;
+  l.deps.assign(m.deps().begin(), m.deps().end());
+  l.vars = m.vars();
+  waiting_.insert(m.txn_id());
+  try_apply(env);
+}
+
+void Replica::on_abort(const ::tapir::Abort& m) {
+  auto it = locals_.find(m.txn_id());
+  if (it == locals_.end()) throw BadMessage("Abort of txn " + str(m.txn_id()) + ", not prepared here");
+  if (it->second.committed) throw BadMessage("Abort of txn " + str(m.txn_id()) + " after its Commit");
+  release(m.txn_id(), it->second);
+  locals_.erase(it);
+}
+
+void Replica::try_apply(Env& env) {
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto w = waiting_.begin(); w != waiting_.end();) {
+      const TxnId t = *w;
+      Local& l = locals_.at(t);
+      if (!std::all_of(l.deps.begin(), l.deps.end(), [&](TxnId x) { return applied_.count(x) > 0; })) {
+        ++w;
+        continue;
+      }
+      for (const auto& p : l.txn.pieces()) {
+        if (p.shard() != me_.shard) continue;
+        Vars in = p.args(), out;
+        for (const auto& v : p.inputs()) {
+          auto x = l.vars.find(v);
+          if (x != l.vars.end()) in[v] = x->second;
+        }
+        try {
+          exec_.execute(t, p, in, &out);
+        } catch (const BadMessage& err) {
+          env.log("txn " + str(t) + " piece " + str(p.id()) + ": " + err.what());  // skipped everywhere alike
+        }
+      }
+      for (const auto& k : l.writes) {
+        keys_[k].writer = keys_[k].accessor = t;
+        keys_[k].readers.clear();
+      }
+      for (const auto& k : l.reads) {
+        keys_[k].readers.push_back(t);
+        keys_[k].accessor = t;
+      }
+      release(t, l);
+      applied_.insert(t);
+      locals_.erase(t);
+      w = waiting_.erase(w);
+      progress = true;
+    }
+  }
+}
+
+// ---- registration -----------------------------------------------------------------------
+
+Options::Options(const Deployment& d) { fast_path = protocol_options(d).flag("fast_path"); }
+
+ProtocolSpec spec() {
+  ProtocolSpec p;
+  p.name = "tapir";
+  p.summary = "optimistic validation over inconsistent replication: read, prepare on 3 (or a majority of) "
+              "replicas, abort and retry on conflict";
+  p.min_regions = 1;
+  p.options = {
+      OptionSpec::flag("fast_path", true,
+                       "decide a shard on 3 identical Prepare results (false: always a majority plus Finalize)"),
+  };
+  p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
+    return std::make_unique<Replica>(d, id, w);
+  };
+  p.make_client_driver = [](const Deployment& d, NodeId) -> std::unique_ptr<ClientDriver> {
+    return std::make_unique<HandlerClientDriver>(d, "TAPIR");
+  };
+  return p;
+}
+
+}  // namespace txn::tapir

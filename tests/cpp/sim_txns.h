@@ -1,0 +1,73 @@
+// Staging single transactions on a simulated cluster: pick a generated
+// transaction of a given shape and submit it by hand, as a client would.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include <map>
+#include <string>
+
+#include "core/protocol.h"
+#include "core/workload.h"
+#include "sim/sim.h"
+
+namespace txn::test {
+
+// The first transaction the workload generates for `home` that is (not) a CRT and passes `extra`.
+inline TxnRequest find_txn(const Workload& w, uint32_t home, bool crt, std::mt19937_64& rng,
+                           const std::function<bool(const TxnRequest&)>& extra = nullptr) {
+  ClientContext ctx{home, 0};
+  for (int i = 0; i < 100000; ++i) {
+    TxnRequest t = w.generate(rng, ctx);
+    if (t.crt() == crt && (!extra || extra(t))) return t;
+  }
+  ADD_FAILURE() << "no matching transaction generated";
+  return {};
+}
+
+// A ClientSubmit of `t` as attempt 1 of transaction `id`.
+inline Envelope submit(const TxnRequest& t, uint64_t id) {
+  Envelope e;
+  *e.mutable_submit()->mutable_txn() = t;
+  e.mutable_submit()->mutable_txn()->set_txn_id(id);
+  e.mutable_submit()->set_attempt(1);
+  return e;
+}
+
+// An IRT made of `t`'s first piece on `shard` (the same keys: a direct conflict with `t` there).
+inline TxnRequest irt_of_piece(const TxnRequest& t, uint32_t shard) {
+  TxnRequest irt;
+  irt.set_type(t.type());
+  irt.set_crt(false);
+  irt.set_home_shard(shard);
+  for (const auto& p : t.pieces())
+    if (p.shard() == shard) {
+      *irt.add_pieces() = p;
+      break;
+    }
+  return irt;
+}
+
+// Simulator options: a seed and a uniform extra delay per message (reorders across channels).
+inline sim::Options sim_options(uint64_t seed, TimeUs extra_delay_us) {
+  sim::Options o;
+  o.seed = seed;
+  o.extra_delay_us = extra_delay_us;
+  return o;
+}
+
+// Protocol counters over replicas: summed, or the maximum for a name ending in "_max".
+template <class Replicas>
+std::map<std::string, int64_t> sum_counters(const Replicas& replicas) {
+  std::map<std::string, int64_t> sum;
+  for (const auto* r : replicas)
+    for (const auto& [k, v] : r->counters()) {
+      const bool is_max = k.size() > 4 && k.compare(k.size() - 4, 4, "_max") == 0;
+      sum[k] = is_max ? std::max(sum[k], v) : sum[k] + v;
+    }
+  return sum;
+}
+
+}  // namespace txn::test

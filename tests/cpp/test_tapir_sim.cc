@@ -1,0 +1,230 @@
+// TAPIR on the simulated network (docs/protocols/tapir.md): its blocking
+// mechanism staged next to DAST's, both decision paths, aborts and retries,
+// and malformed messages. The protocol-neutral suite (test_protocol_sim.cc)
+// and the history checker run it too.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "protocols/tapir/tapir.h"
+#include "sim_cluster.h"
+#include "sim_txns.h"
+
+using namespace txn;
+using txn::test::find_txn;
+using txn::test::SimCluster;
+using txn::test::sim_options;
+using txn::test::submit;
+
+namespace {
+
+// A client stand-in that records when each reply arrives and whether it committed.
+struct OutcomeProbe : Node {
+  void start(Env&) override {}
+  void on_timer(Env&, uint64_t) override {}
+  void on_message(Env& env, const Envelope& m) override {
+    if (m.has_reply()) replies[m.reply().txn_id()] = {env.mono_us(), m.reply().committed()};
+  }
+  std::map<uint64_t, std::pair<TimeUs, bool>> replies;
+};
+
+struct Staged {
+  TimeUs irt_us = 0, crt_us = 0;
+  int irt_attempts = 0;
+  std::vector<uint64_t> order_at_shard0;  // transactions in the order replica (0, 0) executed them
+};
+
+// A CRT homed at shard 0 (region 0) is submitted at 100 ms; `gap_us` later an
+// IRT of region 0 that writes the same row at shard 0 is submitted, and
+// resubmitted under a fresh id after every abort, as the closed-loop client does.
+Staged stage(const std::string& mode, TimeUs gap_us) {
+  SimCluster c(txn::test::small_deployment(mode, "tpca"), {}, false);
+  const NodeId client = c.d.clients().front();  // homed at shard 0
+  auto owned = std::make_unique<OutcomeProbe>();
+  OutcomeProbe* pc = owned.get();
+  c.net->add(client, std::move(owned));
+  const NodeId handler = c.d.replica_id(0, 0);
+  c.net->start();
+  c.net->run_until(100'000);
+  std::mt19937_64 rng(9);
+  const TxnRequest crt = find_txn(*c.w, 0, true, rng);
+  const TxnRequest irt = txn::test::irt_of_piece(crt, 0);
+  c.net->send(client, handler, submit(crt, 1));
+  c.net->run_until(100'000 + gap_us);
+  Staged s;
+  const TimeUs start = c.net->now();
+  for (uint64_t id = 2; s.irt_attempts < 100; id += 1000) {
+    ++s.irt_attempts;
+    c.net->send(client, handler, submit(irt, id));
+    if (!c.net->run_until([&] { return pc->replies.count(id) == 1; }, c.net->now() + 1'000'000)) {
+      ADD_FAILURE() << mode << ": no reply to IRT attempt " << s.irt_attempts;
+      return s;
+    }
+    s.irt_us = pc->replies.at(id).first - start;
+    if (pc->replies.at(id).second) break;
+  }
+  EXPECT_TRUE(c.net->run_until([&] { return pc->replies.count(1) == 1; }, c.net->now() + 2'000'000)) << mode;
+  if (pc->replies.count(1)) {
+    s.crt_us = pc->replies.at(1).first - 100'000;
+    EXPECT_TRUE(pc->replies.at(1).second) << mode << ": the CRT aborted";
+  }
+  c.net->run_until(c.net->now() + 50'000);
+  for (const auto& e : c.replica(0, 0)->executor().history())
+    if (s.order_at_shard0.empty() || s.order_at_shard0.back() != e.txn) s.order_at_shard0.push_back(e.txn);
+  EXPECT_TRUE(c.net->logs().empty()) << c.net->logs().front();
+  return s;
+}
+
+
+Deployment contended(const std::string& workload) {
+  Deployment d = txn::test::small_deployment("tapir", workload);
+  d.workload.zipf = 0.9;
+  d.client.n_concurrent = 3;
+  // This much contention on a tiny store makes a few transactions abort 20
+  // times in a row (the default limit: then they are given up, which fails a
+  // run; GivenUpTransactionsAreCountedNotHidden). Here every one must commit.
+  d.client.retry_limit = 1000;
+  return d;
+}
+
+}  // namespace
+
+// TAPIR's blocking mechanism, from its rules alone. The CRT reads its remote
+// shard (one cross-region round trip) and then prepares: from ~200 ms it holds
+// the row at shard 0 until its Commit, which needs the Prepare results of the
+// other region (another round trip). An IRT on that row submitted at 210 ms gets
+// ABSTAIN, aborts and retries until the CRT is applied at ~300 ms. Under DAST
+// the same IRT is ordered below the pending CRT and never waits.
+TEST(TapirSim, IrtAbortsAndRetriesWhileAConflictingCrtIsPrepared) {
+  const TimeUs gap = 110'000;
+  const Staged tapir = stage("tapir", gap);
+  const Staged dast = stage("dast", gap);
+  std::cout << "IRT latency behind a prepared CRT: tapir " << tapir.irt_us / 1000.0 << " ms in "
+            << tapir.irt_attempts << " attempts (CRT " << tapir.crt_us / 1000.0 << " ms), dast "
+            << dast.irt_us / 1000.0 << " ms in " << dast.irt_attempts << " (CRT " << dast.crt_us / 1000.0 << " ms)\n";
+  ::testing::Test::RecordProperty("tapir_irt_behind_crt_us", tapir.irt_us);
+  ::testing::Test::RecordProperty("dast_irt_behind_crt_us", dast.irt_us);
+  // The CRT is applied at shard 0 about 2 cross-region round trips after its
+  // submission (read, then prepare): the IRT waits for the rest of that window.
+  EXPECT_GE(tapir.irt_us, 200'000 - gap);
+  EXPECT_GE(tapir.irt_attempts, 3);
+  ASSERT_EQ(tapir.order_at_shard0.size(), 2u);
+  EXPECT_EQ(tapir.order_at_shard0[0], 1u) << "the CRT is applied first";
+  EXPECT_LT(dast.irt_us, 20'000);
+  EXPECT_EQ(dast.irt_attempts, 1);
+}
+
+// An IRT alone: the read at the coordinator itself, one Prepare round.
+TEST(TapirSim, UncontendedIrtTakesOnePrepareRound) {
+  SimCluster c(txn::test::small_deployment("tapir", "tpca"), {}, false);
+  const NodeId client = c.d.clients().front();
+  auto owned = std::make_unique<OutcomeProbe>();
+  OutcomeProbe* pc = owned.get();
+  c.net->add(client, std::move(owned));
+  c.net->start();
+  c.net->run_until(100'000);
+  std::mt19937_64 rng(3);
+  TxnRequest t = find_txn(*c.w, 0, false, rng, [](const TxnRequest& x) {
+    for (const auto& p : x.pieces())
+      if (p.shard() != 0) return false;
+    return true;
+  });
+  c.net->send(client, c.d.replica_id(0, 0), submit(t, 5));
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.count(5) == 1; }, 1'000'000));
+  EXPECT_TRUE(pc->replies.at(5).second);
+  EXPECT_LE(pc->replies.at(5).first - 100'000, 11'000);  // 2 intra-region RTTs with the client's hops
+}
+
+// Contention and reordering: both decision paths, aborts for both reasons,
+// retries, and every run passes the protocol-neutral checks and the history
+// checker (run_and_check).
+TEST(TapirSim, BothPathsAbortsAndRetriesUnderContentionAreCounted) {
+  SimCluster c(contended("tpca"), sim_options(3, 3'000), true);
+  txn::test::run_and_check(c);
+  const auto k = txn::test::sum_counters(c.replicas);
+  const auto n = txn::test::count_records(c);
+  std::cout << "fast " << k.at("fast_prepares") << " slow " << k.at("slow_prepares") << " aborts irt "
+            << k.at("aborts_irt") << " crt " << k.at("aborts_crt") << " (stale " << k.at("aborts_stale")
+            << ", conflict " << k.at("aborts_conflict") << ") committed " << n.irt + n.crt << "\n";
+  EXPECT_GT(k.at("fast_prepares"), 0);
+  EXPECT_GT(k.at("slow_prepares"), 0);
+  EXPECT_GT(k.at("aborts_stale"), 0);
+  EXPECT_GT(k.at("aborts_conflict"), 0);
+  EXPECT_EQ(static_cast<uint64_t>(k.at("fast_prepares") + k.at("slow_prepares")), n.irt + n.crt);
+  uint64_t retries = 0;  // every abort was retried (nothing given up): the records' attempts say so too
+  for (auto* cl : c.clients)
+    for (const auto& r : cl->records()) retries += r.attempts - 1;
+  EXPECT_EQ(retries, static_cast<uint64_t>(k.at("aborts_irt") + k.at("aborts_crt")));
+}
+
+TEST(TapirSim, WithoutTheFastPathEveryShardIsFinalized) {
+  Deployment d = contended("tpca");
+  d.protocols["tapir"]["fast_path"] = false;
+  SimCluster c(d, sim_options(4, 0), true);
+  txn::test::run_and_check(c);
+  const auto k = txn::test::sum_counters(c.replicas);
+  const auto n = txn::test::count_records(c);
+  EXPECT_EQ(k.at("fast_prepares"), 0);
+  EXPECT_EQ(static_cast<uint64_t>(k.at("slow_prepares")), n.irt + n.crt);
+}
+
+TEST(TapirSim, TpccWithSharedDistrictsUnderReordering) {
+  Deployment d = contended("tpcc");
+  d.workload.district = "uniform";
+  SimCluster c(d, sim_options(5, 6'000), true);
+  txn::test::run_and_check(c);
+}
+
+// A transaction that exhausts its attempts is given up: recorded as not
+// committed, executed nowhere, and counted (the end-to-end checker then fails
+// the run's `run` check); the others still commit.
+TEST(TapirSim, GivenUpTransactionsAreCountedNotHidden) {
+  Deployment d = contended("tpca");
+  d.client.retry_limit = 2;
+  SimCluster c(d, sim_options(3, 3'000), true);
+  c.net->start();
+  ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 120'000'000));
+  c.net->run_until(c.net->now() + 3'000'000);
+  const auto n = txn::test::count_records(c);
+  EXPECT_GT(n.given_up, 0u);
+  EXPECT_GT(n.irt + n.crt, 0u);
+  const auto v = txn::test::check_histories(*c.w, c.d.n_shards(), txn::test::history_of(c));
+  EXPECT_TRUE(v.ok()) << "given-up transactions must have executed nowhere";
+  for (uint32_t s = 0; s < c.d.n_shards(); ++s)
+    for (uint32_t r = 1; r < c.d.replicas; ++r)
+      EXPECT_EQ(c.replica(s, 0)->store().digest(), c.replica(s, r)->store().digest());
+}
+
+TEST(TapirSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {
+  SimCluster c(txn::test::small_deployment("tapir", "tpca"), {}, false);
+  const NodeId client = c.d.clients().front();
+  auto owned = std::make_unique<OutcomeProbe>();
+  OutcomeProbe* pc = owned.get();
+  c.net->add(client, std::move(owned));
+  c.net->start();
+  c.net->run_until(50'000);
+  const NodeId handler = c.d.replica_id(0, 0);
+  Envelope bad;  // Commit of a transaction never prepared here
+  bad.mutable_tapir()->mutable_commit()->set_txn_id(777);
+  c.net->send(c.d.replica_id(1, 0), handler, bad);
+  std::mt19937_64 rng(1);
+  TxnRequest t = find_txn(*c.w, 0, false, rng);
+  Envelope pre;  // a Prepare without its read versions
+  *pre.mutable_tapir()->mutable_prepare()->mutable_txn() = t;
+  c.net->send(c.d.replica_id(1, 0), handler, pre);
+  Envelope empty;  // a submission without pieces
+  empty.mutable_submit()->mutable_txn()->set_txn_id(6);
+  c.net->send(client, handler, empty);
+  Envelope nothing;  // a TAPIR message with no body
+  nothing.mutable_tapir();
+  c.net->send(c.d.replica_id(1, 0), handler, nothing);
+  c.net->run_until(100'000);
+  ASSERT_EQ(c.net->logs().size(), 4u);
+  EXPECT_NE(c.net->logs()[0].find("Commit of txn 777, not prepared here"), std::string::npos);
+  EXPECT_NE(c.net->logs()[1].find("no read version for key"), std::string::npos);
+  EXPECT_NE(c.net->logs()[2].find("no pieces"), std::string::npos);
+  EXPECT_NE(c.net->logs()[3].find("empty TAPIR message"), std::string::npos);
+  TxnRequest good = find_txn(*c.w, 0, false, rng);
+  c.net->send(client, handler, submit(good, 8));
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.count(8) == 1; }, 1'000'000));
+}
