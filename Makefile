@@ -22,7 +22,7 @@ demo: setup
 	.venv/bin/python run_local.py
 
 bench: setup
-	.venv/bin/python scripts/bench_dast.py
+	.venv/bin/python scripts/bench.py
 
 # Deliberately broken DAST variants vs the tests (tests/mutants/README.md); ~15 min, not part of `make test`.
 mutants: setup

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): the built protocols side by side at one load on the local backend.
+
+Runs each protocol after the other with the same knobs (default: every protocol built into txn-server, at the
+lowest load of exp 1) and prints, per protocol: IRT and CRT p50/p99 beside their uncontended floors (the
+protocol's own, docs/protocols/<name>.md, in RTTs of this deployment), the abort/retry rate, the transactions
+given up, the engine's committed transactions per CPU second (all server, role and client processes, whole
+run) and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testbed import protocols  # noqa: E402
+from testbed.deploy import build_deployment  # noqa: E402
+from testbed.local import LocalRunner as LocalBackend  # noqa: E402
+from testbed.runtypes import RunError  # noqa: E402
+from testbed.results import format_table  # noqa: E402
+
+# Uncontended floors in intra-region (d) and cross-region (D) round trips: (IRT, CRT). DAST: IRT 2d, CRT 2D
+# (docs/protocols/dast.md). Janus: a round of PreAccept, then Commit out and the shards' results back: IRT 2d,
+# CRT 2D (docs/protocols/janus.md). TAPIR: a read round (at the coordinator itself for a one-shard IRT) and a
+# Prepare round: IRT 2d with the client's hop, CRT 2D (docs/protocols/tapir.md). A protocol without an entry shows
+# no floor.
+FLOORS = {"dast": ((2, 0), (0, 2)), "janus": ((2, 0), (0, 2)), "tapir": ((2, 0), (0, 2))}
+TARGETS_MS = {"dast": (15.0, 225.0)}  # DAST's own goals: IRT p99, CRT p99 (the paper's claim on our RTTs)
+
+
+def floor_ms(mode: str, cls: int, intra: float, inter: float):
+    f = FLOORS.get(mode)
+    return None if f is None else f[cls][0] * intra + f[cls][1] * inter
+
+
+def run_one(mode: str, a) -> dict:
+    knobs = dict(name=f"bench-{mode}", mode=mode, duration=a.duration, warmup=3, cooldown=2,
+                 concurrency=a.concurrency, workload=a.workload, clients_per_shard=1,
+                 protocol_options=a.options.get(mode, {}))
+    try:
+        d = build_deployment(**knobs)
+    except ValueError as e:
+        print(f"bench: {mode}: {e}", file=sys.stderr)
+        return dict(mode=mode, failed=str(e))
+    t0 = time.monotonic()
+    try:
+        r = LocalBackend().run(d, f"bench-{mode}", config=knobs)
+    except RunError as e:
+        print(f"bench: {mode}: run failed: {e}", file=sys.stderr)
+        return dict(mode=mode, failed=str(e))
+    s, meta = r.summary, json.loads((r.run_dir / "meta.json").read_text())
+    print(f"--- {mode} ({time.monotonic() - t0:.0f} s, {r.run_dir})")
+    print(format_table(s))
+    intra, inter = d["link"]["rtt_ms"][0][0], d["link"]["rtt_ms"][0][1]
+    irt, crt = s["classes"]["IRT"], s["classes"]["CRT"]
+    recs = pd.concat(pd.read_csv(p) for p in (r.run_dir / "clients").glob("*.records.csv"))
+    all_commits = int((recs["status"] == "committed").sum())
+    cpu = meta.get("cpu_seconds") or 0
+    attempts = irt.get("aborts", 0) + crt.get("aborts", 0)
+    started = irt["latency_samples"] + crt["latency_samples"] + irt["given_up"] + crt["given_up"]
+    return dict(mode=mode, irt_p50=irt["p50_ms"], irt_p99=irt["p99_ms"], crt_p50=crt["p50_ms"], crt_p99=crt["p99_ms"],
+                irt_floor=floor_ms(mode, 0, intra, inter), crt_floor=floor_ms(mode, 1, intra, inter),
+                retries=attempts / started if started else 0.0, given_up=irt["given_up"] + crt["given_up"],
+                per_cpu_s=all_commits / cpu if cpu > 0 else None, cpu_s=cpu, commits=all_commits,
+                verdict=r.check["verdict"], counters=s.get("counters", {}), intra=intra, inter=inter,
+                shape=f"{d['regions']} regions x {d['shards_per_region']} shards x 3 replicas, {a.workload}, "
+                      f"{a.concurrency} coordinator(s) per client process, shaping {d['link']['mechanism']}")
+
+
+def fmt(v, spec=".1f"):
+    return "-" if v is None else format(v, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--protocols", default="", help="comma-separated modes (default: every built protocol)")
+    ap.add_argument("--duration", type=float, default=40, help="seconds per protocol (default %(default)s)")
+    ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
+    ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
+    ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",
+                    help="a protocol option for that protocol's run, e.g. dast.defer_commutative=false (the "
+                         "artifact's hold of a cross-region input wait); repeatable")
+    a = ap.parse_args()
+    a.options = {}
+    for o in a.option:
+        key, eq, value = o.partition("=")
+        mode, dot, name = key.partition(".")
+        if not (eq and dot and mode and name):
+            print(f"bench: --option {o!r}: expected MODE.NAME=VALUE", file=sys.stderr)
+            return 2
+        a.options.setdefault(mode, {})[name] = value
+    built = protocols.load().names()
+    modes = [m for m in a.protocols.split(",") if m] or built
+    unknown = [m for m in modes + list(a.options) if m not in built]
+    if unknown:
+        print(f"bench: --protocols: {unknown[0]!r} is not built (built: {', '.join(built)})", file=sys.stderr)
+        return 2
+    rows = [run_one(m, a) for m in modes]
+    ok = [r for r in rows if "failed" not in r]
+    print()
+    if ok:
+        print(f"{ok[0]['shape']}; RTT {ok[0]['intra']:g} ms in a region, {ok[0]['inter']:g} ms across")
+    print(f"{'protocol':9} {'IRT p50':>8} {'IRT p99':>8} {'floor':>6} {'CRT p50':>8} {'CRT p99':>8} {'floor':>6} "
+          f"{'retries':>8} {'gave up':>8} {'txn/CPU s':>10} {'CPU s':>6}  verdict")
+    for r in rows:
+        if "failed" in r:
+            print(f"{r['mode']:9} FAILED: {r['failed']}")
+            continue
+        print(f"{r['mode']:9} {fmt(r['irt_p50']):>8} {fmt(r['irt_p99']):>8} {fmt(r['irt_floor']):>6} "
+              f"{fmt(r['crt_p50']):>8} {fmt(r['crt_p99']):>8} {fmt(r['crt_floor']):>6} {r['retries']:>8.3f} "
+              f"{r['given_up']:>8} {fmt(r['per_cpu_s']):>10} {r['cpu_s']:>6.1f}  {r['verdict']}")
+    for r in ok:
+        t = TARGETS_MS.get(r["mode"])
+        if t:
+            print(f"{r['mode']} targets: IRT p99 <= {t[0]:g} ms ({'met' if (r['irt_p99'] or 1e9) <= t[0] else 'NOT met'}), "
+                  f"CRT p99 <= {t[1]:g} ms ({'met' if (r['crt_p99'] or 1e9) <= t[1] else 'NOT met'})")
+        if r["counters"]:
+            print(f"{r['mode']} counters: " + ", ".join(f"{k} {v}" for k, v in sorted(r["counters"].items())))
+    return 0 if len(ok) == len(rows) and all(r["verdict"] == "CONSISTENT" for r in ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
