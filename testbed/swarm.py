@@ -45,6 +45,9 @@ CONTAINERS_YML = REPO / "containers.yml"   # the default deployment's (DEPLOYMEN
 DRIVER_MOUNT = "/work/edge-txn"
 DRIVER_ETC = "/etc/edge-txn"
 DOCKER_SOCKET = "/var/run/docker.sock"
+# docker-py's read timeout per API call. Starting the first container on an overlay (Docker creates the ingress
+# sandbox and docker_gwbridge then) took over 20 s on a loaded CI machine; bring-up has its own bound (up_timeout_s).
+DOCKER_API_TIMEOUT_S = 180
 REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 
@@ -221,7 +224,7 @@ def _connect_ssh(h: Host, timeout: float, ssh_timeout_s: float):
         raise _Unreachable(f"{_short(e)}", f"does `ssh {login} docker version` answer?") from None
 
 
-def connect(hosts, timeout: float = 20, ssh_timeout_s: float = 15, log=None) -> dict:
+def connect(hosts, timeout: float = DOCKER_API_TIMEOUT_S, ssh_timeout_s: float = 15, log=None) -> dict:
     """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used.
     Each non-local host is announced; an ssh:// host fails within about ssh_timeout_s (SSH_CONNECT_TIMEOUT_S)
     when it does not answer: TCP connect and the SSH banner are probed first, then docker-py's paramiko
@@ -498,9 +501,28 @@ def _labelled(clients: dict, deployment: str):
 
 
 def _start(client, spec: Spec, network: str):
+    """The started container. A start whose answer timed out may still have gone through in the daemon: the
+    container is then looked up by name and handed to the up-wait, which tells whether it runs."""
     from docker.types import EndpointConfig
     endpoint = EndpointConfig(client.api._version, ipv4_address=spec.container.ip)
-    return client.containers.run(network=network, networking_config={network: endpoint}, **spec.kwargs)
+    try:
+        return client.containers.run(network=network, networking_config={network: endpoint}, **spec.kwargs)
+    except Exception as e:
+        if not _is_read_timeout(e):
+            raise
+        try:
+            ct = client.containers.get(spec.container.name)
+        except Exception:  # noqa: BLE001 -- not created: the timeout is the error to report
+            raise e from None
+        if ct.status == "created":  # created, and the start is what timed out (or never came)
+            ct.start()
+        return ct
+
+
+def _is_read_timeout(e: BaseException) -> bool:
+    import requests
+    return isinstance(e, (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError)) and \
+        "timed out" in str(e).lower()
 
 
 def _died(name: str, ct) -> SwarmError:
