@@ -1,0 +1,299 @@
+// SLOG shard replica and handler (docs/protocols/slog.md).
+//
+// Routing. The handler (replica 0 of the home shard) sends a transaction whose
+// pieces all lie in its region to the region's orderer (single-home) and any
+// other to the global log's leader (multi-home).
+//
+// Execution. Each replica receives its region's local log as numbered batches
+// holding the entries with a piece on its shard, and keeps the unfinished ones
+// in log order. An entry runs its pieces here (each once its inputs are known)
+// when it is among the first `pending_window` unfinished entries and no
+// earlier unfinished entry conflicts with it on a key of this shard (one
+// writes a key the other accesses): Calvin's locks granted in log order,
+// without lock tables. An entry keeps its keys until every piece it has here
+// has run, including one waiting for another shard's value.
+//
+// Why this is serializable and cannot deadlock. Every region's log holds the
+// multi-home entries in global order; single-home entries are in one log only.
+// So the logs' orders agree and together form one order of all transactions,
+// and at every shard conflicting pieces run in that order (the later waits for
+// the earlier to finish here). The earliest unfinished transaction of that
+// order has, at each of its shards, no earlier conflicting entry left: its
+// pieces run as their values come, and those come from its own pieces, which
+// are not held either. (With a window, the earliest is also within it.)
+#include <algorithm>
+
+#include "protocols/slog/slog.h"
+
+namespace txn::slog {
+namespace {
+
+std::string str(uint64_t x) { return std::to_string(x); }
+
+bool intersects(const std::set<std::string>& a, const std::set<std::string>& b) {
+  const auto& [small, big] = a.size() <= b.size() ? std::tie(a, b) : std::tie(b, a);
+  for (const auto& k : small)
+    if (big.count(k)) return true;
+  return false;
+}
+
+}  // namespace
+
+Options::Options(const Deployment& d) {
+  const ProtocolOptions o = protocol_options(d);
+  batch_interval_ms = o.number("batch_interval_ms");
+  pending_window = static_cast<uint32_t>(o.integer("pending_window"));
+}
+
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : d_(d), self_(self), me_(d.node(self)), opts_(d), exec_(w, me_.shard), self_q_(self) {}
+
+bool Replica::idle() const { return coords_.empty() && log_.empty(); }
+
+std::map<std::string, int64_t> Replica::counters() const {
+  return {{"batches", n_batches_},
+          {"batch_entries", n_batch_entries_},
+          {"single_home_entries", n_single_},
+          {"multi_home_entries", n_multi_},
+          {"single_home_log_wait_us", single_wait_us_},
+          {"multi_home_log_wait_us", multi_wait_us_},
+          {"global_entries", n_global_},
+          {"blocked_entries", n_blocked_},
+          {"window_full_waits", n_window_full_}};
+}
+
+void Replica::on_message(Env& env, const Envelope& msg) {
+  dispatch(env, msg);
+  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+}
+
+void Replica::dispatch(Env& env, const Envelope& m) {
+  if (m.has_submit()) return on_submit(env, m.from(), m.submit());
+  if (!m.has_slog()) throw BadMessage("SLOG replica got a message of another protocol");
+  const auto& s = m.slog();
+  switch (s.body_case()) {
+    case ::slog::Msg::kBatch: return on_batch(env, s.batch());
+    case ::slog::Msg::kSendOutput: return on_send_output(env, s.send_output());
+    case ::slog::Msg::kPieceResult: return on_piece_result(env, s.piece_result());
+    case ::slog::Msg::BODY_NOT_SET: throw BadMessage("empty SLOG message");
+    default: throw BadMessage("SLOG message for an orderer or the global log sent to replica " + me_.name);
+  }
+}
+
+// ---- handler ----------------------------------------------------------------------------
+
+void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
+  const TxnRequest& t = m.txn();
+  if (me_.replica != 0 || t.home_shard() != me_.shard)
+    throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
+                     str(t.home_shard()));
+  std::vector<uint32_t> shards = touched_shards(d_, t);
+  for (const auto& p : t.pieces())
+    for (const auto& v : p.inputs()) {
+      bool produced = false;
+      for (const auto& q : t.pieces())
+        if (std::find(q.outputs().begin(), q.outputs().end(), v) != q.outputs().end()) produced = true;
+      if (!produced) throw BadMessage("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": input '" + v +
+                                      "' produced by no piece");
+    }
+  if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
+  Coord& c = coords_[t.txn_id()];
+  c.client = from;
+  c.shards = shards;
+  bool single_home = true;
+  for (uint32_t s : shards)
+    if (d_.region_of_shard(s) != me_.region) single_home = false;
+  Envelope e;
+  ::slog::Entry* entry;
+  NodeId to;
+  if (single_home) {
+    entry = e.mutable_slog()->mutable_to_local_log()->mutable_entry();
+    to = d_.role_node(kOrderer, me_.region);
+  } else {
+    entry = e.mutable_slog()->mutable_to_global_log()->mutable_entry();
+    to = d_.role_nodes(kGlobalLog).at(0);
+    ++n_global_;
+  }
+  *entry->mutable_txn() = t;
+  entry->set_multi_home(!single_home);
+  entry->set_submitted_us(env.now_us());
+  env.send(to, std::move(e));
+}
+
+void Replica::on_piece_result(Env& env, const ::slog::PieceResult& m) {
+  auto it = coords_.find(m.txn_id());
+  if (it == coords_.end()) throw BadMessage("PieceResult for unknown txn " + str(m.txn_id()));
+  Coord& c = it->second;
+  if (!std::binary_search(c.shards.begin(), c.shards.end(), m.shard()))
+    throw BadMessage("PieceResult for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + ", which it does not touch");
+  for (const auto& [k, v] : m.vars()) c.outputs[k] = v;
+  c.results.insert(m.shard());
+  if (c.results.size() < c.shards.size()) return;
+  Envelope e;
+  e.mutable_reply()->set_txn_id(m.txn_id());
+  e.mutable_reply()->set_committed(true);
+  *e.mutable_reply()->mutable_outputs() = c.outputs;
+  env.send(c.client, std::move(e));
+  coords_.erase(it);
+}
+
+// ---- replica: the local log ------------------------------------------------------------
+
+void Replica::on_batch(Env& env, const ::slog::Batch& m) {
+  if (m.batch() < next_batch_ || early_.count(m.batch()))
+    throw BadMessage("batch " + str(m.batch()) + " of the local log seen before at " + me_.name);
+  for (const auto& e : m.entries()) {
+    const std::vector<uint32_t> shards = touched_shards(d_, e.txn());
+    if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
+      throw BadMessage("batch " + str(m.batch()) + " holds txn " + str(e.txn().txn_id()) + ", which does not touch shard " +
+                       str(me_.shard));
+  }
+  early_.emplace(m.batch(), m);
+  for (auto it = early_.find(next_batch_); it != early_.end(); it = early_.find(next_batch_)) {
+    if (it->second.entries_size() > 0 && me_.replica == 0) {
+      ++n_batches_;
+      n_batch_entries_ += it->second.entries_size();
+    }
+    for (const auto& e : it->second.entries()) append(env, e);
+    early_.erase(it);
+    ++next_batch_;
+  }
+  try_execute(env);
+}
+
+void Replica::append(Env& env, const ::slog::Entry& e) {
+  (void)env;
+  Pending p;
+  p.txn = e.txn();
+  for (const auto& piece : p.txn.pieces()) {
+    if (piece.shard() != me_.shard) continue;
+    p.reads.insert(piece.read_keys().begin(), piece.read_keys().end());
+    p.writes.insert(piece.write_keys().begin(), piece.write_keys().end());
+  }
+  if (me_.replica == 0) {
+    const int64_t wait = std::max<int64_t>(0, e.logged_us() - e.submitted_us());
+    if (e.multi_home()) {
+      ++n_multi_;
+      multi_wait_us_ += wait;
+    } else {
+      ++n_single_;
+      single_wait_us_ += wait;
+    }
+  }
+  log_.push_back(std::move(p));
+}
+
+bool Replica::conflicts(const Pending& later, const Pending& earlier) const {
+  return intersects(later.writes, earlier.writes) || intersects(later.writes, earlier.reads) ||
+         intersects(later.reads, earlier.writes);
+}
+
+void Replica::try_execute(Env& env) {
+  for (bool progress = true; progress;) {
+    progress = false;
+    const size_t window = std::min<size_t>(log_.size(), opts_.pending_window);
+    for (size_t i = 0; i < window; ++i) {
+      Pending& p = log_[i];
+      bool free = true;
+      for (size_t j = 0; j < i && free; ++j)
+        if (conflicts(p, log_[j])) free = false;
+      if (!free) {
+        if (!p.counted_blocked && me_.replica == 0) ++n_blocked_;
+        p.counted_blocked = true;
+        continue;
+      }
+      if (run_pieces(env, p)) {
+        finished(env, p);
+        log_.erase(log_.begin() + static_cast<std::ptrdiff_t>(i));
+        progress = true;
+        break;  // the window and the indices moved: start over
+      }
+    }
+  }
+  if (log_.size() > opts_.pending_window && me_.replica == 0) {
+    // Entries beyond the window wait for a place in it (counted once each).
+    for (size_t i = opts_.pending_window; i < log_.size(); ++i)
+      if (!log_[i].counted_blocked) {
+        log_[i].counted_blocked = true;
+        ++n_blocked_;
+        ++n_window_full_;
+      }
+  }
+}
+
+bool Replica::run_pieces(Env& env, Pending& pend) {
+  const TxnRequest& t = pend.txn;
+  Vars& known = vars_[t.txn_id()];
+  bool all = true;
+  for (bool progress = true; progress;) {
+    progress = false;
+    all = true;
+    for (const auto& p : t.pieces()) {
+      if (p.shard() != me_.shard || pend.done.count(p.id())) continue;
+      Vars in = p.args();
+      bool ready = true;
+      for (const auto& v : p.inputs()) {
+        auto it = known.find(v);
+        if (it == known.end()) {
+          ready = false;
+          break;
+        }
+        in[v] = it->second;
+      }
+      if (!ready) {
+        all = false;
+        continue;  // waits for a value from another shard (or from a later piece here)
+      }
+      Vars out;
+      try {
+        exec_.execute(t.txn_id(), p, in, &out);
+      } catch (const BadMessage& err) {
+        env.log("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": " + err.what());  // alike on every replica
+      }
+      pend.done.insert(p.id());
+      progress = true;
+      if (out.empty()) continue;
+      for (const auto& [k, v] : out) known[k] = v;
+      std::set<uint32_t> consumers;  // other shards with a piece that needs one of these values
+      for (const auto& q : t.pieces())
+        for (const auto& v : q.inputs())
+          if (q.shard() != me_.shard && out.count(v)) consumers.insert(q.shard());
+      for (uint32_t s : consumers) {
+        Envelope e;
+        auto* so = e.mutable_slog()->mutable_send_output();
+        so->set_txn_id(t.txn_id());
+        *so->mutable_vars() = out;
+        self_q_.post(env, d_.replica_id(s, me_.replica), std::move(e));
+      }
+    }
+  }
+  return all;
+}
+
+void Replica::finished(Env& env, const Pending& p) {
+  const TxnId id = p.txn.txn_id();
+  if (me_.replica == 0) {
+    Envelope e;
+    auto* r = e.mutable_slog()->mutable_piece_result();
+    r->set_txn_id(id);
+    r->set_shard(me_.shard);
+    const Vars& known = vars_[id];
+    for (const auto& piece : p.txn.pieces())
+      if (piece.shard() == me_.shard)
+        for (const auto& o : piece.outputs())
+          if (known.count(o)) (*r->mutable_vars())[o] = known.at(o);
+    self_q_.post(env, handler_of(d_, p.txn.home_shard()), std::move(e));
+  }
+  vars_.erase(id);
+}
+
+void Replica::on_send_output(Env& env, const ::slog::SendOutput& m) {
+  Vars& known = vars_[m.txn_id()];
+  for (const auto& [k, v] : m.vars()) known[k] = v;
+  bool pending = false;
+  for (const auto& p : log_)
+    if (p.txn.txn_id() == m.txn_id()) pending = true;
+  if (pending) try_execute(env);
+}
+
+}  // namespace txn::slog
