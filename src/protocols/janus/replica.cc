@@ -246,15 +246,7 @@ void Replica::on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m) 
     throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " at shard " + str(me_.shard) + ", which it does not touch");
   if (locals_.count(t.txn_id()) || (graph_.count(t.txn_id()) && graph_[t.txn_id()].status != Status::Unknown))
     throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " seen before");
-  for (const auto& p : t.pieces())
-    if (p.shard() == me_.shard)
-      for (const auto& v : p.inputs()) {
-        bool produced = false;
-        for (const auto& q : t.pieces())
-          if (std::find(q.outputs().begin(), q.outputs().end(), v) != q.outputs().end()) produced = true;
-        if (!produced) throw BadMessage("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": input '" + v +
-                                        "' produced by no piece");
-      }
+  check_inputs_produced(t, me_.shard);
   const TxnId id = t.txn_id();
   // Dependencies at this shard, then this transaction becomes the keys' latest access.
   std::set<TxnId> deps;
@@ -514,11 +506,7 @@ bool Replica::run_pieces(Env& env, TxnId t, Local& l) {
     l.done.insert(p.id());
     if (out.empty()) continue;
     for (const auto& [k, v] : out) known[k] = v;
-    std::set<uint32_t> consumers;  // other shards with a piece that needs one of these values
-    for (const auto& q : l.txn.pieces())
-      for (const auto& v : q.inputs())
-        if (q.shard() != me_.shard && out.count(v)) consumers.insert(q.shard());
-    for (uint32_t s : consumers)
+    for (uint32_t s : consumer_shards(l.txn, me_.shard, out))
       for (NodeId r : d_.replicas_of(s)) {
         Envelope e;
         auto* so = e.mutable_janus()->mutable_send_output();
@@ -540,11 +528,7 @@ void Replica::executed(Env& env, TxnId t) {
     auto* r = e.mutable_janus()->mutable_piece_result();
     r->set_txn_id(t);
     r->set_shard(me_.shard);
-    const Vars& known = vars_[t];
-    for (const auto& p : l.txn.pieces())
-      if (p.shard() == me_.shard)
-        for (const auto& o : p.outputs())
-          if (known.count(o)) (*r->mutable_vars())[o] = known.at(o);
+    shard_outputs(l.txn, me_.shard, vars_[t], r->mutable_vars());
     for (TxnId x : *v.scc) r->add_scc(x);
     post(env, l.coordinator, std::move(e));
   }

@@ -88,14 +88,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
                      str(t.home_shard()));
   std::vector<uint32_t> shards = touched_shards(d_, t);
-  for (const auto& p : t.pieces())
-    for (const auto& v : p.inputs()) {
-      bool produced = false;
-      for (const auto& q : t.pieces())
-        if (std::find(q.outputs().begin(), q.outputs().end(), v) != q.outputs().end()) produced = true;
-      if (!produced) throw BadMessage("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": input '" + v +
-                                      "' produced by no piece");
-    }
+  check_inputs_produced(t);
   if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
   Coord& c = coords_[t.txn_id()];
   c.client = from;
@@ -254,11 +247,7 @@ bool Replica::run_pieces(Env& env, Pending& pend) {
       progress = true;
       if (out.empty()) continue;
       for (const auto& [k, v] : out) known[k] = v;
-      std::set<uint32_t> consumers;  // other shards with a piece that needs one of these values
-      for (const auto& q : t.pieces())
-        for (const auto& v : q.inputs())
-          if (q.shard() != me_.shard && out.count(v)) consumers.insert(q.shard());
-      for (uint32_t s : consumers) {
+      for (uint32_t s : consumer_shards(t, me_.shard, out)) {
         Envelope e;
         auto* so = e.mutable_slog()->mutable_send_output();
         so->set_txn_id(t.txn_id());
@@ -277,11 +266,7 @@ void Replica::finished(Env& env, const Pending& p) {
     auto* r = e.mutable_slog()->mutable_piece_result();
     r->set_txn_id(id);
     r->set_shard(me_.shard);
-    const Vars& known = vars_[id];
-    for (const auto& piece : p.txn.pieces())
-      if (piece.shard() == me_.shard)
-        for (const auto& o : piece.outputs())
-          if (known.count(o)) (*r->mutable_vars())[o] = known.at(o);
+    shard_outputs(p.txn, me_.shard, vars_[id], r->mutable_vars());
     self_q_.post(env, handler_of(d_, p.txn.home_shard()), std::move(e));
   }
   vars_.erase(id);
