@@ -258,6 +258,9 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
         gave = runs.groupby("system")["given_up"].sum()
         parts.insert(-1, "given up after the retry limit (started in the window, not in the latencies): " + ", ".join(
             f"{STYLES.get(sy, {}).get('label', sy)} {int(n)}" for sy, n in gave.items() if n > 0))
+    for sy, sk in sorted(((manifest or {}).get("skipped_points") or {}).items()):  # by rule, not by failure
+        parts.insert(-1, f"{STYLES.get(sy, {}).get('label', sy)} not run at x = "
+                         f"{', '.join(_xfmt(x) for x in sk.get('x', []))} ({sk.get('reason', 'skipped')})")
     shas = _values(runs, "git_sha")
     if shas:
         parts.insert(-1, "code " + _one_or_swept(shas, lambda v: str(v)[:12] + ("-dirty" if "dirty" in str(v) else "")))

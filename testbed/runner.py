@@ -83,6 +83,7 @@ class Sweep:
     tasks: list = field(default_factory=list)
     outcomes: list = field(default_factory=list)
     skipped: dict = field(default_factory=dict)   # system -> why
+    skipped_points: dict = field(default_factory=dict)  # system -> {"x": [points not run], "reason": why}
     systems: list = field(default_factory=list)   # SYSTEMS, or every built protocol when SYSTEMS is empty
     interrupted: Interrupted | None = None   # what stopped the sweep, if anything
 
@@ -122,6 +123,8 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
         for p in exp.points(cfg):
             if (p.regions or cfg.regions) < proto.min_regions:
                 log(f"skipping {s} at {p.label}: {s} needs at least {proto.min_regions} regions")
+                sk = sweep.skipped_points.setdefault(s, {"x": [], "reason": f"needs at least {proto.min_regions} regions"})
+                sk["x"].append(p.x)
                 continue
             knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name,
                      "protocol_options": cfg.options_of(s)}
@@ -143,7 +146,7 @@ def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
     return {"experiment": exp.name, "title": exp.title, "workload": exp.workload,
             "x": {"name": exp.x_name, "label": exp.x_label.replace("{inter}", f"{cfg.inter_rtt_ms:g}"),
                   "unit": exp.x_unit},
-            "systems": systems, "n_repeat": cfg.n_repeat, "tail_percentile": cfg.tail_percentile,
+            "systems": systems, "skipped_points": sweep.skipped_points, "n_repeat": cfg.n_repeat, "tail_percentile": cfg.tail_percentile,
             "quick": quick, "backend": backend.name, "mechanism": backend.mechanism,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "points": points, "exp_config": cfg.as_dict()}
 

@@ -209,6 +209,15 @@ def test_caption_counts_transactions_given_up_after_the_retry_limit(tmp_path):
     assert "given up after the retry limit (started in the window, not in the latencies): Tapir 7" in cap
 
 
+def test_caption_says_which_points_a_protocol_was_not_run_at_by_rule(tmp_path):
+    make_run(tmp_path, exp="scalability", x=3, key="a")
+    runs = figures.load_runs(tmp_path / "scalability", 99)
+    assert "not run" not in figures.caption(runs, {"skipped_points": {}}, "TPC-C", 1, 99)
+    cap = figures.caption(runs, {"skipped_points": {"slog": {"x": [1, 2], "reason": "needs at least 3 regions"}}},
+                          "TPC-C", 1, 99)
+    assert "SLOG not run at x = 1, 2 (needs at least 3 regions)" in cap
+
+
 def test_empty_experiment_is_an_error_and_writes_nothing(tmp_path):
     with pytest.raises(figures.NoRuns, match=r"^no runs of tpca under .*/tpca/ \(run experiments/exp3_tpca.py first\)$"):
         figures.draw("tpca", root=tmp_path, tail=99)

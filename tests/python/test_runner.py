@@ -318,6 +318,8 @@ def test_what_a_protocol_needs_comes_from_the_registry(fake_registry):
     s = runner.plan(experiments.get("exp4"), cfg(SYSTEMS=["alpha", "ordered"], SCALABILITY_N_REGIONS=[2, 3],
                                                  N_REPEAT=1), b, log=logs.append)
     assert "skipping ordered at 2 regions: ordered needs at least 3 regions" in logs
+    assert runner.manifest(s, cfg(), b, quick=False)["skipped_points"] == \
+        {"ordered": {"x": [2], "reason": "needs at least 3 regions"}}  # the figure's caption says so
     assert sorted((t.system, t.knobs["regions"]) for t in s.tasks) == [("alpha", 2), ("alpha", 3), ("ordered", 3)]
     with pytest.raises(ValueError, match=r"protocols\.alpha\.count=9: must be an integer in \[1, 5\]"):
         runner.plan(EXP1, cfg(SYSTEMS=["alpha"], PROTOCOL_OPTIONS={"alpha": {"count": 9}}), b, log=lambda *_: None)
