@@ -24,7 +24,7 @@ demo: setup
 bench: setup
 	.venv/bin/python scripts/bench.py
 
-# Deliberately broken DAST variants vs the tests (tests/mutants/README.md); ~15 min, not part of `make test`.
+# Deliberately broken protocol variants vs the tests (tests/mutants/README.md); ~45 min, not part of `make test`.
 mutants: setup
 	.venv/bin/python scripts/mutants.py
 

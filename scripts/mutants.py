@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""`make mutants`: build deliberately broken DAST variants and show which tests catch each (tests/mutants/README.md).
+"""`make mutants`: build deliberately broken protocol variants and show which tests catch each (tests/mutants/README.md).
 
-For every mutant (src/protocols/dast/mutant.h), in build-mutants/ (reconfigured per mutant: only the DAST sources
-recompile): the C++ simulator suites (unit_tests: DastSim.*, Executor.Dast* and the protocol-neutral suite on DAST,
-Registered/ProtocolSim.*/dast, all with the history checker), then a short local run checked by the
-end-to-end checker. The first row, `none`, is the unbroken protocol under the same runs: it must pass both.
+For every mutant (src/protocols/<protocol>/mutant.h), in build-mutants/ (reconfigured per mutant: only that
+protocol's sources recompile): the protocol's C++ simulator suites (its own, e.g. DastSim.*, and the
+protocol-neutral suite on it, Registered/ProtocolSim.*/<protocol>, all with the history checker), then a short local
+run checked by the end-to-end checker. Each protocol's first row, `<protocol>.none`, is the unbroken protocol
+under the same runs: it must pass both.
 """
 from __future__ import annotations
 
@@ -22,15 +23,42 @@ sys.path.insert(0, str(REPO))
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
 # durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it)
 MUTANTS = [
-    ("none", "the protocol as built", "-"),
-    ("no_stretch", "the stretch disabled: fresh() never clamps below a pending CRT", "latency"),
-    ("watermark_local", "the execution watermark ignores the other handlers' clocks", "safety"),
-    ("one_ack", "an IRT commits on one stored copy per shard instead of 2 of 3", "durability"),
-    ("crt_at_proposal", "a replica executes a CRT at its own proposal, not at the decision", "safety"),
-    ("no_counter_proposal", "a T_r at or below the replica's clock is accepted as it is", "safety"),
-    ("decide_on_majority", "the coordinator decides on 2 of 3 proposals per shard", "safety"),
+    ("dast.none", "the protocol as built", "-"),
+    ("dast.no_stretch", "the stretch disabled: fresh() never clamps below a pending CRT", "latency"),
+    ("dast.watermark_local", "the execution watermark ignores the other handlers' clocks", "safety"),
+    ("dast.one_ack", "an IRT commits on one stored copy per shard instead of 2 of 3", "durability"),
+    ("dast.crt_at_proposal", "a replica executes a CRT at its own proposal, not at the decision", "safety"),
+    ("dast.no_counter_proposal", "a T_r at or below the replica's clock is accepted as it is", "safety"),
+    ("dast.decide_on_majority", "the coordinator decides on 2 of 3 proposals per shard", "safety"),
+    ("janus.none", "the protocol as built", "-"),
+    ("janus.majority_replies", "the coordinator decides on a majority of PreAccept replies per shard", "safety"),
+    ("janus.no_component_order", "members of a component run as they become ready, not by id", "safety"),
+    ("janus.no_external_wait", "a component does not wait for its members' dependencies outside it", "safety"),
+    ("janus.writes_only", "PreAccept ignores read keys (only writes make dependencies)", "safety"),
+    ("janus.no_dependency_wait", "a transaction runs once its component is known, whatever it waits for", "safety"),
+    ("tapir.none", "the protocol as built", "-"),
+    ("tapir.no_abstain", "Prepare ignores conflicting prepared or committed-unapplied transactions", "safety"),
+    ("tapir.no_stale_check", "Prepare ignores the read versions", "safety"),
+    ("tapir.apply_without_deps", "a Commit is applied on arrival, not after its dependencies", "safety"),
+    ("tapir.unapplied_not_held", "a committed transaction not prepared here holds nothing until applied", "safety"),
+    ("slog.none", "the protocol as built", "-"),
+    ("slog.no_conflict_wait", "an entry runs past earlier unfinished entries that hold its keys", "latency"),
+    ("slog.reversed_batches", "replica 1 of every shard appends each batch in reverse", "safety"),
+    ("slog.swapped_global_order", "the global log swaps consecutive indices for region 1", "safety"),
 ]
-SIM_FILTER = "DastSim.*:Executor.Dast*:Registered/ProtocolSim.*/dast"
+# Each protocol's own simulator suites, beside the protocol-neutral one.
+OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*"}
+# The stress profile's protocol options: DAST without anticipation (its CRTs decided after their T_r).
+STRESS_OPTIONS = {"dast": {"anticipation_margin_ms": -300}}
+
+
+def protocol_of(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def sim_filter(protocol: str) -> str:
+    own = OWN_SUITES.get(protocol)
+    return (own + ":" if own else "") + f"Registered/ProtocolSim.*/{protocol}"
 
 
 def sh(cmd, log: Path, timeout: float) -> int:
@@ -45,19 +73,20 @@ def sh(cmd, log: Path, timeout: float) -> int:
 
 
 def build(name: str, build_dir: Path, log: Path) -> None:
-    mutant = "" if name == "none" else name
-    if sh(["cmake", "-S", ".", "-B", str(build_dir), "-G", "Ninja", f"-DDAST_MUTANT={mutant}"], log, 300) != 0:
+    mutant = "" if name.endswith(".none") else name
+    if sh(["cmake", "-S", ".", "-B", str(build_dir), "-G", "Ninja", f"-DMUTANT={mutant}", "-DDAST_MUTANT="],
+          log, 300) != 0:
         raise RuntimeError(f"cmake failed for {name} (see {log})")
     if sh(["ninja", "-C", str(build_dir), "-j2", "txn-server", "txn-client", "txn-replay", "unit_tests"],
           log, 3600) != 0:
         raise RuntimeError(f"build failed for {name} (see {log})")
 
 
-def sim_tests(build_dir: Path, log: Path) -> str:
+def sim_tests(protocol: str, build_dir: Path, log: Path) -> str:
     out = build_dir / "mutant-sim.txt"
     with open(out, "wb") as f:
         try:
-            rc = subprocess.run([str(build_dir / "unit_tests"), f"--gtest_filter={SIM_FILTER}"], stdout=f,
+            rc = subprocess.run([str(build_dir / "unit_tests"), f"--gtest_filter={sim_filter(protocol)}"], stdout=f,
                                 stderr=subprocess.STDOUT, timeout=900).returncode
         except subprocess.TimeoutExpired:
             return "CAUGHT (hung)"
@@ -67,21 +96,22 @@ def sim_tests(build_dir: Path, log: Path) -> str:
     failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+?)(?: \(|,|$)", text, re.M)))
     if rc == 0 and not failed:
         return "passed"
-    short = [x.removeprefix("DastSim.").removeprefix("Registered/") for x in failed[:2]]
+    short = [x.removeprefix("Registered/") for x in failed[:2]]
     names = ", ".join(short) + (", ..." if len(failed) > 2 else "")
     return f"CAUGHT {len(failed)}: {names}" if failed else f"CAUGHT (exit {rc})"
 
 
-def e2e_deployment(profile: str, duration: float, base_port: int) -> dict:
+def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int) -> dict:
     """3 x 2, TPC-C with districts drawn per transaction (conflicts at any load). `stress` adds 4 coordinators
-    per client, cross-region jitter and no anticipation (a margin far below zero): CRTs are decided later than
-    their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the default load."""
+    per client and cross-region jitter, and for DAST no anticipation (a margin far below zero): CRTs are decided
+    later than their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the
+    default load."""
     from testbed import deploy
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
                  base_port=base_port, name="mutants")
     if profile == "stress":
-        knobs.update(concurrency=4, jitter=10, protocol_options={"anticipation_margin_ms": -300})
-    return deploy.build_deployment(mode="dast", **knobs)
+        knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}))
+    return deploy.build_deployment(mode=protocol, **knobs)
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
@@ -90,8 +120,8 @@ def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: floa
     from testbed.runtypes import RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     try:
-        res = LocalRunner(build_dir=build_dir, progress=False).run(e2e_deployment(profile, duration, base_port),
-                                                                   f"mutant-{name}-{profile}", out_root=out_root)
+        dep = e2e_deployment(protocol_of(name), profile, duration, base_port)
+        res = LocalRunner(build_dir=build_dir, progress=False).run(dep, f"mutant-{name}-{profile}", out_root=out_root)
     except RunError as e:
         with open(log, "a") as f:
             f.write(f"run failed: {e}\n")
@@ -117,7 +147,8 @@ def verdict(kind: str, sim: str, e2e_: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated mutant names (default: all)")
+    ap.add_argument("--only", help="comma-separated mutant names, e.g. dast.no_stretch (default: all)")
+    ap.add_argument("--protocols", help="comma-separated protocols whose mutants run (default: all)")
     ap.add_argument("--build-dir", default=str(REPO / "build-mutants"))
     ap.add_argument("--out", default=str(REPO / "results"), help="results root (run folders: mutants/...)")
     ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s")
@@ -134,6 +165,14 @@ def main(argv=None) -> int:
         print(f"mutants: error: unknown mutant(s) {', '.join(sorted(unknown))} (known: {', '.join(names)})",
               file=sys.stderr)
         return 2
+    if a.protocols:
+        protocols = a.protocols.split(",")
+        bad = set(protocols) - {protocol_of(n) for n in names}
+        if bad:
+            print(f"mutants: error: no mutants for protocol(s) {', '.join(sorted(bad))} "
+                  f"(known: {', '.join(dict.fromkeys(protocol_of(n) for n in names))})", file=sys.stderr)
+            return 2
+        chosen = [n for n in chosen if protocol_of(n) in protocols]
     build_dir, out_root = Path(a.build_dir), Path(a.out) / "mutants"
     build_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -146,7 +185,7 @@ def main(argv=None) -> int:
         print(f"[{name}] building", file=sys.stderr, flush=True)
         build(name, build_dir, log)
         print(f"[{name}] sim tests", file=sys.stderr, flush=True)
-        sim = sim_tests(build_dir, log)
+        sim = sim_tests(protocol_of(name), build_dir, log)
         e = "-"
         if not a.no_e2e:
             print(f"[{name}] end-to-end run ({a.profile}, {a.duration:g} s)", file=sys.stderr, flush=True)

@@ -36,6 +36,7 @@
 #include <stdexcept>
 
 #include "protocols/janus/janus.h"
+#include "protocols/janus/mutant.h"
 
 namespace txn::janus {
 namespace {
@@ -170,7 +171,7 @@ void Replica::maybe_decide(Env& env, Coord& c) {
   bool agree = opts_.fast_path;
   for (uint32_t s : c.shards) {
     const auto& got = c.replies[s];
-    if (got.size() < d_.replicas) return;
+    if (got.size() < (mutant::kMajorityReplies ? d_.replicas / 2 + 1 : d_.replicas)) return;
     for (const auto& [r, deps] : got)
       if (!same_ids(deps, got.begin()->second)) agree = false;
   }
@@ -254,7 +255,7 @@ void Replica::on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m) 
   for (const auto& p : t.pieces()) {
     if (p.shard() != me_.shard) continue;
     writes.insert(p.write_keys().begin(), p.write_keys().end());
-    reads.insert(p.read_keys().begin(), p.read_keys().end());
+    if (!mutant::kWritesOnly) reads.insert(p.read_keys().begin(), p.read_keys().end());
   }
   for (const auto& k : writes) {
     KeyState& ks = keys_[k];
@@ -450,16 +451,17 @@ bool Replica::decide_scc(Env& env, TxnId t) {
 }
 
 bool Replica::ready(TxnId t) const {
+  if (mutant::kNoDependencyWait) return true;
   const auto& scc = *graph_.at(t).scc;
   for (TxnId m : scc) {
     auto it = graph_.find(m);
     if (it == graph_.end()) continue;
     const Vertex& v = it->second;
-    if (m < t && v.local && !v.executed) return false;
+    if (!mutant::kNoComponentOrder && m < t && v.local && !v.executed) return false;
     for (TxnId p : v.deps) {
       if (std::binary_search(scc.begin(), scc.end(), p)) continue;
       const Vertex& d = graph_.at(p);
-      if (d.local && !d.executed) return false;
+      if (!mutant::kNoExternalWait && d.local && !d.executed) return false;
     }
   }
   return true;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "protocols/slog/mutant.h"
 #include "protocols/slog/slog.h"
 
 namespace txn::slog {
@@ -167,7 +168,9 @@ void GlobalMember::on_message(Env& env, const Envelope& msg) {
         for (uint32_t r = 0; r < d_.regions; ++r) {
           Envelope o;
           auto* m = o.mutable_slog()->mutable_ordered();
-          m->set_global_index(committed_ + 1);
+          uint64_t index = committed_ + 1;
+          if (mutant::kSwappedGlobalOrder && r == 1) index = index % 2 ? index + 1 : index - 1;  // 1<->2, 3<->4
+          m->set_global_index(index);
           if (regions.count(r)) *m->mutable_entry() = e;
           env.send(d_.role_node(kOrderer, r), std::move(o));
         }

@@ -23,6 +23,7 @@
 // are not held either. (With a window, the earliest is also within it.)
 #include <algorithm>
 
+#include "protocols/slog/mutant.h"
 #include "protocols/slog/slog.h"
 
 namespace txn::slog {
@@ -147,7 +148,11 @@ void Replica::on_batch(Env& env, const ::slog::Batch& m) {
       ++n_batches_;
       n_batch_entries_ += it->second.entries_size();
     }
-    for (const auto& e : it->second.entries()) append(env, e);
+    if (mutant::kReversedBatches && me_.replica == 1) {
+      for (int i = it->second.entries_size() - 1; i >= 0; --i) append(env, it->second.entries(i));
+    } else {
+      for (const auto& e : it->second.entries()) append(env, e);
+    }
     early_.erase(it);
     ++next_batch_;
   }
@@ -177,6 +182,7 @@ void Replica::append(Env& env, const ::slog::Entry& e) {
 }
 
 bool Replica::conflicts(const Pending& later, const Pending& earlier) const {
+  if (mutant::kNoConflictWait) return false;
   return intersects(later.writes, earlier.writes) || intersects(later.writes, earlier.reads) ||
          intersects(later.reads, earlier.writes);
 }

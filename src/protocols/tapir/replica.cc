@@ -30,6 +30,7 @@
 #include <algorithm>
 
 #include "protocols/tapir/tapir.h"
+#include "protocols/tapir/mutant.h"
 
 namespace txn::tapir {
 namespace {
@@ -325,11 +326,11 @@ void Replica::on_prepare(Env& env, NodeId from, const ::tapir::Prepare& m) {
       auto ks = keys_.find(k);
       if (ks == keys_.end()) continue;
       for (TxnId h : ks->second.holders)
-        if (conflicts(l, locals_.at(h))) result = ::tapir::ABSTAIN;
+        if (!mutant::kNoAbstain && conflicts(l, locals_.at(h))) result = ::tapir::ABSTAIN;
     }
   if (result == ::tapir::OK)
     for (const auto& [k, version] : now)
-      if (m.versions().at(k) != version) result = ::tapir::ABORT;
+      if (!mutant::kNoStaleCheck && m.versions().at(k) != version) result = ::tapir::ABORT;
   Envelope e;
   auto* r = e.mutable_tapir()->mutable_prepare_reply();
   r->set_txn_id(id);
@@ -372,7 +373,7 @@ void Replica::on_commit(Env& env, const ::tapir::Commit& m) {
   if (it == locals_.end()) throw BadMessage("Commit of txn " + str(m.txn_id()) + ", not prepared here");
   Local& l = it->second;
   if (l.committed) throw BadMessage("Commit of txn " + str(m.txn_id()) + " twice");
-  if (!l.prepared) hold(m.txn_id(), l);  // committed and not applied: it holds its keys until applied
+  if (!l.prepared && !mutant::kUnappliedNotHeld) hold(m.txn_id(), l);  // committed, not applied: holds its keys
   l.prepared = false;
   l.committed = true;
   l.deps.assign(m.deps().begin(), m.deps().end());
@@ -395,7 +396,8 @@ void Replica::try_apply(Env& env) {
     for (auto w = waiting_.begin(); w != waiting_.end();) {
       const TxnId t = *w;
       Local& l = locals_.at(t);
-      if (!std::all_of(l.deps.begin(), l.deps.end(), [&](TxnId x) { return applied_.count(x) > 0; })) {
+      if (!mutant::kApplyWithoutDeps &&
+          !std::all_of(l.deps.begin(), l.deps.end(), [&](TxnId x) { return applied_.count(x) > 0; })) {
         ++w;
         continue;
       }

@@ -1,0 +1,39 @@
+// Deliberately broken variants of Janus for `make mutants` (tests/mutants/README.md).
+// A mutant build compiles the Janus sources with -DJANUS_MUTANT_<NAME> (CMake
+// option MUTANT=janus.<name>, in its own build directory). A normal build
+// defines none: every flag below is false and its branch compiles away.
+#pragma once
+
+namespace txn::janus::mutant {
+
+#ifdef JANUS_MUTANT_MAJORITY_REPLIES
+constexpr bool kMajorityReplies = true;    // the coordinator decides on a majority of PreAccept replies per shard
+#else
+constexpr bool kMajorityReplies = false;
+#endif
+
+#ifdef JANUS_MUTANT_NO_COMPONENT_ORDER
+constexpr bool kNoComponentOrder = true;   // members of a component run in arrival order, not by id
+#else
+constexpr bool kNoComponentOrder = false;
+#endif
+
+#ifdef JANUS_MUTANT_NO_EXTERNAL_WAIT
+constexpr bool kNoExternalWait = true;     // a component does not wait for its members' dependencies outside it
+#else
+constexpr bool kNoExternalWait = false;
+#endif
+
+#ifdef JANUS_MUTANT_WRITES_ONLY
+constexpr bool kWritesOnly = true;         // PreAccept ignores read keys (only writes make dependencies)
+#else
+constexpr bool kWritesOnly = false;
+#endif
+
+#ifdef JANUS_MUTANT_NO_DEPENDENCY_WAIT
+constexpr bool kNoDependencyWait = true;   // a transaction runs once its component is known, whatever it waits for
+#else
+constexpr bool kNoDependencyWait = false;
+#endif
+
+}  // namespace txn::janus::mutant

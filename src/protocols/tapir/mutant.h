@@ -1,0 +1,33 @@
+// Deliberately broken variants of TAPIR for `make mutants` (tests/mutants/README.md).
+// A mutant build compiles the TAPIR sources with -DTAPIR_MUTANT_<NAME> (CMake
+// option MUTANT=tapir.<name>, in its own build directory). A normal build
+// defines none: every flag below is false and its branch compiles away.
+#pragma once
+
+namespace txn::tapir::mutant {
+
+#ifdef TAPIR_MUTANT_NO_ABSTAIN
+constexpr bool kNoAbstain = true;          // Prepare ignores conflicting prepared or unapplied transactions
+#else
+constexpr bool kNoAbstain = false;
+#endif
+
+#ifdef TAPIR_MUTANT_NO_STALE_CHECK
+constexpr bool kNoStaleCheck = true;       // Prepare ignores the read versions
+#else
+constexpr bool kNoStaleCheck = false;
+#endif
+
+#ifdef TAPIR_MUTANT_APPLY_WITHOUT_DEPS
+constexpr bool kApplyWithoutDeps = true;   // a Commit is applied on arrival, not after its dependencies
+#else
+constexpr bool kApplyWithoutDeps = false;
+#endif
+
+#ifdef TAPIR_MUTANT_UNAPPLIED_NOT_HELD
+constexpr bool kUnappliedNotHeld = true;   // a committed transaction not prepared here holds nothing until applied
+#else
+constexpr bool kUnappliedNotHeld = false;
+#endif
+
+}  // namespace txn::tapir::mutant
