@@ -5,10 +5,12 @@ Runs each protocol after the other with the same knobs (default: every protocol 
 lowest load of exp 1) and prints, per protocol: IRT and CRT p50/p99 beside their uncontended floors (the
 protocol's own, docs/protocols/<name>.md, in RTTs of this deployment), the abort/retry rate, the transactions
 given up, the engine's committed transactions per CPU second (all server, role and client processes, whole
-run) and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
+run; beside it the floor: the same deployment's protocol and workload code on the simulator, no transport, from
+txn-sim), the host's busy share and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
 """
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testbed import protocols  # noqa: E402
-from testbed.deploy import build_deployment  # noqa: E402
+from testbed.deploy import build_deployment, processes as deploy_processes  # noqa: E402
 from testbed.local import LocalRunner as LocalBackend  # noqa: E402
 from testbed.runtypes import RunError  # noqa: E402
 from testbed.results import format_table  # noqa: E402
@@ -40,7 +42,7 @@ def floor_ms(mode: str, cls: int, intra: float, inter: float):
 
 def run_one(mode: str, a) -> dict:
     knobs = dict(name=f"bench-{mode}", mode=mode, duration=a.duration, warmup=3, cooldown=2,
-                 concurrency=a.concurrency, workload=a.workload, clients_per_shard=1,
+                 concurrency=a.concurrency, workload=a.workload, clients_per_shard=1, processes=a.processes,
                  protocol_options=a.options.get(mode, {}))
     try:
         d = build_deployment(**knobs)
@@ -49,11 +51,12 @@ def run_one(mode: str, a) -> dict:
         return dict(mode=mode, failed=str(e))
     t0 = time.monotonic()
     try:
-        r = LocalBackend().run(d, f"bench-{mode}", config=knobs)
+        r = LocalBackend(build_dir=a.build_dir).run(d, f"bench-{mode}", config=knobs)
     except RunError as e:
         print(f"bench: {mode}: run failed: {e}", file=sys.stderr)
         return dict(mode=mode, failed=str(e))
     s, meta = r.summary, json.loads((r.run_dir / "meta.json").read_text())
+    floor = sim_floor(a.build_dir, r.run_dir / "deploy.yml")
     print(f"--- {mode} ({time.monotonic() - t0:.0f} s, {r.run_dir})")
     print(format_table(s))
     intra, inter = d["link"]["rtt_ms"][0][0], d["link"]["rtt_ms"][0][1]
@@ -67,9 +70,26 @@ def run_one(mode: str, a) -> dict:
                 irt_floor=floor_ms(mode, 0, intra, inter), crt_floor=floor_ms(mode, 1, intra, inter),
                 retries=attempts / started if started else 0.0, given_up=irt["given_up"] + crt["given_up"],
                 per_cpu_s=all_commits / cpu if cpu > 0 else None, cpu_s=cpu, commits=all_commits,
+                host_busy=meta.get("machine_cpu", {}).get("busy_pct"),
+                floor_per_cpu_s=floor.get("txn_per_cpu_s"),
                 verdict=r.check["verdict"], counters=s.get("counters", {}), intra=intra, inter=inter,
                 shape=f"{d['regions']} regions x {d['shards_per_region']} shards x 3 replicas, {a.workload}, "
-                      f"{a.concurrency} coordinator(s) per client process, shaping {d['link']['mechanism']}")
+                      f"{a.concurrency} coordinator(s) per client process, shaping {d['link']['mechanism']}, "
+                      f"engine processes per {a.processes} ({len(deploy_processes(d['nodes']))} processes)")
+
+
+def sim_floor(build_dir: Path, deploy_yml: Path) -> dict:
+    """The engine's floor for the same deployment: txn-sim runs its protocol and workload code on the simulated
+    network, no transport (docs/efficiency.md); {} when txn-sim is not built or fails."""
+    sim = Path(build_dir) / "txn-sim"
+    if not sim.is_file():
+        sim = Path(__file__).resolve().parent.parent / "build" / "txn-sim"
+    try:
+        p = subprocess.run([str(sim), "--config", str(deploy_yml), "--json"], capture_output=True, text=True,
+                           timeout=600)
+        return json.loads(p.stdout) if p.returncode == 0 else {}
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return {}
 
 
 def fmt(v, spec=".1f"):
@@ -82,6 +102,11 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=40, help="seconds per protocol (default %(default)s)")
     ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
     ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
+    ap.add_argument("--processes", default="container", choices=["container", "node"],
+                    help="engine processes: one per container's servers and one per its clients (default), or one "
+                         "per node")
+    ap.add_argument("--build-dir", type=Path, default=Path(__file__).resolve().parent.parent / "build",
+                    help="where txn-server and txn-client are (default: build/), e.g. another commit's, to compare")
     ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",
                     help="a protocol option for that protocol's run, e.g. dast.defer_commutative=false (the "
                          "artifact's hold of a cross-region input wait); repeatable")
@@ -106,14 +131,16 @@ def main() -> int:
     if ok:
         print(f"{ok[0]['shape']}; RTT {ok[0]['intra']:g} ms in a region, {ok[0]['inter']:g} ms across")
     print(f"{'protocol':9} {'IRT p50':>8} {'IRT p99':>8} {'floor':>6} {'CRT p50':>8} {'CRT p99':>8} {'floor':>6} "
-          f"{'retries':>8} {'gave up':>8} {'txn/CPU s':>10} {'CPU s':>6}  verdict")
+          f"{'retries':>8} {'gave up':>8} {'txn/CPU s':>10} {'floor':>7} {'CPU s':>6} {'host %':>6}  verdict")
     for r in rows:
         if "failed" in r:
             print(f"{r['mode']:9} FAILED: {r['failed']}")
             continue
         print(f"{r['mode']:9} {fmt(r['irt_p50']):>8} {fmt(r['irt_p99']):>8} {fmt(r['irt_floor']):>6} "
               f"{fmt(r['crt_p50']):>8} {fmt(r['crt_p99']):>8} {fmt(r['crt_floor']):>6} {r['retries']:>8.3f} "
-              f"{r['given_up']:>8} {fmt(r['per_cpu_s']):>10} {r['cpu_s']:>6.1f}  {r['verdict']}")
+              f"{r['given_up']:>8} {fmt(r['per_cpu_s']):>10} {fmt(r['floor_per_cpu_s'], '.0f'):>7} {r['cpu_s']:>6.1f} "
+              f"{fmt(r['host_busy'], '.0f'):>6}  "
+              f"{r['verdict']}")
     for r in ok:
         t = TARGETS_MS.get(r["mode"])
         if t:

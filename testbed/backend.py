@@ -36,7 +36,7 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
     if not 1 <= R <= cfg.regions:
         raise ValueError(f"regions={R}: must be in [1, REGIONS={cfg.regions}]")
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
-    return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, district=cfg.tpcc_district,
+    return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, district=cfg.tpcc_district, processes=cfg.engine_processes,
                 rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
                 cooldown=cfg.cooldown_s)

@@ -227,13 +227,18 @@ def check_run_health(run_dir, dumps) -> list[str]:
             procs.append((f.name.removesuffix(".summary.json"), json.loads(f.read_text())))
         except (OSError, ValueError) as e:
             raise Unreadable(f"{f.name}: {e}") from e
+    said = set()  # (process, fact): a process of several nodes says its own facts in each of their files
     for node, d in procs:
         facts = d.get("process", {})
+        proc = facts.get("name", node)
+        who = node if proc == node else f"{node} (process {proc})"
         for key, text in PROCESS_FACTS:
-            if facts.get(key):
-                v.append(f"{node}: " + text.format(facts[key]))
-        if facts.get("drain_timed_out"):
-            v.append(f"{node}: still busy when its 10 s drain ran out")
+            if facts.get(key) and (key == "rejected_messages" or (proc, key) not in said):
+                said.add((proc, key))
+                v.append(f"{who}: " + text.format(facts[key]))
+        if facts.get("drain_timed_out") and (proc, "drain") not in said:
+            said.add((proc, "drain"))
+            v.append(f"{who}: still busy when its 10 s drain ran out")
         if d.get("interrupted"):
             v.append(f"{node}: interrupted before its run finished")
     return v

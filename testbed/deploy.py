@@ -20,12 +20,16 @@ DEFAULTS = dict(
     concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
     zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
     host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
-    protocol_options=None, district="fixed", retry_limit=20,
+    protocol_options=None, district="fixed", retry_limit=20, processes="container",
 )
 # mode None: the registry's default mode (its first protocol).
 # protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
 # defaults, and the deployment file gets all of them under protocols.<mode>.
-DISTRICTS = ("fixed", "uniform")  # TPC-C district: per coordinator (artifact) or per transaction (spec 2.4.1.2)
+DISTRICTS = ("fixed", "uniform")
+# processes: "container" runs the servers of one shard container (its 3 replicas; in a region's first container the
+# protocol's role nodes too) in one engine process and its clients in another; "node" one process per node
+# (docs/efficiency.md).
+PROCESS_LAYOUTS = ("container", "node")  # TPC-C district: per coordinator (artifact) or per transaction (spec 2.4.1.2)
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
@@ -61,6 +65,8 @@ def validate(**knobs) -> dict:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
     if k["mechanism"] not in ("app", "netem", "none"):
         raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
+    if k["processes"] not in PROCESS_LAYOUTS:
+        raise ValueError(f"processes={k['processes']!r}: must be one of {', '.join(PROCESS_LAYOUTS)}")
     if k["district"] not in DISTRICTS:
         raise ValueError(f"district={k['district']!r}: must be one of {', '.join(DISTRICTS)}")
     if k["workload"] not in WORKLOADS:
@@ -110,6 +116,23 @@ def node_list(regions: int, shards: int, clients_per_shard: int, proto: protocol
     return nodes
 
 
+def assign_processes(nodes: list[dict]) -> None:
+    """Set every node's engine process as its shard container runs it: `srv<r>.<s>` holds the shard's replicas
+    (and, for s = 0, the region's role nodes), `cli<r>.<s>` its clients (docs/efficiency.md). Names count from 0,
+    as the deployment file does."""
+    for n in nodes:
+        s = 0 if n["kind"] not in ("replica", "client") else n["shard"]
+        n["process"] = f"{'cli' if n['kind'] == 'client' else 'srv'}{n['region']}.{s}"
+
+
+def processes(nodes: list[dict]) -> list[tuple[str, list[dict]]]:
+    """[(process name, its nodes)] in the order of their first nodes; a node without `process` runs alone."""
+    out: dict[str, list[dict]] = {}
+    for n in nodes:
+        out.setdefault(n.get("process") or n["name"], []).append(n)
+    return list(out.items())
+
+
 def port_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -143,6 +166,8 @@ def build_deployment(place=None, **knobs) -> dict:
             node.update(host=host, port=port)
     else:
         place(nodes)
+    if k["processes"] == "container":
+        assign_processes(nodes)
     rtt = k["rtt_ms"] or rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
     d = {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,

@@ -84,6 +84,23 @@ def tail_lines(text: str, n: int = 15) -> str:
 
 # ---------------------------------------------------------------- what a backend provides
 
+def engine_target(node: dict) -> list[str]:
+    """The engine's arguments naming what one process runs: a process of several nodes, or one node."""
+    return ["--process", node["name"]] if node.get("nodes") else ["--name", node["name"]]
+
+
+def engine_processes(nodes: list[dict], clients: bool) -> list[dict]:
+    """The processes to start for the servers (clients=False) or the clients of a deployment: a node that runs
+    alone as itself, a process of several nodes as {name, host, nodes} (testbed/deploy.py assign_processes)."""
+    out = []
+    for name, members in deploylib.processes(nodes):
+        if (members[0]["kind"] == "client") != clients:
+            continue
+        out.append(members[0] if len(members) == 1 and name == members[0]["name"]
+                   else {"name": name, "host": members[0]["host"], "nodes": [m["name"] for m in members]})
+    return out
+
+
 class Proc(ABC):
     """One engine process of a run (txn-server or txn-client)."""
     name: str
@@ -123,7 +140,8 @@ class Runner(ABC):
 
     @abstractmethod
     def spawn(self, node: dict, role: str, cfg_path: Path, run_dir: Path, out: str, extra: list[str]) -> Proc:
-        """Start one engine process (role server|client) writing its outputs to run_dir/<out>."""
+        """Start one engine process (role server|client) writing its outputs to run_dir/<out>: of the node, or,
+        when node has `nodes`, of the deployment's process named node['name'] (see engine_target)."""
 
     def refresh(self) -> None:
         """Called before every round of poll()/ready() checks: bring the view of the processes up to date, and
@@ -165,6 +183,7 @@ class Runner(ABC):
         procs: list[Proc] = []
         res = RunResult(run_dir)
         cpu0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
+        self._engine_cpu = self._machine1 = None
         failure: BaseException | None = None
         with interrupts.stop_on_signals(say=self.say) as stop:
             try:
@@ -182,12 +201,12 @@ class Runner(ABC):
         if failure is not None:
             res.status = "interrupted" if isinstance(failure, Interrupted) else "failed"
             res.reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
-        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu1 = getattr(self, "_engine_cpu", None) or resource.getrusage(resource.RUSAGE_CHILDREN)
         meta.update(
             status=res.status, reason=res.reason or None, error=str(failure) if failure else None,
             cpu_seconds=(round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3)
                          if self.measures_cpu else None),
-            end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine_cpu=cpu_shares(machine0, cpu_times()))
+            end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine_cpu=cpu_shares(machine0, self._machine1 or cpu_times()))
         if notes:
             meta["cleanup_notes"] = notes
         if meta["machine_cpu"].get("steal_pct", 0) > STEAL_WARN_PCT:
@@ -227,7 +246,7 @@ class Runner(ABC):
             procs.append(p)
             return p
 
-        servers = [start(n, "server", "servers") for n in nodes if n["kind"] != "client"]
+        servers = [start(n, "server", "servers") for n in engine_processes(nodes, clients=False)]
         self.say(f"started {len(servers)} server processes; waiting for READY")
         t0, pending = time.monotonic(), list(servers)
         while pending:
@@ -252,7 +271,7 @@ class Runner(ABC):
             clients = [start(n, "client", "clients", ["--probe", str(probe)]) for n in firsts.values()]
             expected = 15.0
         else:
-            clients = [start(n, "client", "clients") for n in nodes if n["kind"] == "client"]
+            clients = [start(n, "client", "clients") for n in engine_processes(nodes, clients=True)]
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
         self._wait_clients(servers, clients, float(c["duration_s"]), expected + self.margin_s, probe, stop)
         self._drain(servers, stop)
@@ -260,6 +279,9 @@ class Runner(ABC):
         bad = [p for p in servers if p.poll() != 0]
         if bad:
             raise RunError(f"server {bad[0].describe_exit()}")
+        # the engine's CPU: every process of the run has exited and been reaped, and the checker (txn-replay,
+        # another child) has not started yet
+        self._engine_cpu, self._machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
         missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica"
                                     and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
         if missing:

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from .interrupts import die_with_parent
-from .lifecycle import Proc, Runner, tail_lines
+from .lifecycle import Proc, Runner, engine_target, tail_lines
 from .runtypes import RunError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ class LocalRunner(Runner):
                      f"e.g. {left[0][1][:120]}")
 
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
-        argv = [str(self._bins[role]), "--config", str(cfg_path), "--name", node["name"],
+        argv = [str(self._bins[role]), "--config", str(cfg_path), *engine_target(node),
                 "--out", str(run_dir / out), *extra]
         return LocalProc(node["name"], argv, run_dir / "logs" / f"{node['name']}.log")
 

@@ -29,7 +29,7 @@ import yaml
 
 from . import genconfig
 from .backend import Backend
-from .lifecycle import Proc, Runner, tail_lines
+from .lifecycle import Proc, Runner, engine_target, tail_lines
 from .runtypes import RunError, RunResult
 
 DRIVER_ETC = Path("/etc/edge-txn")
@@ -297,7 +297,7 @@ class SwarmRunner(Runner):
                          f"behind (run {', '.join(runs) or '?'})")
 
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
-        argv = [f"txn-{role}", "--config", f"{self.rdir}/deploy.yml", "--name", node["name"],
+        argv = [f"txn-{role}", "--config", f"{self.rdir}/deploy.yml", *engine_target(node),
                 "--out", f"{self.rdir}/{out}", *extra]
         return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]), node["name"],
                           argv, self.rdir, self._life_s)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -181,6 +182,25 @@ std::vector<NodeId> Deployment::clients() const {
   return r;
 }
 
+const std::string& Deployment::process_of(NodeId id) const {
+  const NodeInfo& n = node(id);
+  return n.process.empty() ? n.name : n.process;
+}
+
+std::vector<NodeId> Deployment::process_nodes(const std::string& p) const {
+  std::vector<NodeId> r;
+  for (const auto& x : nodes)
+    if ((x.process.empty() ? x.name : x.process) == p) r.push_back(x.id);
+  return r;
+}
+
+NodeId Deployment::endpoint(NodeId id) const {
+  if (node(id).process.empty()) return id;
+  for (const auto& x : nodes)
+    if (x.process == nodes[id].process) return x.id;
+  return id;
+}
+
 void validate(const Deployment& d) {
   const ProtocolSpec& spec = find_protocol(d.mode);
   range("regions", d.regions, 1, 64);
@@ -270,6 +290,27 @@ void validate(const Deployment& d) {
                                    std::to_string(n.shard));
     }
   }
+  // Processes: one host, one region, clients or servers (they have different lives: clients end with the run).
+  std::map<std::string, const NodeInfo*> first_of;
+  for (const auto& n : d.nodes) {
+    if (n.process.empty()) continue;
+    const std::string key = "nodes[" + std::to_string(n.id) + "].process";
+    if (d.find(n.process) && d.find(n.process)->name != n.name)
+      fail(key, "'" + n.process + "' is the name of another node");
+    auto [it, fresh] = first_of.emplace(n.process, &n);
+    const NodeInfo& f = *it->second;
+    if (fresh) continue;
+    if (f.host != n.host)
+      fail(key, "process '" + n.process + "' on two hosts (" + f.name + " on " + f.host + ", " + n.name + " on " +
+                    n.host + ")");
+    if (f.region != n.region)
+      fail(key, "process '" + n.process + "' in two regions (" + f.name + ", " + n.name + ")");
+    if ((f.kind == NodeKind::Client) != (n.kind == NodeKind::Client))
+      fail(key, "process '" + n.process + "' mixes clients and servers (" + f.name + ", " + n.name + ")");
+  }
+  for (const auto& n : d.nodes)
+    if (n.process.empty() && first_of.count(n.name))
+      fail("nodes[" + std::to_string(n.id) + "].name", "'" + n.name + "' is also the name of a process of other nodes");
   for (uint32_t s = 0; s < d.n_shards(); ++s)
     for (uint32_t r = 0; r < d.replicas; ++r)
       if (!reps.count({s, r}))
@@ -388,7 +429,7 @@ Deployment parse_deployment(const std::string& text) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     std::string key = "nodes[" + std::to_string(i) + "]";
     const auto& y = nodes[i];
-    check_keys(y, key, {"name", "kind", "region", "shard", "replica", "host", "port"});
+    check_keys(y, key, {"name", "kind", "region", "shard", "replica", "host", "port", "process"});
     NodeInfo n;
     n.id = static_cast<NodeId>(i);
     for (const char* req : {"name", "kind", "region", "host", "port"})
@@ -419,6 +460,10 @@ Deployment parse_deployment(const std::string& text) {
     }
     n.host = str(y["host"], key + ".host");
     n.port = static_cast<uint16_t>(u32(y["port"], key + ".port", 1, 65535));
+    if (y["process"]) {
+      n.process = str(y["process"], key + ".process");
+      if (n.process.empty()) fail(key + ".process", "must not be empty");
+    }
     d.nodes.push_back(n);
   }
   validate(d);

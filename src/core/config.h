@@ -31,6 +31,10 @@ struct NodeInfo {
   uint32_t replica = 0;   // replicas only
   std::string host;       // IP or hostname
   uint16_t port = 0;
+  // The engine process the node runs in (docs/efficiency.md): nodes with the same name share one process, one
+  // event loop and one listening port (their first node's); messages between them never leave the process. Empty:
+  // a process of its own. The nodes of one process share host and region, and are all clients or all servers.
+  std::string process;
 };
 
 struct LinkModel {
@@ -96,6 +100,11 @@ struct Deployment {
   std::vector<NodeId> replicas_of(uint32_t shard) const;
   std::vector<NodeId> sites_of_region(uint32_t region) const;   // all replicas in a region
   std::vector<NodeId> clients() const;
+  // The node's process name (its own name when it has a process of its own) and the nodes in it, by id.
+  const std::string& process_of(NodeId id) const;
+  std::vector<NodeId> process_nodes(const std::string& process) const;
+  // Where messages for `id` go: the first node of its process (whose host:port the process listens on).
+  NodeId endpoint(NodeId id) const;
 };
 
 // Parse + validate. Throws ConfigError with a one-line message naming the problem.

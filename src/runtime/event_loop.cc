@@ -15,6 +15,13 @@ namespace txn::runtime {
 namespace {
 constexpr TimeUs kMaxSleepUs = 20'000;   // should_stop() is checked at least this often
 
+// In-process messages never reach a qdisc: under netem they get the delay the tc plan would have given them on the
+// container's loopback (the same matrix), from the app model; with `none`, none.
+LinkModel in_process(LinkModel m) {
+  if (m.mechanism == "netem") m.mechanism = "app";
+  return m;
+}
+
 TimeUs wall_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -22,8 +29,8 @@ TimeUs wall_us() {
 }
 }  // namespace
 
-RealEnv::RealEnv(const Deployment& d, NodeId self, EventLoop& loop)
-    : d_(d), self_(self), loop_(loop), rng_(d.seed ^ self) {}
+RealEnv::RealEnv(const Deployment& d, NodeId self, uint32_t index, EventLoop& loop)
+    : d_(d), self_(self), index_(index), loop_(loop), rng_(d.seed ^ self) {}
 
 TimeUs RealEnv::now_us() { return wall_us(); }
 
@@ -33,19 +40,26 @@ void RealEnv::send(NodeId to, Envelope msg) {
   msg.set_from(self_);
   msg.set_to(to);
   msg.set_sent_us(now_us());
-  if (loop_.sender_) loop_.sender_(std::move(msg));
+  loop_.route(std::move(msg));
 }
 
 void RealEnv::set_timer(uint64_t id, TimeUs delay_us) {
-  loop_.timers_.emplace(steady_us() + std::max<TimeUs>(0, delay_us), loop_.timer_seq_++, id);
+  loop_.timers_.emplace(steady_us() + std::max<TimeUs>(0, delay_us), loop_.timer_seq_++, index_, id);
 }
 
 void RealEnv::log(const std::string& line) {
   std::fprintf(stderr, "%s: %s\n", d_.node(self_).name.c_str(), line.c_str());
 }
 
-EventLoop::EventLoop(const Deployment& d, NodeId self)
-    : d_(d), self_(self), env_(std::make_unique<RealEnv>(d, self, *this)) {
+EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
+    : d_(d), local_(std::move(local)), index_(d.nodes.size(), kNone), emu_(in_process(d.link)),
+      link_rng_(d.seed ^ 0x5bd1e995ull ^ (uint64_t{local_.empty() ? 0 : local_[0]} << 32)) {
+  if (local_.empty()) throw std::runtime_error("an event loop needs at least one node");
+  for (uint32_t i = 0; i < local_.size(); ++i) {
+    index_.at(local_[i]) = i;
+    envs_.push_back(std::make_unique<RealEnv>(d, local_[i], i, *this));
+  }
+  rejected_.assign(local_.size(), 0);
   // steady_clock is CLOCK_MONOTONIC on Linux: due times are absolute timerfd times.
   tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
   if (tfd_ < 0) throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(errno));
@@ -70,19 +84,36 @@ void EventLoop::post(Envelope&& m, TimeUs due_us) {
   if (sleeping_ && due_us < armed_) arm(due_us);  // moves the wake-up, wakes nobody now
 }
 
+void EventLoop::route(Envelope&& m) {
+  const NodeId to = m.to();
+  if (!hosts(to)) {
+    ++remote_msgs_;
+    if (sender_) sender_(std::move(m));
+    return;
+  }
+  // The same delay, jitter and per-channel FIFO as the transport gives a message from another process.
+  ++local_msgs_;
+  TimeUs& last = channel_last_[(uint64_t{m.from()} << 32) | to];
+  const TimeUs due = emu_.delivery_time(d_.node(m.from()).region, d_.node(to).region, steady_us(), last, link_rng_);
+  last = due;
+  std::lock_guard<std::mutex> g(mu_);   // the loop is awake: nothing to re-arm
+  inbox_.emplace(std::make_pair(due, inbox_seq_++), std::move(m));
+}
+
 void EventLoop::answer_probe(const Envelope& m) {
   Envelope r;
-  r.set_from(self_);
+  r.set_from(m.to());
   r.set_to(m.from());
   r.set_sent_us(wall_us());
   r.mutable_probe_reply()->set_seq(m.probe().seq());
   r.mutable_probe_reply()->set_sent_us(m.probe().sent_us());
-  if (sender_) sender_(std::move(r));
+  route(std::move(r));
 }
 
-void EventLoop::run(Node& node, const std::function<bool()>& should_stop) {
-  Env& env = *env_;
-  node.start(env);
+void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>& should_stop) {
+  if (nodes.size() != local_.size()) throw std::runtime_error("event loop: one node per local id expected");
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->start(*envs_[i]);
+  if (flusher_) flusher_();
   std::vector<Envelope> batch;
   while (!should_stop()) {
     TimeUs now = steady_us();
@@ -99,11 +130,13 @@ void EventLoop::run(Node& node, const std::function<bool()>& should_stop) {
         answer_probe(m);
         continue;
       }
+      const uint32_t i = hosts(m.to()) ? index_[m.to()] : kNone;
+      if (i == kNone) continue;  // the transport checks the destination; defensive
       try {
-        node.on_message(env, m);
+        nodes[i]->on_message(*envs_[i], m);
       } catch (const BadMessage& e) {
-        ++rejected_;
-        env.log("bad message from " + d_.node(m.from()).name + ": " + e.what());
+        ++rejected_[i];
+        envs_[i]->log("bad message from " + d_.node(m.from()).name + ": " + e.what());
       }
     }
     const bool worked = !batch.empty();
@@ -111,11 +144,13 @@ void EventLoop::run(Node& node, const std::function<bool()>& should_stop) {
     now = steady_us();
     bool fired = false;
     while (!timers_.empty() && std::get<0>(timers_.top()) <= now) {
-      uint64_t id = std::get<2>(timers_.top());
+      const uint32_t i = std::get<2>(timers_.top());
+      const uint64_t id = std::get<3>(timers_.top());
       timers_.pop();
-      node.on_timer(env, id);
+      nodes[i]->on_timer(*envs_[i], id);
       fired = true;
     }
+    if (flusher_) flusher_();   // what this round sent to other processes, one batch per destination
     if (worked || fired) continue;  // what they did may be due already
     TimeUs wake = now + kMaxSleepUs;
     if (!timers_.empty()) wake = std::min(wake, std::get<0>(timers_.top()));
@@ -131,6 +166,7 @@ void EventLoop::run(Node& node, const std::function<bool()>& should_stop) {
       if (should_stop()) break;  // a signal (SIGTERM/SIGINT) interrupted the wait
     }
   }
+  if (flusher_) flusher_();
 }
 
 }  // namespace txn::runtime

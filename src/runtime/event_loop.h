@@ -1,9 +1,19 @@
-// Runs one Node on one thread: incoming messages, each due at a steady-clock
-// time (the transport's link emulation), and the node's timers. The thread
-// sleeps on a timerfd set for the earliest of them, so a message costs one
-// wake-up, at the moment it is due: a thread that posts one earlier than that
-// moves the timer instead of waking the loop. RealEnv is the Env it hands the
-// node; RTT probes are answered here, when due, without the node.
+// Runs the nodes of one engine process on one thread (docs/efficiency.md):
+// incoming messages, each due at a steady-clock time (the link emulation),
+// and the nodes' timers. The thread sleeps on a timerfd set for the earliest
+// of them, so a message costs one wake-up, at the moment it is due: a thread
+// that posts one earlier than that moves the timer instead of waking the loop.
+//
+// A message between two nodes of the process never leaves it: the loop gives
+// it the same emulated delay a remote one gets (the link emulator, one FIFO
+// channel per sender and receiver; under netem too, as no qdisc sees it) and
+// queues it in its own inbox, unencoded.
+// Messages for other processes go to the sender (the transport), which the
+// loop flushes once per round of work, so what the process's nodes send to
+// one destination process in one round travels as one batch.
+//
+// RealEnv is the Env each node gets; RTT probes are answered here, when due,
+// without the node.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,10 +24,12 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/config.h"
+#include "core/link_emulator.h"
 
 namespace txn::runtime {
 
@@ -25,7 +37,7 @@ class EventLoop;
 
 class RealEnv final : public Env {
  public:
-  RealEnv(const Deployment& d, NodeId self, EventLoop& loop);
+  RealEnv(const Deployment& d, NodeId self, uint32_t index, EventLoop& loop);
   TimeUs now_us() override;    // wall clock, microseconds since the epoch
   TimeUs mono_us() override;   // steady clock
   void send(NodeId to, Envelope msg) override;
@@ -37,6 +49,7 @@ class RealEnv final : public Env {
  private:
   const Deployment& d_;
   NodeId self_;
+  uint32_t index_;   // in the loop's nodes
   EventLoop& loop_;
   std::mt19937_64 rng_;
 };
@@ -44,29 +57,49 @@ class RealEnv final : public Env {
 class EventLoop {
  public:
   using Sender = std::function<void(Envelope&&)>;
-  EventLoop(const Deployment& d, NodeId self);   // throws std::runtime_error if no timerfd
+  using Flusher = std::function<void()>;
+  // Hosts `local` (node ids, at least one). Throws std::runtime_error if no timerfd.
+  EventLoop(const Deployment& d, std::vector<NodeId> local);
+  EventLoop(const Deployment& d, NodeId self) : EventLoop(d, std::vector<NodeId>{self}) {}
   ~EventLoop();
-  // Where the env's outgoing messages go (normally Transport::send).
-  void set_sender(Sender s) { sender_ = std::move(s); }
-  // Thread-safe: queue a message for the node, to be handled at `due_us`.
+  // Where messages to nodes of other processes go (normally Transport::enqueue), and what sends them on
+  // (Transport::flush), called after every round of work.
+  void set_sender(Sender s, Flusher f = {}) {
+    sender_ = std::move(s);
+    flusher_ = std::move(f);
+  }
+  // Thread-safe: queue a message for one of the local nodes, to be handled at `due_us`.
   void post(Envelope&& m, TimeUs due_us);
-  // Start the node and process events until should_stop() returns true
-  // (checked after every batch of events and at least every 20 ms).
-  void run(Node& node, const std::function<bool()>& should_stop);
-  Env& env() { return *env_; }
-  // Messages the node rejected (BadMessage): logged and dropped.
-  uint64_t rejected() const { return rejected_; }
+  // Start the nodes (parallel to `local`) and process events until should_stop() returns true (checked after
+  // every round of events and at least every 20 ms).
+  void run(const std::vector<Node*>& nodes, const std::function<bool()>& should_stop);
+  void run(Node& node, const std::function<bool()>& should_stop) { run(std::vector<Node*>{&node}, should_stop); }
+  Env& env(size_t i = 0) { return *envs_.at(i); }
+  const std::vector<NodeId>& local() const { return local_; }
+  bool hosts(NodeId id) const { return id < index_.size() && index_[id] != kNone; }
+  // Messages a node rejected (BadMessage): logged and dropped.
+  uint64_t rejected(size_t i = 0) const { return rejected_.at(i); }
+  // Messages delivered inside the process, and handed to the sender.
+  uint64_t local_messages() const { return local_msgs_; }
+  uint64_t remote_messages() const { return remote_msgs_; }
 
  private:
   friend class RealEnv;
-  using Timer = std::tuple<TimeUs, uint64_t, uint64_t>;  // (deadline, seq, id)
+  static constexpr uint32_t kNone = UINT32_MAX;
+  using Timer = std::tuple<TimeUs, uint64_t, uint32_t, uint64_t>;  // (deadline, seq, node index, id)
   void arm(TimeUs at);   // mu_ held
+  void route(Envelope&& m);   // loop thread: to a local node's inbox, or to the sender
   void answer_probe(const Envelope& m);
 
   const Deployment& d_;
-  NodeId self_;
+  std::vector<NodeId> local_;
+  std::vector<uint32_t> index_;   // node id -> index in local_, kNone for nodes of other processes
   Sender sender_;
-  std::unique_ptr<RealEnv> env_;
+  Flusher flusher_;
+  std::vector<std::unique_ptr<RealEnv>> envs_;
+  LinkEmulator emu_;                               // loop thread only, as are the three below
+  std::mt19937_64 link_rng_;
+  std::unordered_map<uint64_t, TimeUs> channel_last_;   // (from << 32 | to) -> last due time (FIFO)
   int tfd_ = -1;
   std::mutex mu_;
   std::map<std::pair<TimeUs, uint64_t>, Envelope> inbox_;   // (due, arrival order)
@@ -75,7 +108,8 @@ class EventLoop {
   TimeUs armed_ = 0;           // when the timerfd fires
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;  // loop thread only
   uint64_t timer_seq_ = 0;
-  uint64_t rejected_ = 0;      // loop thread only
+  std::vector<uint64_t> rejected_;   // loop thread only
+  uint64_t local_msgs_ = 0, remote_msgs_ = 0;
 };
 
 }  // namespace txn::runtime

@@ -59,12 +59,12 @@ std::string prepend_fields(const std::string& obj, const std::string& fields) {
 
 // What the checker must know about the process itself (docs/checker.md): lost
 // messages and an unfinished drain fail the run.
-std::string process_facts(const Transport& t, const EventLoop& loop, bool drain_timed_out) {
+std::string process_facts(const Transport& t, uint64_t rejected, bool drain_timed_out) {
   const Transport::Drops d = t.drops();
   return "{\"dropped_messages\": " + std::to_string(d.to_servers) +
          ", \"dropped_to_clients\": " + std::to_string(d.to_clients) +
          ", \"malformed_messages\": " + std::to_string(d.malformed) +
-         ", \"rejected_messages\": " + std::to_string(loop.rejected()) +
+         ", \"rejected_messages\": " + std::to_string(rejected) +
          ", \"drain_timed_out\": " + (drain_timed_out ? "true" : "false") + "}";
 }
 
@@ -114,14 +114,25 @@ class TxnFile {
   bool failed_ = false;
 };
 
+// One node of the process: what it is, and for clients their transaction file.
+struct Hosted {
+  const NodeInfo* info = nullptr;
+  std::unique_ptr<Node> node;
+  ClientNode* client = nullptr;
+  ProbeNode* prober = nullptr;
+  ReplicaNode* replica = nullptr;
+  std::unique_ptr<TxnFile> txns;
+};
+
 int run(Role role, const char* prog, int argc, char** argv) {
-  std::string usage = std::string("usage: ") + prog + " --config FILE --name NAME " +
+  std::string usage = std::string("usage: ") + prog + " --config FILE (--name NODE | --process NAME) " +
                       (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR]") + " | --list-modes [--json]";
-  std::string config, name, out = ".";
+  std::string config, name, process, out = ".";
   int probe = 0;  // txn-client --probe N: RTT self-test instead of the workload
   bool list_modes = false, json = false;
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
                                 {"name", required_argument, nullptr, 'n'},
+                                {"process", required_argument, nullptr, 'P'},
                                 {"out", required_argument, nullptr, 'o'},
                                 {"help", no_argument, nullptr, 'h'},
                                 {"list-modes", no_argument, nullptr, 'l'},
@@ -132,6 +143,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
   for (int c; (c = getopt_long(argc, argv, "", opts, nullptr)) != -1;) {
     if (c == 'c') config = optarg;
     else if (c == 'n') name = optarg;
+    else if (c == 'P') process = optarg;
     else if (c == 'o') out = optarg;
     else if (c == 'h') { std::cout << usage << "\n"; return 0; }
     else if (c == 'p' && role == Role::Client) {
@@ -151,76 +163,109 @@ int run(Role role, const char* prog, int argc, char** argv) {
     else for (const auto& m : protocol_names()) std::cout << m << "\n";
     return 0;
   }
-  if (config.empty() || name.empty()) throw Fatal{2, "--config and --name are required\n" + usage};
+  if (config.empty() || name.empty() == process.empty())
+    throw Fatal{2, "--config and one of --name, --process are required\n" + usage};
+  if (probe > 0 && name.empty()) throw Fatal{2, "--probe goes with --name\n" + usage};
 
   Deployment d;
   TransportOptions topt;
   topt.prog = prog;
+  std::unique_ptr<Workload> w;
   try {
     d = load_deployment(config);
     topt.connect_timeout_s = d.runtime.connect_timeout_s;
+    w = make_workload(d);   // the file's errors before the arguments'
   } catch (const ConfigError& e) {
     throw Fatal{2, e.what()};
   }
-  const NodeInfo* me = d.find(name);
-  if (!me) throw Fatal{2, "node '" + name + "' not in " + config};
-  bool is_client = me->kind == NodeKind::Client;
-  if (is_client != (role == Role::Client))
-    throw Fatal{2, "node '" + name + "' is a " + (is_client ? "client" : "server") +
-                       "; run it with " + (is_client ? "txn-client" : "txn-server")};
+  // The nodes this process runs: one (--name), or every node of a process of the deployment (--process).
+  std::vector<NodeId> ids;
+  if (!name.empty()) {
+    const NodeInfo* me = d.find(name);
+    if (!me) throw Fatal{2, "node '" + name + "' not in " + config};
+    const auto group = d.process_nodes(d.process_of(me->id));
+    if (group.size() > 1 && probe == 0)
+      throw Fatal{2, "node '" + name + "' runs in process '" + d.process_of(me->id) + "' with " +
+                         std::to_string(group.size() - 1) + " other node(s); run it with --process " +
+                         d.process_of(me->id)};
+    if (d.endpoint(me->id) != me->id)
+      throw Fatal{2, "node '" + name + "' is not the first node of process '" + d.process_of(me->id) +
+                         "': its messages go to that process's port"};
+    ids.push_back(me->id);
+  } else {
+    ids = d.process_nodes(process);
+    if (ids.empty()) throw Fatal{2, "process '" + process + "' not in " + config};
+  }
+  const std::string pname = name.empty() ? process : d.process_of(ids.front());
+  for (NodeId id : ids) {
+    const NodeInfo& n = d.node(id);
+    const bool is_client = n.kind == NodeKind::Client;
+    if (is_client != (role == Role::Client))
+      throw Fatal{2, "node '" + n.name + "' is a " + (is_client ? "client" : "server") + "; run it with " +
+                         (is_client ? "txn-client" : "txn-server")};
+  }
 
-  std::unique_ptr<Workload> w;
-  std::unique_ptr<Node> node;
-  ClientNode* client = nullptr;
-  ProbeNode* prober = nullptr;
-  ReplicaNode* replica = nullptr;
+  std::vector<Hosted> hosted(ids.size());
   try {
-    w = make_workload(d);
     const ProtocolSpec& spec = find_protocol(d.mode);
-    if (me->kind == NodeKind::Replica) {
-      auto r = spec.make_replica(d, me->id, *w);
-      replica = r.get();
-      node = std::move(r);
-    } else if (me->kind == NodeKind::Role) {
-      node = spec.role(me->role)->make(d, me->id);  // validated: d.mode has this role
-    } else if (probe > 0) {
-      auto p = std::make_unique<ProbeNode>(d, me->id, probe);
-      prober = p.get();
-      node = std::move(p);
-    } else {
-      auto c = std::make_unique<ClientNode>(d, me->id, *w, spec.make_client_driver(d, me->id));
-      client = c.get();
-      node = std::move(c);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Hosted& h = hosted[i];
+      h.info = &d.node(ids[i]);
+      if (h.info->kind == NodeKind::Replica) {
+        auto r = spec.make_replica(d, h.info->id, *w);
+        h.replica = r.get();
+        h.node = std::move(r);
+      } else if (h.info->kind == NodeKind::Role) {
+        h.node = spec.role(h.info->role)->make(d, h.info->id);  // validated: d.mode has this role
+      } else if (probe > 0) {
+        auto p = std::make_unique<ProbeNode>(d, h.info->id, probe);
+        h.prober = p.get();
+        h.node = std::move(p);
+      } else {
+        auto c = std::make_unique<ClientNode>(d, h.info->id, *w, spec.make_client_driver(d, h.info->id));
+        h.client = c.get();
+        h.node = std::move(c);
+      }
     }
   } catch (const ConfigError& e) {
     throw Fatal{2, e.what()};
   }
-  std::unique_ptr<TxnFile> txns;
-  if (client) {
-    txns = std::make_unique<TxnFile>(out + "/" + name + ".txns.jsonl.gz");
-    if (!txns->ok()) throw Fatal{1, "cannot write " + txns->path()};
-    client->set_txn_sink([&txns](const TxnLogEntry& e) { txns->write(e); });
+  for (Hosted& h : hosted) {
+    if (!h.client) continue;
+    h.txns = std::make_unique<TxnFile>(out + "/" + h.info->name + ".txns.jsonl.gz");
+    if (!h.txns->ok()) throw Fatal{1, "cannot write " + h.txns->path()};
+    TxnFile* f = h.txns.get();
+    h.client->set_txn_sink([f](const TxnLogEntry& e) { f->write(e); });
   }
+  const bool clients = role == Role::Client;
 
-  EventLoop loop(d, me->id);
-  Transport transport(d, me->id, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
+  EventLoop loop(d, ids);
+  Transport transport(d, ids, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
                       [&loop](const std::string& l) { loop.env().log(l); });
-  loop.set_sender([&transport](Envelope&& m) { transport.send(std::move(m)); });
+  loop.set_sender([&transport](Envelope&& m) { transport.enqueue(std::move(m)); }, [&transport] { transport.flush(); });
   std::string err;
   if (!transport.listen(&err)) throw Fatal{1, err};
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
-  std::printf("READY %s %s:%u\n", name.c_str(), me->host.c_str(), me->port);
+  const NodeInfo& ep = d.node(transport.self());
+  for (const Hosted& h : hosted) std::printf("READY %s %s:%u\n", h.info->name.c_str(), ep.host.c_str(), ep.port);
+  if (ids.size() > 1 || pname != d.node(ids.front()).name)  // the process as a whole, for the runner
+    std::printf("READY %s %s:%u\n", pname.c_str(), ep.host.c_str(), ep.port);
   std::fflush(stdout);
 
+  std::vector<Node*> nodes;
+  for (Hosted& h : hosted) nodes.push_back(h.node.get());
   using Clock = std::chrono::steady_clock;
   bool draining = false, interrupted = false, drain_timed_out = false;
   Clock::time_point drain_start, idle_since;
   bool idle_seen = false;
-  loop.run(*node, [&] {
-    if (client || prober) {
+  loop.run(nodes, [&] {
+    if (clients) {
       if (g_signal) interrupted = true;
-      return interrupted || (client ? client->finished() : prober->finished());
+      if (interrupted) return true;
+      for (const Hosted& h : hosted)
+        if (!(h.client ? h.client->finished() : h.prober->finished())) return false;
+      return true;
     }
     if (!g_signal) return false;
     auto now = Clock::now();
@@ -234,10 +279,11 @@ int run(Role role, const char* prog, int argc, char** argv) {
       drain_timed_out = true;
       return true;
     }
-    if (!node->idle()) {
-      idle_seen = false;
-      return false;
-    }
+    for (const Hosted& h : hosted)
+      if (!h.node->idle()) {
+        idle_seen = false;
+        return false;
+      }
     if (!idle_seen) {
       idle_seen = true;
       idle_since = now;
@@ -245,59 +291,77 @@ int run(Role role, const char* prog, int argc, char** argv) {
     return now - idle_since >= std::chrono::milliseconds(200);
   });
 
-  if (prober) {
-    if (!write_file(out + "/" + name + ".probe.json", prober->result_json() + "\n"))
-      throw Fatal{1, "cannot write " + out + "/" + name + ".probe.json"};
+  // What the process says about itself goes into each of its nodes' outputs, named, so the checker counts it
+  // once; rejected messages are each node's own.
+  auto facts = [&](size_t i, bool timed_out) {
+    std::string f = process_facts(transport, loop.rejected(i), timed_out);
+    return prepend_fields(f, "\"name\": " + json_string(pname) + ", \"nodes\": " + std::to_string(ids.size()) +
+                                 ", \"local_messages\": " + std::to_string(loop.local_messages()) +
+                                 ", \"remote_messages\": " + std::to_string(loop.remote_messages()) +
+                                 ", \"writes\": " + std::to_string(transport.writes()) +
+                                 ", \"written_messages\": " + std::to_string(transport.written()));
+  };
+  if (probe > 0) {
+    const Hosted& h = hosted.front();
+    const std::string path = out + "/" + h.info->name + ".probe.json";
+    if (!write_file(path, h.prober->result_json() + "\n")) throw Fatal{1, "cannot write " + path};
     return interrupted ? 130 : 0;
   }
-  if (client) {
-    const auto& recs = client->records();
+  if (clients) {
     std::vector<std::string> names;
     for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
-    Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
-    if (!txns->close()) throw Fatal{1, "cannot write " + txns->path()};
-    std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(name) +
-                                                         ", \"n_records\": " + std::to_string(recs.size()) +
-                                                         ", \"n_txns\": " + std::to_string(txns->lines()) +
-                                                         ", \"interrupted\": " + (interrupted ? "true" : "false") +
-                                                         ", \"process\": " + process_facts(transport, loop, false));
-    if (!write_file(out + "/" + name + ".records.csv", records_csv(recs, names)) ||
-        !write_file(out + "/" + name + ".summary.json", js + "\n"))
-      throw Fatal{1, "cannot write results to " + out};
+    for (size_t i = 0; i < hosted.size(); ++i) {
+      Hosted& h = hosted[i];
+      const auto& recs = h.client->records();
+      Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
+      if (!h.txns->close()) throw Fatal{1, "cannot write " + h.txns->path()};
+      std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(h.info->name) +
+                                                           ", \"n_records\": " + std::to_string(recs.size()) +
+                                                           ", \"n_txns\": " + std::to_string(h.txns->lines()) +
+                                                           ", \"interrupted\": " + (interrupted ? "true" : "false") +
+                                                           ", \"process\": " + facts(i, false));
+      if (!write_file(out + "/" + h.info->name + ".records.csv", records_csv(recs, names)) ||
+          !write_file(out + "/" + h.info->name + ".summary.json", js + "\n"))
+        throw Fatal{1, "cannot write results to " + out};
+    }
     return interrupted ? 130 : 0;
   }
   // Every server writes a dump: a replica its store, history and counters, a
-  // manager only the process facts (docs/checker.md).
-  std::string dump = "{}", fields;
-  size_t history_lines = 0;
-  const std::string hist = name + ".history.txt";
-  if (replica) {
-    // The history first: a dump that exists names a complete history.
-    std::ostringstream h;
-    history_lines = replica->executor().write_history(h, name);
-    if (!write_file(out + "/" + hist, h.str())) throw Fatal{1, "cannot write " + out + "/" + hist};
-    dump = replica->store().dump_json();
+  // role node only the process facts (docs/checker.md).
+  for (size_t i = 0; i < hosted.size(); ++i) {
+    const Hosted& h = hosted[i];
+    const NodeInfo& me = *h.info;
+    std::string dump = "{}", fields;
+    size_t history_lines = 0;
+    const std::string hist = me.name + ".history.txt";
+    if (h.replica) {
+      // The history first: a dump that exists names a complete history.
+      std::ostringstream hs;
+      history_lines = h.replica->executor().write_history(hs, me.name);
+      if (!write_file(out + "/" + hist, hs.str())) throw Fatal{1, "cannot write " + out + "/" + hist};
+      dump = h.replica->store().dump_json();
+    }
+    auto add = [&](const std::string& k, const std::string& v) {
+      if (dump.find("\"" + k + "\"") != std::string::npos) return;  // the store carries it already
+      fields += (fields.empty() ? "" : ", ") + json_string(k) + ": " + v;
+    };
+    add("node", json_string(me.name));
+    add("kind", json_string(h.replica ? "replica" : "manager"));
+    add("region", std::to_string(me.region));
+    if (h.replica) {
+      add("shard", std::to_string(me.shard));
+      add("replica", std::to_string(me.replica));
+      add("workload", json_string(w->name()));
+      add("execution_history", "{\"file\": " + json_string(hist) + ", \"events\": " +
+                                   std::to_string(h.replica->executor().history().size()) +
+                                   ", \"lines\": " + std::to_string(history_lines) + "}");
+      add("counters", counters_json(h.replica->counters()));
+    }
+    add("process", facts(i, drain_timed_out));
+    std::string js = prepend_fields(dump, fields);
+    if (!write_file(out + "/" + me.name + ".state.json", js + "\n"))
+      throw Fatal{1, "cannot write " + out + "/" + me.name + ".state.json"};
   }
-  auto add = [&](const std::string& k, const std::string& v) {
-    if (dump.find("\"" + k + "\"") != std::string::npos) return;  // the store carries it already
-    fields += (fields.empty() ? "" : ", ") + json_string(k) + ": " + v;
-  };
-  add("node", json_string(name));
-  add("kind", json_string(replica ? "replica" : "manager"));
-  add("region", std::to_string(me->region));
-  if (replica) {
-    add("shard", std::to_string(me->shard));
-    add("replica", std::to_string(me->replica));
-    add("workload", json_string(w->name()));
-    add("execution_history", "{\"file\": " + json_string(hist) + ", \"events\": " +
-                       std::to_string(replica->executor().history().size()) +
-                       ", \"lines\": " + std::to_string(history_lines) + "}");
-    add("counters", counters_json(replica->counters()));
-  }
-  add("process", process_facts(transport, loop, drain_timed_out));
-  std::string js = prepend_fields(dump, fields);
-  if (!write_file(out + "/" + name + ".state.json", js + "\n"))
-    throw Fatal{1, "cannot write " + out + "/" + name + ".state.json"};
   return 0;
 }
 

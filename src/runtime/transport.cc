@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -113,9 +114,14 @@ class Transport::Service final : public txn::Peer::CallbackService {
 };
 
 Transport::Transport(const Deployment& d, NodeId self, TransportOptions o, Deliver deliver, Log log)
-    : d_(d), self_(self), o_(std::move(o)), deliver_(std::move(deliver)), log_(std::move(log)),
-      emu_(d.link), in_last_(d.nodes.size(), 0), rng_(d.seed ^ (uint64_t{self} << 32) ^ 0x9e3779b97f4a7c15ull),
-      peers_(d.nodes.size()) {
+    : Transport(d, d.process_nodes(d.process_of(self)), std::move(o), std::move(deliver), std::move(log)) {}
+
+Transport::Transport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log)
+    : d_(d), self_(local.empty() ? 0 : d.endpoint(local.front())), local_(d.nodes.size(), false),
+      endpoint_(d.nodes.size()), o_(std::move(o)), deliver_(std::move(deliver)), log_(std::move(log)), emu_(d.link),
+      rng_(d.seed ^ (uint64_t{self_} << 32) ^ 0x9e3779b97f4a7c15ull), peers_(d.nodes.size()) {
+  for (NodeId id : local) local_.at(id) = true;
+  for (NodeId id = 0; id < d.nodes.size(); ++id) endpoint_[id] = d.endpoint(id);
   watcher_ = std::thread([this] { watch_loop(); });
 }
 
@@ -164,32 +170,53 @@ bool Transport::listen(std::string* err) {
 }
 
 Transport::PeerConn& Transport::peer(NodeId to) {
+  const NodeId ep = endpoint_[to];
   std::lock_guard<std::mutex> g(peers_mu_);
-  auto& p = peers_[to];
+  auto& p = peers_[ep];
   if (!p) {
     p = std::make_unique<PeerConn>();
-    p->to = to;
+    p->to = ep;
   }
   return *p;
 }
 
-void Transport::send(Envelope msg) {
+bool Transport::queue(Envelope&& msg, PeerConn** out) {
   NodeId to = msg.to();
   if (to >= d_.nodes.size()) {
     ++drops_servers_;
     log_("send to unknown node id " + std::to_string(to) + " dropped");
-    return;
+    return false;
   }
-  if (to == self_) {  // no socket, same link model
+  if (hosts(to)) {  // no socket, same link model
     on_incoming(std::move(msg), "self");
-    return;
+    return false;
   }
   PeerConn& p = peer(to);
+  std::lock_guard<std::mutex> g(p.mu);
+  p.pending.push_back(std::move(msg));
+  *out = &p;
+  return true;
+}
+
+void Transport::send(Envelope msg) {
+  PeerConn* p = nullptr;
+  if (queue(std::move(msg), &p)) flush(*p);
+}
+
+void Transport::enqueue(Envelope msg) {
+  PeerConn* p = nullptr;
+  if (!queue(std::move(msg), &p)) return;
+  std::lock_guard<std::mutex> g(dirty_mu_);
+  if (std::find(dirty_.begin(), dirty_.end(), p) == dirty_.end()) dirty_.push_back(p);
+}
+
+void Transport::flush() {
+  std::vector<PeerConn*> ps;
   {
-    std::lock_guard<std::mutex> g(p.mu);
-    p.pending.push_back(std::move(msg));
+    std::lock_guard<std::mutex> g(dirty_mu_);
+    ps.swap(dirty_);
   }
-  flush(p);
+  for (PeerConn* p : ps) flush(*p);
 }
 
 void Transport::watch_loop() {
@@ -219,6 +246,8 @@ void Transport::flush(PeerConn& p) {
     for (auto& m : p.pending) *p.inflight.add_msgs() = std::move(m);  // after a batch being retried
     p.pending.clear();
     p.busy = true;
+    ++writes_;
+    written_ += static_cast<uint64_t>(p.inflight.msgs_size());
     if (p.blocked_since == 0) p.blocked_since = steady_us();
     std::shared_ptr<Writer> w = p.writer;
     const bool fresh = !w;
@@ -276,7 +305,7 @@ void Transport::on_stream_done(PeerConn& p) {
   }
   if (dropped > 0) count_drops(p.to, static_cast<uint64_t>(dropped));
   if (dropped > 0 && !stop_)
-    log_("dropped " + std::to_string(dropped) + " message(s) to " + d_.node(p.to).name + ": its stream broke " +
+    log_("dropped " + std::to_string(dropped) + " message(s) to " + d_.process_of(p.to) + ": its stream broke " +
          std::to_string(kMaxStreamFailures) + " times");
   flush(p);  // a new stream for what is still to be written
   std::lock_guard<std::mutex> g(writers_mu_);
@@ -308,7 +337,14 @@ void Transport::watch_connections(TimeUs now) {
 void Transport::unreachable(PeerConn& p) {
   const auto& n = d_.node(p.to);
   if (!draining_ && n.kind != NodeKind::Client) {
-    std::fprintf(stderr, "%s: error: peer %s at %s:%u unreachable after %gs\n", o_.prog.c_str(), n.name.c_str(),
+    std::string who = d_.process_of(p.to);
+    const auto members = d_.process_nodes(who);
+    if (members.size() > 1 || who != n.name) {  // a process of several nodes: name them too
+      who += " (";
+      for (size_t i = 0; i < members.size(); ++i) who += (i ? ", " : "") + d_.node(members[i]).name;
+      who += ")";
+    }
+    std::fprintf(stderr, "%s: error: peer %s at %s:%u unreachable after %gs\n", o_.prog.c_str(), who.c_str(),
                  n.host.c_str(), n.port, o_.connect_timeout_s);
     std::fflush(stderr);
     _exit(3);
@@ -325,8 +361,8 @@ void Transport::unreachable(PeerConn& p) {
     w = p.writer;
   }
   count_drops(p.to, dropped);
-  if (n.kind == NodeKind::Client) log_("client " + n.name + " unreachable; dropping its messages");
-  else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + n.name);
+  if (n.kind == NodeKind::Client) log_("client " + d_.process_of(p.to) + " unreachable; dropping its messages");
+  else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + d_.process_of(p.to));
   if (w) w->cancel();
 }
 
@@ -340,7 +376,7 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
   std::string why;
   if (m.from() >= d_.nodes.size()) why = "unknown sender id " + std::to_string(m.from());
   else if (m.to() >= d_.nodes.size()) why = "unknown destination id " + std::to_string(m.to());
-  else if (m.to() != self_) why = "addressed to " + d_.node(m.to()).name + ", not to me";
+  else if (!hosts(m.to())) why = "addressed to " + d_.node(m.to()).name + ", not to this process";
   else if (m.body_case() == Envelope::BODY_NOT_SET) why = "empty body";
   if (!why.empty()) {
     ++drops_malformed_;
@@ -352,8 +388,8 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
     // The link emulator's delay for this channel, counted from arrival; per
     // channel the due times never decrease (FIFO, as one TCP stream delivers).
     std::lock_guard<std::mutex> g(in_mu_);
-    TimeUs& last = in_last_[m.from()];
-    due = emu_.delivery_time(d_.node(m.from()).region, d_.node(self_).region, steady_us(), last, rng_);
+    TimeUs& last = in_last_[(uint64_t{m.from()} << 32) | m.to()];
+    due = emu_.delivery_time(d_.node(m.from()).region, d_.node(m.to()).region, steady_us(), last, rng_);
     last = due;
   }
   deliver_(std::move(m), due);

@@ -1,7 +1,9 @@
 // gRPC transport on the callback API: no thread of ours blocks on the network.
-// Every process serves txn.Peer; outbound, one channel and one long-lived
-// client stream per destination peer, with one write in flight that carries,
-// as a Batch, everything sent meanwhile. Incoming batches are unpacked on
+// Every engine process serves txn.Peer on its endpoint (the first of its
+// nodes' ports: docs/efficiency.md); outbound, one channel and one long-lived
+// client stream per destination process, with one write in flight that
+// carries, as a Batch, everything sent meanwhile (and what the event loop
+// queued in one round, flushed together). Incoming batches are unpacked on
 // gRPC's callback threads and handed to `deliver` together with the time the
 // message is due: with the app mechanism the link emulator holds each message
 // for its (source region, destination region) one-way delay, plus jitter,
@@ -23,6 +25,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/config.h"
@@ -45,12 +48,17 @@ class Transport {
   // A message for this node and the steady-clock time at which it is due.
   using Deliver = std::function<void(Envelope&&, TimeUs due_us)>;
   using Log = std::function<void(const std::string&)>;
+  // Serves the nodes of self's process (all of them: Deployment::process_nodes), or exactly `local`.
   Transport(const Deployment& d, NodeId self, TransportOptions o, Deliver deliver, Log log);
+  Transport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log);
   ~Transport();
   // Start serving on the node's port. False (with *err) if the port cannot be bound.
   bool listen(std::string* err);
   // Send an envelope (from/to/sent_us already set). Thread-safe, never blocks on the network.
   void send(Envelope msg);
+  // The same, but written only by the next flush() (the event loop's way: one batch per destination per round).
+  void enqueue(Envelope msg);
+  void flush();
   // While draining, an unreachable peer is no longer fatal: its messages are dropped.
   void set_draining(bool v) { draining_ = v; }
 
@@ -58,7 +66,8 @@ class Transport {
   // and delivered with its due time. Public for tests.
   void on_incoming(Envelope&& m, const std::string& peer);
   const Deployment& deployment() const { return d_; }
-  NodeId self() const { return self_; }
+  NodeId self() const { return self_; }   // the process's endpoint node
+  bool hosts(NodeId id) const { return id < local_.size() && local_[id]; }
 
   // Messages this transport dropped, for the state dump (the checker fails a
   // run that lost any): outbound to a peer that was unreachable or whose
@@ -67,6 +76,9 @@ class Transport {
   struct Drops {
     uint64_t to_servers = 0, to_clients = 0, malformed = 0;
   };
+  // Writes to other processes (batches) and the messages they carried (a retried batch counts again).
+  uint64_t writes() const { return writes_; }
+  uint64_t written() const { return written_; }
   Drops drops() const { return {drops_servers_, drops_clients_, drops_malformed_}; }
 
   struct PeerConn;
@@ -77,6 +89,7 @@ class Transport {
 
  private:
   PeerConn& peer(NodeId to);
+  bool queue(Envelope&& msg, PeerConn** p);   // false: delivered here or dropped
   void flush(PeerConn& p);            // write what is pending for p
   void watch_loop();
   void watch_connections(TimeUs now);
@@ -84,21 +97,26 @@ class Transport {
 
   const Deployment& d_;
   NodeId self_;
+  std::vector<bool> local_;           // by node id: served by this process
+  std::vector<NodeId> endpoint_;      // by node id: the endpoint of its process
   TransportOptions o_;
   Deliver deliver_;
   Log log_;
   LinkEmulator emu_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> writes_{0}, written_{0};
   std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0};
   void count_drops(NodeId to, uint64_t n);
 
   std::mutex in_mu_;                  // incoming channels: emulated delivery times
-  std::vector<TimeUs> in_last_;       // by sender: last due time (per-channel FIFO)
+  std::unordered_map<uint64_t, TimeUs> in_last_;   // (from << 32 | to) -> last due time (per-channel FIFO)
   std::mt19937_64 rng_;               // jitter samples
 
   std::mutex peers_mu_;
-  std::vector<std::unique_ptr<PeerConn>> peers_;   // by NodeId, created lazily
+  std::vector<std::unique_ptr<PeerConn>> peers_;   // by endpoint NodeId, created lazily
+  std::mutex dirty_mu_;
+  std::vector<PeerConn*> dirty_;                   // enqueued to since the last flush()
   std::mutex writers_mu_;
   std::condition_variable writers_cv_;
   int live_writers_ = 0;                           // Writers whose OnDone has not run yet

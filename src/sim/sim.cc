@@ -54,6 +54,7 @@ void Network::send(NodeId from, NodeId to, Envelope msg) {
   msg.set_from(from);
   msg.set_to(to);
   msg.set_sent_us(now_);
+  if (o_.tap) o_.tap(from, to, msg);
   TimeUs extra = 0;
   if (o_.extra_delay_us > 0) extra = std::uniform_int_distribution<TimeUs>(0, o_.extra_delay_us)(rng_);
   TimeUs& last = channel_last_[{from, to}];

@@ -25,6 +25,8 @@ struct Options {
   // Real link delays (and jitter) when they should differ from what the deployment
   // says (tests that estimates come from measurement, not from configuration).
   std::optional<LinkModel> actual_link;
+  // Called for every message sent (tools that count traffic, e.g. txn-sim).
+  std::function<void(NodeId from, NodeId to, const Envelope& msg)> tap;
 };
 
 class Network {

@@ -219,3 +219,29 @@ TEST(Config, RoleRulesComeFromTheRegistry) {
   txn::test::ScopedProtocol wide(p);
   expect_error(replace(base, "mode: grouped", "mode: wide"), "regions: wide needs regions >= 3");
 }
+
+// Engine processes (docs/efficiency.md): the nodes of one process share a host, a region, and a life (clients or
+// servers); messages for any of them go to the process's first node.
+TEST(Config, ProcessesGroupNodesAndAreChecked) {
+  std::string grouped = kBase;
+  for (const char* n : {"s0.0.0", "s0.0.1", "s0.0.2"})
+    grouped = replace(grouped, std::string("name: ") + n + ",", std::string("name: ") + n + ", process: srv0,");
+  grouped = replace(grouped, "name: m0,", "name: m0, process: srv0,");
+  Deployment d = parse_deployment(grouped);
+  EXPECT_EQ(d.process_of(1), "srv0");
+  EXPECT_EQ(d.process_of(3), "s1.0.0");   // no process: its own
+  EXPECT_EQ(d.process_nodes("srv0"), (std::vector<NodeId>{0, 1, 2, 6}));
+  EXPECT_EQ(d.process_nodes("s1.0.0"), (std::vector<NodeId>{3}));
+  EXPECT_EQ(d.endpoint(6), 0u);
+  EXPECT_EQ(d.endpoint(2), 0u);
+  EXPECT_EQ(d.endpoint(4), 4u);
+  expect_error(replace(grouped, "name: m0, process: srv0, kind: manager, region: 0, host: 127.0.0.1",
+                       "name: m0, process: srv0, kind: manager, region: 0, host: 127.0.0.2"),
+               "nodes[6].process: process 'srv0' on two hosts");
+  expect_error(replace(grouped, "name: s1.0.0,", "name: s1.0.0, process: srv0,"),
+               "nodes[3].process: process 'srv0' in two regions");
+  expect_error(replace(grouped, "name: c1.0.0,", "name: c1.0.0, process: s1.0.0,"), "is the name of another node");
+  std::string mixed = replace(grouped, "name: s1.0.0,", "name: s1.0.0, process: p1,");
+  expect_error(replace(mixed, "name: c1.0.0,", "name: c1.0.0, process: p1,"), "mixes clients and servers");
+  expect_error(replace(grouped, "name: c1.0.0,", "name: c1.0.0, process: '',"), "nodes[8].process: must not be empty");
+}

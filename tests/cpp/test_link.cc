@@ -268,3 +268,99 @@ TEST(EventLoop, DeliversInDueOrderAndAnswersProbes) {
   EXPECT_EQ(sent[0].probe_reply().sent_us(), 123);
   EXPECT_GE(node.timer_at - t0, 30'000);
 }
+
+// One process, several nodes (docs/efficiency.md): messages between them stay in the process and get the link's
+// delay and per-channel FIFO; messages for other processes go to the sender, flushed once per round.
+namespace {
+class Echo : public Node {
+ public:
+  explicit Echo(NodeId peer, int n) : peer_(peer), n_(n) {}
+  void start(Env& env) override {
+    for (int i = 0; i < n_; ++i) env.send(peer_, numbered(0, 0, static_cast<uint64_t>(i)));
+  }
+  void on_message(Env&, const Envelope& m) override {
+    seqs.push_back(m.probe_reply().seq());
+    at.push_back(steady_us());
+    from.push_back(m.from());
+  }
+  void on_timer(Env&, uint64_t) override {}
+  std::vector<uint64_t> seqs;
+  std::vector<TimeUs> at;
+  std::vector<NodeId> from;
+
+ private:
+  NodeId peer_;
+  int n_;
+};
+}  // namespace
+
+TEST(EventLoop, NodesOfOneProcessTalkInMemoryWithTheLinkDelay) {
+  Deployment d = make_local_deployment("dast", 2, 1, 1, 0);
+  d.link.rtt_ms = {{8, 60}, {60, 8}};
+  // s0.0.0 and s0.0.1 (region 0) in one loop; s1.0.0 (region 1) elsewhere.
+  EventLoop loop(d, std::vector<NodeId>{0, 1});
+  std::vector<Envelope> remote;
+  int flushes = 0;
+  loop.set_sender([&](Envelope&& m) { remote.push_back(std::move(m)); }, [&] { ++flushes; });
+  Echo a(1, 20), b(3, 5);   // a (s0.0.0) sends 20 to b (s0.0.1, local); b sends 5 to s1.0.0 (remote)
+  const TimeUs t0 = steady_us();
+  loop.run(std::vector<Node*>{&a, &b}, [&] { return steady_us() - t0 > 30'000; });
+  ASSERT_EQ(b.seqs.size(), 20u);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    EXPECT_EQ(b.seqs[i], i) << "FIFO per channel";
+    EXPECT_EQ(b.from[i], 0u);
+    EXPECT_GE(b.at[i] - t0, 4'000) << "delivered before the 4 ms one-way delay";
+    EXPECT_LT(b.at[i] - t0, 4'000 + 5'000);
+  }
+  EXPECT_TRUE(a.seqs.empty());
+  ASSERT_EQ(remote.size(), 5u);   // to the other process, through the sender
+  for (const auto& m : remote) {
+    EXPECT_EQ(m.from(), 1u);
+    EXPECT_EQ(m.to(), 3u);
+  }
+  EXPECT_GE(flushes, 1);
+  EXPECT_EQ(loop.local_messages(), 20u);
+  EXPECT_EQ(loop.remote_messages(), 5u);
+}
+
+TEST(EventLoop, InProcessMessagesAreDelayedUnderNetemTooAndNotWithNone) {
+  for (const char* mech : {"netem", "none"}) {
+    Deployment d = make_local_deployment("dast", 1, 1, 1, 0);
+    d.link.mechanism = mech;
+    d.link.rtt_ms = {{8}};
+    EventLoop loop(d, std::vector<NodeId>{0, 1});
+    Echo a(1, 1), b(0, 0);
+    const TimeUs t0 = steady_us();
+    loop.run(std::vector<Node*>{&a, &b}, [&] { return !b.at.empty() || steady_us() - t0 > 20'000; });
+    ASSERT_EQ(b.at.size(), 1u) << mech;
+    if (std::string(mech) == "netem") EXPECT_GE(b.at[0] - t0, 4'000) << "no qdisc delays an in-process message";
+    else EXPECT_LT(b.at[0] - t0, 2'000) << "mechanism none: no delay";
+  }
+}
+
+TEST(Transport, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
+  Deployment d = two_regions(24751, 24752);
+  for (NodeId id : {0u, 1u, 2u}) d.nodes[id].process = "srv0";
+  Inbox ia, ib;
+  Transport a(d, 0, local_options(), ia.deliver(), ia.log()), b(d, 3, local_options(), ib.deliver(), ib.log());
+  EXPECT_TRUE(a.hosts(2));
+  EXPECT_FALSE(a.hosts(3));
+  std::string err;
+  ASSERT_TRUE(a.listen(&err)) << err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  // From s1.0.0 to s0.0.1 and s0.0.2: both reach the process at s0.0.0's port, each addressed to its node.
+  for (int i = 0; i < 10; ++i) b.enqueue(numbered(3, 1 + i % 2, i));
+  b.flush();
+  ASSERT_TRUE(ia.wait([&] { return ia.got.size() == 10; }));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(ia.got[i].to(), 1u + i % 2);
+    EXPECT_EQ(ia.got[i].probe_reply().seq(), static_cast<uint64_t>(i)) << "FIFO";
+    EXPECT_GE(ia.due[i] - ia.arrived[i], 29'000) << "one-way delay of 60 ms RTT";
+  }
+  // A message for a node this process does not run is refused, not delivered.
+  a.on_incoming(numbered(3, 4, 1), "test");
+  ASSERT_EQ(ia.logs.size(), 1u);
+  EXPECT_NE(ia.logs[0].find("not to this process"), std::string::npos) << ia.logs[0];
+  EXPECT_EQ(a.drops().malformed, 1u);
+  EXPECT_EQ(ia.got.size(), 10u);
+}

@@ -15,10 +15,15 @@ role = sys.argv[1]
 ap = argparse.ArgumentParser()
 ap.add_argument("--config")
 ap.add_argument("--name")
+ap.add_argument("--process")
 ap.add_argument("--out")
 a = ap.parse_args(sys.argv[2:])
 d = yaml.safe_load(open(a.config))
-node = next(n for n in d["nodes"] if n["name"] == a.name)
+# --process runs every node of that process (as the engine does), --name one node
+nodes = ([n for n in d["nodes"] if n.get("process") == a.process] if a.process
+         else [n for n in d["nodes"] if n["name"] == a.name])
+node = nodes[0]
+a.name = a.process or a.name
 fail = os.environ.get("FAKE_FAIL", "")
 os.makedirs(a.out, exist_ok=True)
 
@@ -33,31 +38,34 @@ if role == "server":
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", a.config], preexec_fn=die_with_parent)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    for n in nodes:
+        print(f"READY {n['name']} {node['host']}:{node['port']}", flush=True)
     print(f"READY {a.name} {node['host']}:{node['port']}", flush=True)
     t0 = time.monotonic()
     while not stop:
         if fail == f"die:{a.name}" and time.monotonic() - t0 > 1.0:
             os._exit(1)
         time.sleep(0.05)
-    if node["kind"] == "replica":
+    for node in (n for n in nodes if n["kind"] == "replica"):
         gshard = node["region"] * d["shards_per_region"] + node["shard"]
-        dump = {"node": a.name, "shard": gshard, "replica": node["replica"], "workload": "tpcc",
+        dump = {"node": node["name"], "shard": gshard, "replica": node["replica"], "workload": "tpcc",
                 "digest": f"d{gshard}", "rows": {"warehouse": 1}, "executed_pieces": 10,
                 "tpcc": {"warehouses": [{"w_id": gshard, "w_ytd": 300.0, "districts": [
                     {"d_id": i, "d_ytd": 30.0, "d_next_o_id": 31, "max_o_id": 30, "max_no_o_id": 30,
                      "min_no_o_id": 22, "no_count": 9, "sum_ol_cnt": 300, "ol_count": 300} for i in range(10)]}]}}
-        with open(os.path.join(a.out, f"{a.name}.state.json"), "w") as f:
+        with open(os.path.join(a.out, f"{node['name']}.state.json"), "w") as f:
             json.dump(dump, f)
     sys.exit(0)
 
 dur = d["client"]["duration_s"]
 time.sleep(dur)
 n = int(dur * 20)
-with open(os.path.join(a.out, f"{a.name}.records.csv"), "w") as f:
-    f.write("txn_id,type,type_name,class,start_us,latency_us,attempts,status\n")
-    for i in range(n):
-        crt = i % 5 == 0
-        f.write(f"{i},0,{'Payment' if crt else 'NewOrder'},{'CRT' if crt else 'IRT'},{i * 50000},"
-                f"{150000 if crt else 20000},1,committed\n")
-with open(os.path.join(a.out, f"{a.name}.summary.json"), "w") as f:
-    json.dump({"node": a.name, "n_records": n}, f)
+for node in nodes:
+    with open(os.path.join(a.out, f"{node['name']}.records.csv"), "w") as f:
+        f.write("txn_id,type,type_name,class,start_us,latency_us,attempts,status\n")
+        for i in range(n):
+            crt = i % 5 == 0
+            f.write(f"{i},0,{'Payment' if crt else 'NewOrder'},{'CRT' if crt else 'IRT'},{i * 50000},"
+                    f"{150000 if crt else 20000},1,committed\n")
+    with open(os.path.join(a.out, f"{node['name']}.summary.json"), "w") as f:
+        json.dump({"node": node["name"], "n_records": n}, f)

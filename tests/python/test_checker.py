@@ -171,3 +171,18 @@ def test_unfinished_transactions_and_process_facts_fail_the_run_retry_exhaustion
                                     "1 transaction(s) given up unfinished (before the retry limit): txn 9 (payment, c0.0.0)"}
     assert res["given_up_after_retries"] == 1 and "txn 8 (payment, c0.0.0)" in res["notes"][0]
     assert res["checks"]["replicas"]["verdict"] == "pass"
+
+def test_a_process_of_several_nodes_is_blamed_once_for_its_own_facts(tmp_path):
+    """Every node of an engine process carries the process's facts (drops, drain); the run fails once for each,
+    naming the process; what a node rejected itself stays its own."""
+    def facts(dumps):
+        for n in ("s0.0.0", "s0.0.1", "s0.0.2"):
+            dumps[n]["process"] = {"name": "srv0.0", "dropped_messages": 4, "drain_timed_out": True,
+                                   "rejected_messages": 1 if n == "s0.0.2" else 0}
+    p = run_cli(make_run(tmp_path, mutate=facts))
+    assert p.returncode == 1
+    lines = [x for x in p.stdout.splitlines() if x.startswith("[run]")]
+    assert sum("dropped 4 message(s) to servers" in x for x in lines) == 1, lines
+    assert sum("still busy when its 10 s drain ran out" in x for x in lines) == 1, lines
+    assert "[run] s0.0.0 (process srv0.0): dropped 4 message(s) to servers" in lines
+    assert "[run] s0.0.2 (process srv0.0): rejected 1 message(s) (bad message)" in lines

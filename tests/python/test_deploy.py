@@ -3,6 +3,7 @@ import socket
 import pytest
 
 from testbed import deploy
+from testbed.deploy import build_deployment
 
 SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link", "workload", "client",
               "protocols", "runtime", "nodes"}
@@ -114,3 +115,24 @@ def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
         option_values(["ewma"])
     with pytest.raises(ValueError, match=r"protocols\.dast\.ewma_alpha='x': must be a number"):
         deploy.build_deployment(protocol_options=option_values(["ewma_alpha=x"]))
+
+
+def test_container_processes_group_a_shards_servers_and_its_clients_apart():
+    from testbed.lifecycle import engine_processes, engine_target
+    d = build_deployment(mode="dast", regions=2, shards=2, clients_per_shard=2, base_port=29000)
+    procs = dict(deploy.processes(d["nodes"]))
+    assert sorted(procs) == ["cli0.0", "cli0.1", "cli1.0", "cli1.1", "srv0.0", "srv0.1", "srv1.0", "srv1.1"]
+    assert [n["name"] for n in procs["srv0.0"]] == ["s0.0.0", "s0.0.1", "s0.0.2", "m0"]   # roles: first container
+    assert [n["name"] for n in procs["srv1.1"]] == ["s1.1.0", "s1.1.1", "s1.1.2"]
+    assert [n["name"] for n in procs["cli1.0"]] == ["c1.0.0", "c1.0.1"]
+    servers = engine_processes(d["nodes"], clients=False)
+    assert [p["name"] for p in servers] == ["srv0.0", "srv0.1", "srv1.0", "srv1.1"]
+    assert engine_target(servers[0]) == ["--process", "srv0.0"]
+    alone = build_deployment(mode="dast", regions=2, shards=2, processes="node", base_port=29100)
+    assert not any("process" in n for n in alone["nodes"])
+    assert engine_target(engine_processes(alone["nodes"], clients=True)[0]) == ["--name", "c0.0.0"]
+
+
+def test_processes_knob_is_checked():
+    with pytest.raises(ValueError, match=r"processes='shard': must be one of container, node"):
+        build_deployment(processes="shard")

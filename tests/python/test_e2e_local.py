@@ -117,3 +117,37 @@ def test_rtt_self_test_through_the_transport(tmp_path):
     assert any("region 1 -> 2" in p for p in selftest.compare(res.probe, [[5, 100, 100], [100, 5, 140],
                                                                           [100, 140, 5]]))
     assert procs_mentioning(str(res.run_dir)) == []
+
+
+def test_one_process_per_node_still_runs_consistent(tmp_path):
+    """processes=node (a process per node, for isolation) is the layout every run used before engine processes."""
+    d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=1, concurrency=2, duration=6, warmup=1,
+                                cooldown=1, workload="tpcc", scale=0.01, processes="node", base_port=27000)
+    assert not any("process" in n for n in d["nodes"])
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-node", out_root=tmp_path)
+    assert res.check["verdict"] == "CONSISTENT", res.check
+    assert res.ok, res.reason
+    assert len(list((res.run_dir / "logs").glob("*.log"))) == len(d["nodes"])
+
+
+def test_container_processes_keep_their_messages_in_memory(tmp_path):
+    """The default layout: a process runs a container's servers, another its clients; the nodes of a process
+    exchange most of their messages without the transport, and say so in their dumps."""
+    import json
+    d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=2, concurrency=2, duration=6, warmup=1,
+                                cooldown=1, workload="tpcc", scale=0.01, base_port=27100)
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-container", out_root=tmp_path)
+    assert res.ok, res.reason
+    logs = sorted(p.stem for p in (res.run_dir / "logs").glob("*.log"))
+    assert logs == sorted(name for name, _ in deploy.processes(d["nodes"])), logs
+    assert len(logs) == 12   # 6 server + 6 client processes
+    facts = json.loads((res.run_dir / "servers" / "s0.0.1.state.json").read_text())["process"]
+    assert facts["name"] == "srv0.0" and facts["nodes"] == 4 and facts["local_messages"] > 0 < facts["remote_messages"], facts
+
+
+def test_a_node_of_a_bigger_process_is_not_started_alone(tmp_path):
+    d = deploy.build_deployment(regions=1, shards=1, base_port=27300)
+    cfg = deploy.write_yaml(d, tmp_path / "deploy.yml")
+    code, lines = _run_server(cfg, "s0.0.1", tmp_path)
+    assert code == 2 and len(lines) == 1, lines
+    assert "runs in process 'srv0.0'" in lines[0] and "--process srv0.0" in lines[0], lines

@@ -188,10 +188,10 @@ def test_a_second_job_is_refused_naming_the_holder_and_waits_with_wait(dep):
 def test_a_killed_wrapper_shell_fails_the_run_naming_it(dep):
     p = host_run("wrap")
     run = wait_clients_running("wrap", p=p)
-    in_container(SHARDS[0], "kill -9 $(cat /tmp/edge-run/*/logs/s0.0.1.wpid)")
+    in_container(SHARDS[0], "kill -9 $(cat /tmp/edge-run/*/logs/srv0.0.wpid)")   # the container's server process
     rc, out, took = finish(p, within=30)
     assert rc == 1 and took < 10, out
-    assert meta_of(run)["reason"].startswith(f"s0.0.1 in {SHARDS[0]}: its wrapper shell is gone"), meta_of(run)
+    assert meta_of(run)["reason"].startswith(f"srv0.0 in {SHARDS[0]}: its wrapper shell is gone"), meta_of(run)
     assert engines_left() == {}
 
 

@@ -10,8 +10,9 @@ from testbed.runtypes import RunError
 from conftest import procs_mentioning
 
 
-def small():
-    return deploy.build_deployment(regions=2, shards=1, duration=2, warmup=0.5, cooldown=0.5, base_port=24000)
+def small(processes="node"):
+    return deploy.build_deployment(regions=2, shards=1, duration=2, warmup=0.5, cooldown=0.5, base_port=24000,
+                                   processes=processes)
 
 
 def backend(fake_bin):
@@ -31,6 +32,27 @@ def test_successful_run(fake_bin, tmp_path):
         assert (run / f).is_file(), f
     assert "READY s0.0.0" in (run / "logs/s0.0.0.log").read_text()
     assert procs_mentioning(str(run)) == [] and not _LIVE  # the servers' children were killed too
+
+
+def test_container_processes_run_one_engine_per_shards_servers_and_one_per_its_clients(fake_bin, tmp_path):
+    d = small("container")
+    res = backend(fake_bin).run(d, "t", out_root=tmp_path / "results")
+    run = res.run_dir
+    assert res.consistent and res.check["dumps"] == 6   # every replica of every process dumped
+    meta = json.loads((run / "meta.json").read_text())
+    assert set(meta["processes"]) == {"srv0.0", "srv1.0", "cli0.0", "cli1.0"}
+    argv = meta["processes"]["srv1.0"]["argv"]
+    assert argv[argv.index("--process") + 1] == "srv1.0" and "--name" not in argv
+    assert "READY srv1.0" in (run / "logs/srv1.0.log").read_text()
+    assert procs_mentioning(str(run)) == [] and not _LIVE
+
+
+def test_a_failing_container_process_is_named(fake_bin, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "early:srv1.0")
+    with pytest.raises(RunError) as e:
+        backend(fake_bin).run(small("container"), "t", out_root=tmp_path)
+    assert "srv1.0 exited with code 1" in str(e.value)
+    assert procs_mentioning(str(e.value.run_dir)) == [] and not _LIVE
 
 
 @pytest.mark.parametrize("fail,needle", [("early:s1.0.2", "s1.0.2 exited with code 1"),
@@ -98,7 +120,8 @@ def test_a_killed_launcher_takes_its_processes_with_it(fake_bin, tmp_path):
     import time
     p = launch(fake_bin, tmp_path)
     run = clients_started(tmp_path)
-    assert len(procs_mentioning(str(run))) >= 8       # 6 replicas, 2 managers, 2 clients (+ the fakes' children)
+    assert len(procs_mentioning(str(run))) >= 4       # 2 server processes (3 replicas and a manager each), 2 client
+                                                      # processes (+ the fakes' children)
     os.kill(p.pid, signal.SIGKILL)                    # nothing of ours runs: the kernel's parent-death signal acts
     p.communicate(timeout=10)
     t0 = time.monotonic()
