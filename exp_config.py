@@ -15,7 +15,7 @@ TPCC_DISTRICT = 'fixed'     # TPC-C district of a transaction: 'fixed' per coord
 ENGINE_PROCESSES = 'container'  # 'container': one engine process runs a container's servers (its shard's 3 replicas,
                             # and in a region's first container the protocol's role nodes) and one its clients, so
                             # messages between them never leave the process; 'node': a process per node
-                            # (isolation; about 3x the CPU per transaction: docs/efficiency.md)
+                            # (isolation; about 2x the CPU per transaction: docs/efficiency.md)
 
 # ---------------------------------------------------------------- emulated network
 INTRA_RTT_MS = 5            # round trip between two containers of one region (and inside one container), ms
