@@ -81,14 +81,16 @@ int main(int argc, char** argv) {
   std::map<std::string, uint64_t> msgs, bytes, kinds;
   sim::Options o;
   o.seed = d.seed;
+  auto kind = [](const NodeInfo& n) {
+    return n.kind == NodeKind::Client ? "client" : n.kind == NodeKind::Role ? "role" : "replica";
+  };
   o.tap = [&](NodeId from, NodeId to, const Envelope& m) {
     const NodeInfo &a = d.node(from), &b = d.node(to);
     const char* cls = a.region != b.region ? "cross" : container_of(d, a) == container_of(d, b) ? "container" : "region";
     ++msgs[cls];
     bytes[cls] += m.ByteSizeLong();
     if (const auto* f = m.GetDescriptor()->FindFieldByNumber(static_cast<int>(m.body_case())))
-      ++kinds[std::string(cls) + " " + (a.kind == NodeKind::Client ? "client" : a.kind == NodeKind::Role ? "role" : "replica") +
-              "->" + (b.kind == NodeKind::Client ? "client" : b.kind == NodeKind::Role ? "role" : "replica") + " " + f->name()];
+      ++kinds[std::string(cls) + " " + kind(a) + "->" + kind(b) + " " + f->name()];
   };
   sim::Network net(d, o);
   std::vector<ClientNode*> clients;

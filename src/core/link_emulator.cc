@@ -18,4 +18,10 @@ TimeUs LinkEmulator::delivery_time(uint32_t src, uint32_t dst, TimeUs now, TimeU
   return std::max(now + d, last);  // per-channel FIFO, as one TCP connection would deliver
 }
 
+TimeUs LinkChannels::due(const Deployment& d, NodeId from, NodeId to, TimeUs now, std::mt19937_64& rng) {
+  TimeUs& last = last_[(uint64_t{from} << 32) | to];
+  last = emu_.delivery_time(d.node(from).region, d.node(to).region, now, last, rng);
+  return last;
+}
+
 }  // namespace txn

@@ -52,7 +52,7 @@ void RealEnv::log(const std::string& line) {
 }
 
 EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
-    : d_(d), local_(std::move(local)), index_(d.nodes.size(), kNone), emu_(in_process(d.link)),
+    : d_(d), local_(std::move(local)), index_(d.nodes.size(), kNone), channels_(in_process(d.link)),
       link_rng_(d.seed ^ 0x5bd1e995ull ^ (uint64_t{local_.empty() ? 0 : local_[0]} << 32)) {
   if (local_.empty()) throw std::runtime_error("an event loop needs at least one node");
   for (uint32_t i = 0; i < local_.size(); ++i) {
@@ -93,9 +93,7 @@ void EventLoop::route(Envelope&& m) {
   }
   // The same delay, jitter and per-channel FIFO as the transport gives a message from another process.
   ++local_msgs_;
-  TimeUs& last = channel_last_[(uint64_t{m.from()} << 32) | to];
-  const TimeUs due = emu_.delivery_time(d_.node(m.from()).region, d_.node(to).region, steady_us(), last, link_rng_);
-  last = due;
+  const TimeUs due = channels_.due(d_, m.from(), to, steady_us(), link_rng_);
   std::lock_guard<std::mutex> g(mu_);   // the loop is awake: nothing to re-arm
   inbox_.emplace(std::make_pair(due, inbox_seq_++), std::move(m));
 }

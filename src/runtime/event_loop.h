@@ -24,7 +24,6 @@
 #include <random>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -75,7 +74,6 @@ class EventLoop {
   void run(const std::vector<Node*>& nodes, const std::function<bool()>& should_stop);
   void run(Node& node, const std::function<bool()>& should_stop) { run(std::vector<Node*>{&node}, should_stop); }
   Env& env(size_t i = 0) { return *envs_.at(i); }
-  const std::vector<NodeId>& local() const { return local_; }
   bool hosts(NodeId id) const { return id < index_.size() && index_[id] != kNone; }
   // Messages a node rejected (BadMessage): logged and dropped.
   uint64_t rejected(size_t i = 0) const { return rejected_.at(i); }
@@ -97,9 +95,8 @@ class EventLoop {
   Sender sender_;
   Flusher flusher_;
   std::vector<std::unique_ptr<RealEnv>> envs_;
-  LinkEmulator emu_;                               // loop thread only, as are the three below
+  LinkChannels channels_;                          // in-process messages; loop thread only, as is link_rng_
   std::mt19937_64 link_rng_;
-  std::unordered_map<uint64_t, TimeUs> channel_last_;   // (from << 32 | to) -> last due time (FIFO)
   int tfd_ = -1;
   std::mutex mu_;
   std::map<std::pair<TimeUs, uint64_t>, Envelope> inbox_;   // (due, arrival order)

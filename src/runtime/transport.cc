@@ -118,8 +118,8 @@ Transport::Transport(const Deployment& d, NodeId self, TransportOptions o, Deliv
 
 Transport::Transport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log)
     : d_(d), self_(local.empty() ? 0 : d.endpoint(local.front())), local_(d.nodes.size(), false),
-      endpoint_(d.nodes.size()), o_(std::move(o)), deliver_(std::move(deliver)), log_(std::move(log)), emu_(d.link),
-      rng_(d.seed ^ (uint64_t{self_} << 32) ^ 0x9e3779b97f4a7c15ull), peers_(d.nodes.size()) {
+      endpoint_(d.nodes.size()), o_(std::move(o)), deliver_(std::move(deliver)), log_(std::move(log)),
+      in_(d.link), rng_(d.seed ^ (uint64_t{self_} << 32) ^ 0x9e3779b97f4a7c15ull), peers_(d.nodes.size()) {
   for (NodeId id : local) local_.at(id) = true;
   for (NodeId id = 0; id < d.nodes.size(); ++id) endpoint_[id] = d.endpoint(id);
   watcher_ = std::thread([this] { watch_loop(); });
@@ -388,9 +388,7 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
     // The link emulator's delay for this channel, counted from arrival; per
     // channel the due times never decrease (FIFO, as one TCP stream delivers).
     std::lock_guard<std::mutex> g(in_mu_);
-    TimeUs& last = in_last_[(uint64_t{m.from()} << 32) | m.to()];
-    due = emu_.delivery_time(d_.node(m.from()).region, d_.node(m.to()).region, steady_us(), last, rng_);
-    last = due;
+    due = in_.due(d_, m.from(), m.to(), steady_us(), rng_);
   }
   deliver_(std::move(m), due);
 }

@@ -25,7 +25,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/config.h"
@@ -102,15 +101,14 @@ class Transport {
   TransportOptions o_;
   Deliver deliver_;
   Log log_;
-  LinkEmulator emu_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> writes_{0}, written_{0};
   std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0};
   void count_drops(NodeId to, uint64_t n);
 
-  std::mutex in_mu_;                  // incoming channels: emulated delivery times
-  std::unordered_map<uint64_t, TimeUs> in_last_;   // (from << 32 | to) -> last due time (per-channel FIFO)
+  std::mutex in_mu_;                  // guards the two below
+  LinkChannels in_;                   // incoming channels: emulated delivery times (per-channel FIFO)
   std::mt19937_64 rng_;               // jitter samples
 
   std::mutex peers_mu_;

@@ -36,7 +36,7 @@ LinkModel simulated(LinkModel m) {
 }  // namespace
 
 Network::Network(const Deployment& d, Options o)
-    : d_(d), o_(std::move(o)), rng_(o_.seed), emu_(simulated(o_.actual_link ? *o_.actual_link : d.link)) {}
+    : d_(d), o_(std::move(o)), rng_(o_.seed), channels_(simulated(o_.actual_link ? *o_.actual_link : d.link)) {}
 Network::~Network() = default;
 
 void Network::add(NodeId id, std::unique_ptr<Node> node) {
@@ -57,10 +57,8 @@ void Network::send(NodeId from, NodeId to, Envelope msg) {
   if (o_.tap) o_.tap(from, to, msg);
   TimeUs extra = 0;
   if (o_.extra_delay_us > 0) extra = std::uniform_int_distribution<TimeUs>(0, o_.extra_delay_us)(rng_);
-  TimeUs& last = channel_last_[{from, to}];
   // The transport's own delay model (one-way delay, cross-region jitter), per-channel FIFO.
-  TimeUs at = emu_.delivery_time(d_.node(from).region, d_.node(to).region, now_ + extra, last, rng_);
-  last = at;
+  TimeUs at = channels_.due(d_, from, to, now_ + extra, rng_);
   push(at, Event{to, false, 0, std::move(msg)});
 }
 

@@ -62,11 +62,10 @@ class Network {
   const Deployment& d_;
   Options o_;
   std::mt19937_64 rng_;
-  LinkEmulator emu_;
+  LinkChannels channels_;
   std::map<NodeId, std::unique_ptr<Node>> nodes_;
   std::map<NodeId, std::unique_ptr<SimEnv>> envs_;
   std::map<std::pair<TimeUs, uint64_t>, Event> events_;
-  std::map<std::pair<NodeId, NodeId>, TimeUs> channel_last_;
   uint64_t seq_ = 0;
   uint64_t delivered_ = 0;
   uint64_t dropped_ = 0;
