@@ -12,10 +12,11 @@ SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original a
 TPCC_DISTRICT = 'fixed'     # TPC-C district of a transaction: 'fixed' per coordinator (the artifact's way: with few
                             # coordinators per shard no two concurrent New-Orders share a district) or 'uniform' per
                             # transaction (TPC-C 2.4.1.2: district conflicts at any load)
-ENGINE_PROCESSES = 'container'  # 'container': one engine process runs a container's servers (its shard's 3 replicas,
-                            # and in a region's first container the protocol's role nodes) and one its clients, so
-                            # messages between them never leave the process; 'node': a process per node
-                            # (isolation; about 2x the CPU per transaction: docs/efficiency.md)
+ENGINE_PROCESSES = 'container'  # 'container': one engine process runs all of a container's nodes (its shard's 3
+                            # replicas, its clients, and in a region's first container the protocol's role nodes), so
+                            # messages between them never leave the process; 'split': its servers in one process, its
+                            # clients in another; 'node': a process per node (isolation; about 3x the CPU per
+                            # transaction: docs/efficiency.md)
 
 # ---------------------------------------------------------------- emulated network
 INTRA_RTT_MS = 5            # round trip between two containers of one region (and inside one container), ms

@@ -102,9 +102,9 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=40, help="seconds per protocol (default %(default)s)")
     ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
     ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
-    ap.add_argument("--processes", default="container", choices=["container", "node"],
-                    help="engine processes: one per container's servers and one per its clients (default), or one "
-                         "per node")
+    ap.add_argument("--processes", default="container", choices=["container", "split", "node"],
+                    help="engine processes: one per container (default), one per container's servers and one per "
+                         "its clients (split), or one per node")
     ap.add_argument("--build-dir", type=Path, default=Path(__file__).resolve().parent.parent / "build",
                     help="where txn-server and txn-client are (default: build/), e.g. another commit's, to compare")
     ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",

@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--protocol-option", dest="protocol_options", action="append", default=[], metavar="NAME=VALUE",
                     help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
+    ap.add_argument("--processes", default=d["processes"], choices=deploylib.PROCESS_LAYOUTS,
+                    help="engine processes: one per shard container (default), its servers and its clients apart "
+                         "(split), or one per node (docs/efficiency.md)")
     ap.add_argument("--base-port", type=int, default=d["base_port"], help="first port tried")
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     ap.add_argument("--out", default="results", help="results root")

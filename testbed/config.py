@@ -219,7 +219,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["replicas"] = _num("REPLICAS", cfg.replicas, 3, 3, integer=True)
     c["scale"] = _num("SCALE", cfg.scale, 0.0001, 10)
     c["tpcc_district"] = _choice("TPCC_DISTRICT", cfg.tpcc_district, ("fixed", "uniform"))
-    c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, ("container", "node"))
+    c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, ("container", "split", "node"))
     c["intra_rtt_ms"] = _num("INTRA_RTT_MS", cfg.intra_rtt_ms, 0, 10000)
     c["inter_rtt_ms"] = _num("INTER_RTT_MS", cfg.inter_rtt_ms, 0, 10000)
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)

@@ -5,6 +5,7 @@ from the engine's protocol registry (testbed/protocols.py); nothing here knows a
 """
 from __future__ import annotations
 
+import copy
 import socket
 from pathlib import Path
 
@@ -26,10 +27,10 @@ DEFAULTS = dict(
 # protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
 # defaults, and the deployment file gets all of them under protocols.<mode>.
 DISTRICTS = ("fixed", "uniform")
-# processes: "container" runs the servers of one shard container (its 3 replicas; in a region's first container the
-# protocol's role nodes too) in one engine process and its clients in another; "node" one process per node
-# (docs/efficiency.md).
-PROCESS_LAYOUTS = ("container", "node")  # TPC-C district: per coordinator (artifact) or per transaction (spec 2.4.1.2)
+# processes: "container" runs every node of one shard container (its 3 replicas, its clients; in a region's first
+# container the protocol's role nodes too) in one engine process; "split" runs the container's servers in one process
+# and its clients in another; "node" one process per node (docs/efficiency.md).
+PROCESS_LAYOUTS = ("container", "split", "node")
 
 # knob -> (min, max) inclusive; every value is checked before anything starts
 RANGES = dict(
@@ -116,13 +117,30 @@ def node_list(regions: int, shards: int, clients_per_shard: int, proto: protocol
     return nodes
 
 
-def assign_processes(nodes: list[dict]) -> None:
-    """Set every node's engine process as its shard container runs it: `srv<r>.<s>` holds the shard's replicas
-    (and, for s = 0, the region's role nodes), `cli<r>.<s>` its clients (docs/efficiency.md). Names count from 0,
-    as the deployment file does."""
+def assign_processes(nodes: list[dict], layout: str = "container") -> None:
+    """Set every node's engine process as its shard container runs it (docs/efficiency.md). "container":
+    `shard<r>.<s>` holds the shard's replicas, its clients and, for s = 0, the region's role nodes; "split": `srv<r>.<s>`
+    the servers, `cli<r>.<s>` the clients; "node": every node alone (no `process`). Names count from 0, as the
+    deployment file does."""
     for n in nodes:
         s = 0 if n["kind"] not in ("replica", "client") else n["shard"]
-        n["process"] = f"{'cli' if n['kind'] == 'client' else 'srv'}{n['region']}.{s}"
+        if layout == "node":
+            n.pop("process", None)
+        elif layout == "split":
+            n["process"] = f"{'cli' if n['kind'] == 'client' else 'srv'}{n['region']}.{s}"
+        else:
+            n["process"] = f"shard{n['region']}.{s}"
+
+
+def split_clients(deploy: dict) -> dict:
+    """A copy of the deployment whose clients that share a process with servers get processes of their own, one
+    per container (`cli<r>.<s>`), as the "split" layout has them."""
+    d = copy.deepcopy(deploy)
+    shared = {p for p, members in processes(d["nodes"]) if len({m["kind"] == "client" for m in members}) == 2}
+    for n in d["nodes"]:
+        if n["kind"] == "client" and n.get("process") in shared:
+            n["process"] = f"cli{n['region']}.{n['shard']}"
+    return d
 
 
 def processes(nodes: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -166,8 +184,7 @@ def build_deployment(place=None, **knobs) -> dict:
             node.update(host=host, port=port)
     else:
         place(nodes)
-    if k["processes"] == "container":
-        assign_processes(nodes)
+    assign_processes(nodes, k["processes"])
     rtt = k["rtt_ms"] or rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
     d = {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,

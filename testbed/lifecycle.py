@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -90,15 +91,24 @@ def engine_target(node: dict) -> list[str]:
 
 
 def engine_processes(nodes: list[dict], clients: bool) -> list[dict]:
-    """The processes to start for the servers (clients=False) or the clients of a deployment: a node that runs
-    alone as itself, a process of several nodes as {name, host, nodes} (testbed/deploy.py assign_processes)."""
+    """The processes to start for the servers (clients=False: every process with a server, txn-server) or the
+    clients of a deployment (processes of clients only, txn-client): a node that runs alone as itself, a process of
+    several nodes as {name, host, nodes, clients} (testbed/deploy.py assign_processes); `clients` is true for a
+    server process that runs clients too, which start when it gets SIGUSR1 and print `DONE <process>`."""
     out = []
     for name, members in deploylib.processes(nodes):
-        if (members[0]["kind"] == "client") != clients:
+        kinds = {m["kind"] == "client" for m in members}
+        if (kinds == {True}) != clients:
             continue
         out.append(members[0] if len(members) == 1 and name == members[0]["name"]
-                   else {"name": name, "host": members[0]["host"], "nodes": [m["name"] for m in members]})
+                   else {"name": name, "host": members[0]["host"], "nodes": [m["name"] for m in members],
+                         "clients": len(kinds) == 2})
     return out
+
+
+def client_out(node: dict, clients_dir: str) -> list[str]:
+    """The engine arguments for where a server process's clients write (none for others)."""
+    return ["--client-out", clients_dir] if node.get("clients") else []
 
 
 class Proc(ABC):
@@ -117,6 +127,10 @@ class Proc(ABC):
     @abstractmethod
     def signal(self, sig) -> None:
         """Send sig to the process (best effort)."""
+
+    @abstractmethod
+    def done(self) -> bool:
+        """True once it printed DONE (a server process whose clients finished)."""
 
     @abstractmethod
     def describe_exit(self) -> str:
@@ -170,6 +184,8 @@ class Runner(ABC):
         the reason). Raises RunError when the run could not finish and Interrupted when a signal stopped it; the
         folder is recorded either way. probe > 0: an RTT self-test (clients run `txn-client --probe N`)."""
         run_dir = Path(out_root) / name / (run_id or new_run_id())
+        if probe:  # a prober listens on its own port: clients run in processes of their own
+            deploy = deploylib.split_clients(deploy)
         for sub in ("logs", "servers", "clients"):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)
         cfg_path = deploylib.write_yaml(deploy, run_dir / "deploy.yml")
@@ -263,6 +279,7 @@ class Runner(ABC):
         self.say(f"all servers READY after {time.monotonic() - t0:.1f}s")
 
         c = deploy["client"]
+        mixed = [p for p, n in zip(servers, engine_processes(nodes, clients=False)) if n.get("clients")]
         if probe:  # one prober per region (the first client of its first shard)
             firsts = {}
             for n in nodes:
@@ -271,9 +288,12 @@ class Runner(ABC):
             clients = [start(n, "client", "clients", ["--probe", str(probe)]) for n in firsts.values()]
             expected = 15.0
         else:
+            for p in mixed:  # their clients start now, as the client processes do
+                p.signal(signal.SIGUSR1)
             clients = [start(n, "client", "clients") for n in engine_processes(nodes, clients=True)]
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
-        self._wait_clients(servers, clients, float(c["duration_s"]), expected + self.margin_s, probe, stop)
+        self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
+                           expected + self.margin_s, probe, stop)
         self._drain(servers, stop)
         self.collect(run_dir)
         bad = [p for p in servers if p.poll() != 0]
@@ -293,7 +313,7 @@ class Runner(ABC):
         self.refresh()
 
     def _wait_clients(self, servers, clients, duration: float, limit: float, probe: int, stop) -> None:
-        self.say(f"started {len(clients)} client processes for {duration:g}s")
+        self.say(f"clients running in {len(clients)} processes for {duration:g}s")
         bar = None
         if self.progress and sys.stderr.isatty() and not probe:
             from tqdm import tqdm
@@ -307,14 +327,16 @@ class Runner(ABC):
                     if p.poll() is not None:
                         raise RunError(f"server died mid-run: {p.describe_exit()}")
                 for p in clients:
-                    if p.poll() not in (None, 0):
+                    if p.poll() not in (None, 0) and p not in servers:
                         raise RunError(f"client {p.describe_exit()}")
-                if all(p.poll() == 0 for p in clients):
+                # a client process exits; a server process running clients says DONE and goes on serving
+                if all(p.done() if p in servers else p.poll() == 0 for p in clients):
                     break
                 el = time.monotonic() - t0
                 if el > limit:
                     raise RunError(f"clients still running after {limit:g}s: "
-                                   + ", ".join(p.name for p in clients if p.poll() is None))
+                                   + ", ".join(p.name for p in clients if not (p.done() if p in servers
+                                                                                 else p.poll() is not None)))
                 if bar is not None:
                     bar.n = min(el, bar.total)
                     bar.refresh()
@@ -328,9 +350,8 @@ class Runner(ABC):
         self.say(f"clients finished after {time.monotonic() - t0:.1f}s; stopping servers")
 
     def _drain(self, servers, stop) -> None:
-        import signal as _signal
         for p in servers:
-            p.signal(_signal.SIGTERM)
+            p.signal(signal.SIGTERM)
         t0 = time.monotonic()
         while time.monotonic() - t0 < self.grace_s:
             self._poll_round(stop)

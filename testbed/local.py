@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from .interrupts import die_with_parent
-from .lifecycle import Proc, Runner, engine_target, tail_lines
+from .lifecycle import Proc, Runner, client_out, engine_target, tail_lines
 from .runtypes import RunError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,6 +77,12 @@ class LocalProc(Proc):
         except OSError:
             return False
 
+    def done(self) -> bool:
+        try:
+            return f"DONE {self.name}\n".encode() in self.log.read_bytes()
+        except OSError:
+            return False
+
     def describe_exit(self) -> str:
         state = "is still running" if self.p.poll() is None else f"exited with code {self.p.returncode}"
         return f"{self.name} {state}; last lines of {self.log}:\n{_read_tail(self.log)}"
@@ -130,7 +136,7 @@ class LocalRunner(Runner):
 
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [str(self._bins[role]), "--config", str(cfg_path), *engine_target(node),
-                "--out", str(run_dir / out), *extra]
+                "--out", str(run_dir / out), *client_out(node, str(run_dir / "clients")), *extra]
         return LocalProc(node["name"], argv, run_dir / "logs" / f"{node['name']}.log")
 
     def teardown(self, run_dir, procs):

@@ -29,7 +29,7 @@ import yaml
 
 from . import genconfig
 from .backend import Backend
-from .lifecycle import Proc, Runner, engine_target, tail_lines
+from .lifecycle import Proc, Runner, client_out, engine_target, tail_lines
 from .runtypes import RunError, RunResult
 
 DRIVER_ETC = Path("/etc/edge-txn")
@@ -150,7 +150,7 @@ class Ssh:
 #   RC <name> <code>             exited (its wrapper recorded the code)
 #   UP <name> <pid>              running (its wrapper is alive)
 #   LOST <name> <pid> <0|1>      its wrapper is gone without recording a code; 1: the process itself still runs
-# plus the READY lines of the servers' logs.
+# plus the READY lines of the servers' logs, and the DONE lines of servers that run clients.
 STATUS_SH = r"""cd {rdir}/logs 2>/dev/null || exit 0
 for f in *.wpid; do [ -e "$f" ] || continue; n=${{f%.wpid}}; w=$(cat "$f"); p=$(cat "$n.pid" 2>/dev/null)
   if [ -s "$n.rc" ]; then echo "RC $n $(cat "$n.rc")"
@@ -158,7 +158,7 @@ for f in *.wpid; do [ -e "$f" ] || continue; n=${{f%.wpid}}; w=$(cat "$f"); p=$(
   elif [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo "LOST $n $p 1"
   else echo "LOST $n ${{p:-0}} 0"; fi
 done
-grep -h '^READY ' *.log 2>/dev/null; true"""
+grep -h -e '^READY ' -e '^DONE ' *.log 2>/dev/null; true"""
 
 # engine processes in a container that do not belong to the run `keep` (none: every one): "pid command line"
 LEFTOVERS_SH = r"""for p in $(pgrep -x txn-server; pgrep -x txn-client); do
@@ -191,6 +191,9 @@ class RemoteProc(Proc):
     def ready(self) -> bool:
         return self.name in self.runner.ready_names
 
+    def done(self) -> bool:
+        return self.name in self.runner.done_names
+
     def signal(self, sig) -> None:
         try:
             self.conn.sh(f"kill -{int(sig)} $(cat {self.rdir}/logs/{self.name}.pid 2>/dev/null) 2>/dev/null; true")
@@ -221,6 +224,7 @@ class SwarmRunner(Runner):
         self.conns: dict[str, Ssh] = {}
         self.rc: dict[str, int] = {}
         self.ready_names: set[str] = set()
+        self.done_names: set[str] = set()
         self.rdir = ""
         self._last_poll = 0.0
         self._t_start = 0.0
@@ -267,7 +271,7 @@ class SwarmRunner(Runner):
         self._t_start = time.time()
         self._gone = set()
         self.rdir = f"{REMOTE_ROOT}/{run_dir.name}"
-        self.rc, self.ready_names, self._last_poll = {}, set(), 0.0
+        self.rc, self.ready_names, self.done_names, self._last_poll = {}, set(), set(), 0.0
         c = deploy["client"]
         self._life_s = (self.ready_timeout_s + float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
                         + self.margin_s + self.grace_s + LIFE_SLACK_S)
@@ -298,7 +302,7 @@ class SwarmRunner(Runner):
 
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [f"txn-{role}", "--config", f"{self.rdir}/deploy.yml", *engine_target(node),
-                "--out", f"{self.rdir}/{out}", *extra]
+                "--out", f"{self.rdir}/{out}", *client_out(node, f"{self.rdir}/clients"), *extra]
         return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]), node["name"],
                           argv, self.rdir, self._life_s)
 
@@ -318,6 +322,8 @@ class SwarmRunner(Runner):
                     self.rc[p[1]] = int(p[2])
                 elif len(p) >= 2 and p[0] == "READY":
                     self.ready_names.add(p[1])
+                elif len(p) == 2 and p[0] == "DONE":
+                    self.done_names.add(p[1])
                 elif len(p) == 4 and p[0] == "LOST":
                     still = p[3] == "1"
                     raise RunError(f"{p[1]} in {self.names.get(ip, ip)}: its wrapper shell is gone (killed?) without "

@@ -305,8 +305,6 @@ void validate(const Deployment& d) {
                     n.host + ")");
     if (f.region != n.region)
       fail(key, "process '" + n.process + "' in two regions (" + f.name + ", " + n.name + ")");
-    if ((f.kind == NodeKind::Client) != (n.kind == NodeKind::Client))
-      fail(key, "process '" + n.process + "' mixes clients and servers (" + f.name + ", " + n.name + ")");
   }
   for (const auto& n : d.nodes)
     if (n.process.empty() && first_of.count(n.name))

@@ -1,5 +1,8 @@
 #include "runtime/event_loop.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -13,8 +16,6 @@
 
 namespace txn::runtime {
 namespace {
-constexpr TimeUs kMaxSleepUs = 20'000;   // should_stop() is checked at least this often
-
 // In-process messages never reach a qdisc: under netem they get the delay the tc plan would have given them on the
 // container's loopback (the same matrix), from the app model; with `none`, none.
 LinkModel in_process(LinkModel m) {
@@ -61,7 +62,7 @@ EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
   }
   rejected_.assign(local_.size(), 0);
   // steady_clock is CLOCK_MONOTONIC on Linux: due times are absolute timerfd times.
-  tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+  tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   if (tfd_ < 0) throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(errno));
 }
 
@@ -112,6 +113,11 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
   if (nodes.size() != local_.size()) throw std::runtime_error("event loop: one node per local id expected");
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->start(*envs_[i]);
   if (flusher_) flusher_();
+  // The mask the wait runs with: this thread's, less the signals that must end it.
+  sigset_t wait_mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &wait_mask);
+  for (int sig : wake_signals_) sigdelset(&wait_mask, sig);
+  pollfd pfd{tfd_, POLLIN, 0};
   std::vector<Envelope> batch;
   while (!should_stop()) {
     TimeUs now = steady_us();
@@ -150,7 +156,7 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
     }
     if (flusher_) flusher_();   // what this round sent to other processes, one batch per destination
     if (worked || fired) continue;  // what they did may be due already
-    TimeUs wake = now + kMaxSleepUs;
+    TimeUs wake = now + max_sleep_us_;
     if (!timers_.empty()) wake = std::min(wake, std::get<0>(timers_.top()));
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -159,10 +165,9 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
       arm(wake);
       sleeping_ = true;
     }
-    uint64_t expirations;
-    while (read(tfd_, &expirations, sizeof expirations) < 0 && errno == EINTR) {
-      if (should_stop()) break;  // a signal (SIGTERM/SIGINT) interrupted the wait
-    }
+    // Until the timer fires, or a signal (SIGTERM/SIGINT) arrives: should_stop() then sees it. Its expiration
+    // is not read: arming the timer for the next wait (timerfd_settime) clears it.
+    ppoll(&pfd, 1, nullptr, &wait_mask);
   }
   if (flusher_) flusher_();
 }

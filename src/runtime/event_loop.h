@@ -70,10 +70,16 @@ class EventLoop {
   // Thread-safe: queue a message for one of the local nodes, to be handled at `due_us`.
   void post(Envelope&& m, TimeUs due_us);
   // Start the nodes (parallel to `local`) and process events until should_stop() returns true (checked after
-  // every round of events and at least every 20 ms).
+  // every round of events and at least every max_sleep_us, 20 ms unless set).
   void run(const std::vector<Node*>& nodes, const std::function<bool()>& should_stop);
   void run(Node& node, const std::function<bool()>& should_stop) { run(std::vector<Node*>{&node}, should_stop); }
   Env& env(size_t i = 0) { return *envs_.at(i); }
+  // The longest the loop sleeps with nothing due before it checks should_stop() again (loop thread, or before
+  // run()). A process whose stop comes as a signal raises it: see wake_on_signals.
+  void set_max_sleep_us(TimeUs us) { max_sleep_us_ = us; }
+  // Signals that end a wait at once, so should_stop() sees them: the caller keeps them blocked in every thread
+  // (before starting any) and the loop unblocks them only while it waits (ppoll), so no wake-up is lost.
+  void wake_on_signals(std::vector<int> sigs) { wake_signals_ = std::move(sigs); }
   bool hosts(NodeId id) const { return id < index_.size() && index_[id] != kNone; }
   // Messages a node rejected (BadMessage): logged and dropped.
   uint64_t rejected(size_t i = 0) const { return rejected_.at(i); }
@@ -98,6 +104,8 @@ class EventLoop {
   LinkChannels channels_;                          // in-process messages; loop thread only, as is link_rng_
   std::mt19937_64 link_rng_;
   int tfd_ = -1;
+  TimeUs max_sleep_us_ = 20'000;
+  std::vector<int> wake_signals_;
   std::mutex mu_;
   std::map<std::pair<TimeUs, uint64_t>, Envelope> inbox_;   // (due, arrival order)
   uint64_t inbox_seq_ = 0;

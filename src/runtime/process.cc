@@ -1,12 +1,14 @@
 #include "runtime/process.h"
 
 #include <getopt.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <absl/synchronization/mutex.h>
 #include <google/protobuf/util/json_util.h>
 #include <yaml-cpp/yaml.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -28,6 +30,8 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_go = 0;   // SIGUSR1: the clients of a server's process may start
+void on_go(int) { g_go = 1; }
 
 // Exits without running destructors: gRPC threads and open streams make an
 // orderly teardown slow and fragile, and all outputs are already written.
@@ -114,6 +118,21 @@ class TxnFile {
   bool failed_ = false;
 };
 
+// A client in a server's process (docs/efficiency.md): it starts when the runner says go (SIGUSR1), once every
+// server of the run is READY, as a client process would be started then.
+class Gated final : public Node {
+ public:
+  explicit Gated(std::unique_ptr<Node> n) : n_(std::move(n)) {}
+  void start(Env&) override {}
+  void open(Env& env) { n_->start(env); }
+  void on_message(Env& env, const Envelope& m) override { n_->on_message(env, m); }
+  void on_timer(Env& env, uint64_t id) override { n_->on_timer(env, id); }
+  bool idle() const override { return n_->idle(); }
+
+ private:
+  std::unique_ptr<Node> n_;
+};
+
 // One node of the process: what it is, and for clients their transaction file.
 struct Hosted {
   const NodeInfo* info = nullptr;
@@ -121,19 +140,21 @@ struct Hosted {
   ClientNode* client = nullptr;
   ProbeNode* prober = nullptr;
   ReplicaNode* replica = nullptr;
+  Gated* gated = nullptr;   // a client in a server's process
   std::unique_ptr<TxnFile> txns;
 };
 
 int run(Role role, const char* prog, int argc, char** argv) {
   std::string usage = std::string("usage: ") + prog + " --config FILE (--name NODE | --process NAME) " +
-                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR]") + " | --list-modes [--json]";
-  std::string config, name, process, out = ".";
+                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR] [--client-out DIR]") + " | --list-modes [--json]";
+  std::string config, name, process, out = ".", client_out;
   int probe = 0;  // txn-client --probe N: RTT self-test instead of the workload
   bool list_modes = false, json = false;
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
                                 {"name", required_argument, nullptr, 'n'},
                                 {"process", required_argument, nullptr, 'P'},
                                 {"out", required_argument, nullptr, 'o'},
+                                {"client-out", required_argument, nullptr, 'C'},
                                 {"help", no_argument, nullptr, 'h'},
                                 {"list-modes", no_argument, nullptr, 'l'},
                                 {"json", no_argument, nullptr, 'j'},
@@ -145,6 +166,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
     else if (c == 'n') name = optarg;
     else if (c == 'P') process = optarg;
     else if (c == 'o') out = optarg;
+    else if (c == 'C' && role == Role::Server) client_out = optarg;
     else if (c == 'h') { std::cout << usage << "\n"; return 0; }
     else if (c == 'p' && role == Role::Client) {
       char* end = nullptr;
@@ -197,13 +219,19 @@ int run(Role role, const char* prog, int argc, char** argv) {
     if (ids.empty()) throw Fatal{2, "process '" + process + "' not in " + config};
   }
   const std::string pname = name.empty() ? process : d.process_of(ids.front());
+  // txn-client runs clients only; txn-server runs servers, and the clients of a process that has servers.
+  bool any_server = false;
+  for (NodeId id : ids) any_server |= d.node(id).kind != NodeKind::Client;
   for (NodeId id : ids) {
     const NodeInfo& n = d.node(id);
     const bool is_client = n.kind == NodeKind::Client;
-    if (is_client != (role == Role::Client))
+    if (is_client ? role == Role::Server && !any_server : role == Role::Client)
       throw Fatal{2, "node '" + n.name + "' is a " + (is_client ? "client" : "server") + "; run it with " +
                          (is_client ? "txn-client" : "txn-server")};
   }
+  const bool client_process = role == Role::Client;
+  // Where client nodes write: a client process's --out, a server process's --client-out (default: --out).
+  const std::string& cout_dir = client_process || client_out.empty() ? out : client_out;
 
   std::vector<Hosted> hosted(ids.size());
   try {
@@ -224,7 +252,13 @@ int run(Role role, const char* prog, int argc, char** argv) {
       } else {
         auto c = std::make_unique<ClientNode>(d, h.info->id, *w, spec.make_client_driver(d, h.info->id));
         h.client = c.get();
-        h.node = std::move(c);
+        if (client_process) {
+          h.node = std::move(c);
+        } else {
+          auto g = std::make_unique<Gated>(std::move(c));
+          h.gated = g.get();
+          h.node = std::move(g);
+        }
       }
     }
   } catch (const ConfigError& e) {
@@ -232,12 +266,12 @@ int run(Role role, const char* prog, int argc, char** argv) {
   }
   for (Hosted& h : hosted) {
     if (!h.client) continue;
-    h.txns = std::make_unique<TxnFile>(out + "/" + h.info->name + ".txns.jsonl.gz");
+    h.txns = std::make_unique<TxnFile>(cout_dir + "/" + h.info->name + ".txns.jsonl.gz");
     if (!h.txns->ok()) throw Fatal{1, "cannot write " + h.txns->path()};
     TxnFile* f = h.txns.get();
     h.client->set_txn_sink([f](const TxnLogEntry& e) { f->write(e); });
   }
-  const bool clients = role == Role::Client;
+  const bool gated_clients = std::any_of(hosted.begin(), hosted.end(), [](const Hosted& h) { return h.gated; });
 
   EventLoop loop(d, ids);
   Transport transport(d, ids, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
@@ -245,8 +279,18 @@ int run(Role role, const char* prog, int argc, char** argv) {
   loop.set_sender([&transport](Envelope&& m) { transport.enqueue(std::move(m)); }, [&transport] { transport.flush(); });
   std::string err;
   if (!transport.listen(&err)) throw Fatal{1, err};
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+  {
+    // The stop signals are blocked in every thread (see the top of run()) and reach the loop while it waits.
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    sa.sa_handler = on_go;
+    sigaction(SIGUSR1, &sa, nullptr);
+    loop.wake_on_signals({SIGTERM, SIGINT, SIGUSR1});
+    loop.set_max_sleep_us(1'000'000);   // nothing to poll for: the stop comes as a signal, the end as a timer
+  }
   const NodeInfo& ep = d.node(transport.self());
   for (const Hosted& h : hosted) std::printf("READY %s %s:%u\n", h.info->name.c_str(), ep.host.c_str(), ep.port);
   if (ids.size() > 1 || pname != d.node(ids.front()).name)  // the process as a whole, for the runner
@@ -256,11 +300,55 @@ int run(Role role, const char* prog, int argc, char** argv) {
   std::vector<Node*> nodes;
   for (Hosted& h : hosted) nodes.push_back(h.node.get());
   using Clock = std::chrono::steady_clock;
-  bool draining = false, interrupted = false, drain_timed_out = false;
+  bool draining = false, interrupted = false, drain_timed_out = false, clients_written = false, opened = false;
+  // What the process says about itself goes into each of its nodes' outputs, named, so the checker counts it
+  // once; rejected messages are each node's own.
+  auto facts = [&](size_t i, bool timed_out) {
+    std::string f = process_facts(transport, loop.rejected(i), timed_out);
+    return prepend_fields(f, "\"name\": " + json_string(pname) + ", \"nodes\": " + std::to_string(ids.size()) +
+                                 ", \"local_messages\": " + std::to_string(loop.local_messages()) +
+                                 ", \"remote_messages\": " + std::to_string(loop.remote_messages()) +
+                                 ", \"writes\": " + std::to_string(transport.writes()) +
+                                 ", \"written_messages\": " + std::to_string(transport.written()));
+  };
+  // A client's outputs, when its process's clients are done (or it is stopped): records, summary, transactions.
+  auto write_client_outputs = [&] {
+    clients_written = true;
+    std::vector<std::string> names;
+    for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
+    for (size_t i = 0; i < hosted.size(); ++i) {
+      Hosted& h = hosted[i];
+      if (!h.client) continue;
+      const auto& recs = h.client->records();
+      Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
+      if (!h.txns->close()) throw Fatal{1, "cannot write " + h.txns->path()};
+      std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(h.info->name) +
+                                                           ", \"n_records\": " + std::to_string(recs.size()) +
+                                                           ", \"n_txns\": " + std::to_string(h.txns->lines()) +
+                                                           ", \"interrupted\": " + (interrupted ? "true" : "false") +
+                                                           ", \"process\": " + facts(i, false));
+      if (!write_file(cout_dir + "/" + h.info->name + ".records.csv", records_csv(recs, names)) ||
+          !write_file(cout_dir + "/" + h.info->name + ".summary.json", js + "\n"))
+        throw Fatal{1, "cannot write results to " + cout_dir};
+    }
+  };
   Clock::time_point drain_start, idle_since;
   bool idle_seen = false;
   loop.run(nodes, [&] {
-    if (clients) {
+    if (gated_clients && g_go && !opened) {   // the runner's go: every server is READY
+      opened = true;
+      for (size_t i = 0; i < hosted.size(); ++i)
+        if (hosted[i].gated) hosted[i].gated->open(loop.env(i));
+      std::printf("GO %s\n", pname.c_str());   // in its log: when its clients started
+      std::fflush(stdout);
+    }
+    if (gated_clients && opened && !clients_written &&
+        std::all_of(hosted.begin(), hosted.end(), [](const Hosted& h) { return !h.client || h.client->finished(); })) {
+      write_client_outputs();
+      std::printf("DONE %s\n", pname.c_str());   // the runner waits for this line as for a client's exit
+      std::fflush(stdout);
+    }
+    if (client_process) {
       if (g_signal) interrupted = true;
       if (interrupted) return true;
       for (const Hosted& h : hosted)
@@ -273,6 +361,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
       draining = true;
       drain_start = now;
       transport.set_draining(true);
+      loop.set_max_sleep_us(20'000);   // idleness is polled
     }
     if (now - drain_start >= std::chrono::seconds(10)) {
       loop.env().log("drain: still busy after 10 s, stopping anyway");
@@ -291,40 +380,19 @@ int run(Role role, const char* prog, int argc, char** argv) {
     return now - idle_since >= std::chrono::milliseconds(200);
   });
 
-  // What the process says about itself goes into each of its nodes' outputs, named, so the checker counts it
-  // once; rejected messages are each node's own.
-  auto facts = [&](size_t i, bool timed_out) {
-    std::string f = process_facts(transport, loop.rejected(i), timed_out);
-    return prepend_fields(f, "\"name\": " + json_string(pname) + ", \"nodes\": " + std::to_string(ids.size()) +
-                                 ", \"local_messages\": " + std::to_string(loop.local_messages()) +
-                                 ", \"remote_messages\": " + std::to_string(loop.remote_messages()) +
-                                 ", \"writes\": " + std::to_string(transport.writes()) +
-                                 ", \"written_messages\": " + std::to_string(transport.written()));
-  };
   if (probe > 0) {
     const Hosted& h = hosted.front();
     const std::string path = out + "/" + h.info->name + ".probe.json";
     if (!write_file(path, h.prober->result_json() + "\n")) throw Fatal{1, "cannot write " + path};
     return interrupted ? 130 : 0;
   }
-  if (clients) {
-    std::vector<std::string> names;
-    for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
-    for (size_t i = 0; i < hosted.size(); ++i) {
-      Hosted& h = hosted[i];
-      const auto& recs = h.client->records();
-      Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
-      if (!h.txns->close()) throw Fatal{1, "cannot write " + h.txns->path()};
-      std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(h.info->name) +
-                                                           ", \"n_records\": " + std::to_string(recs.size()) +
-                                                           ", \"n_txns\": " + std::to_string(h.txns->lines()) +
-                                                           ", \"interrupted\": " + (interrupted ? "true" : "false") +
-                                                           ", \"process\": " + facts(i, false));
-      if (!write_file(out + "/" + h.info->name + ".records.csv", records_csv(recs, names)) ||
-          !write_file(out + "/" + h.info->name + ".summary.json", js + "\n"))
-        throw Fatal{1, "cannot write results to " + out};
-    }
+  if (client_process) {
+    write_client_outputs();
     return interrupted ? 130 : 0;
+  }
+  if (gated_clients && !clients_written) {   // stopped before its clients were done
+    interrupted = true;
+    write_client_outputs();
   }
   // Every server writes a dump: a replica its store, history and counters, a
   // role node only the process facts (docs/checker.md).
@@ -372,6 +440,14 @@ int run_process(Role role, int argc, char** argv) {
   // Debian's abseil checks every mutex acquisition for lock-order cycles, a
   // debugging aid that costs CPU inside gRPC on every message.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // SIGTERM, SIGINT and SIGUSR1 (go) stay blocked in every thread, those gRPC starts too; the event loop takes
+  // them while it waits, so it needs no polling to notice them (EventLoop::wake_on_signals).
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &stops, nullptr);
   int code;
   try {
     code = run(role, prog, argc, argv);

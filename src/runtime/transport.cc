@@ -1,6 +1,7 @@
 #include "runtime/transport.h"
 
 #include <grpcpp/grpcpp.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,23 +11,54 @@
 #include "envelope.grpc.pb.h"
 #include "runtime/clock.h"
 
-// Never call into gRPC while holding one of our mutexes: the callback API may
-// run reactions (OnWriteDone, OnDone) inline in the calling thread, and those
-// take the same mutexes.
+// Every gRPC operation of this transport completes on cq_, and its tag runs on
+// cq_thread_ only (never inline in the thread that started it), so our mutexes
+// may be held while starting one.
 
 namespace txn::runtime {
 namespace {
-constexpr TimeUs kWatchUs = 100'000;   // how often waiting writes are checked for unreachable peers
 constexpr int kMaxStreamFailures = 3;  // a batch whose stream broke this many times running is dropped
 }  // namespace
+
+// What the completion-queue thread does when an operation completes.
+struct Transport::Tag {
+  virtual ~Tag() = default;
+  virtual void done(bool ok) = 0;
+};
+
+// One long-lived client stream to a peer process. Its call is started, then
+// finished at once (the status arrives when the stream breaks or is
+// cancelled), with at most one write in flight: the peer's inflight batch.
+// Owned by its PeerConn; deleted on the queue's thread once its finish and
+// any write have come back.
+struct Transport::ClientStream {
+  struct Hook final : Tag {
+    Hook(Transport* t, PeerConn* p, void (Transport::*fn)(PeerConn&, bool)) : t(t), p(p), fn(fn) {}
+    void done(bool ok) override { (t->*fn)(*p, ok); }
+    Transport* t;
+    PeerConn* p;
+    void (Transport::*fn)(PeerConn&, bool);
+  };
+  ClientStream(Transport* t, PeerConn* p)
+      : started(t, p, &Transport::on_started), written(t, p, &Transport::on_write_done),
+        finished(t, p, &Transport::on_finished) {}
+  Hook started, written, finished;
+  grpc::ClientContext ctx;
+  Ack ack;
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientAsyncWriter<Batch>> call;
+  bool open = false;            // the call started: writes may go
+  bool writing = false;         // a write is in flight
+  bool over = false;            // its finish came back
+};
 
 struct Transport::PeerConn {
   NodeId to = 0;
   std::mutex mu;                   // guards everything below
   std::vector<Envelope> pending;   // sent, not yet written
   Batch inflight;                  // being written; kept for a retry if its stream breaks
-  bool busy = false;               // a write is in flight (only its completion starts the next)
-  std::shared_ptr<Writer> writer;  // the live stream, if any
+  bool busy = false;               // inflight is being written (only its completion starts the next)
+  std::unique_ptr<ClientStream> stream;   // the live stream, if any
   int failures = 0;                // streams broken in a row with a batch not through
   TimeUs blocked_since = 0;        // data has waited to be written since then (0: none)
   bool gone = false;               // unreachable client, or a peer lost while draining: drop
@@ -34,83 +66,96 @@ struct Transport::PeerConn {
   std::unique_ptr<txn::Peer::Stub> stub;
 };
 
-// One long-lived client stream to a peer. Keeps itself alive until OnDone.
-class Transport::Writer final : public grpc::ClientWriteReactor<Batch>,
-                                public std::enable_shared_from_this<Writer> {
+// Server side of one peer's stream: unpacks each batch into deliveries. Its
+// operations are sequential (accept, read, read, ..., finish), one tag.
+class Transport::ServerStream final : public Tag {
  public:
-  Writer(Transport* t, PeerConn* p) : t_(t), p_(p) {}
-  // Opens the stream with `first` as its first write. The call waits for the
-  // peer to come up; the transport's watchdog gives up after connect_timeout_s.
-  void open(txn::Peer::Stub* stub, Batch* first) {
-    self_ = shared_from_this();
-    ctx_.set_wait_for_ready(true);
-    stub->async()->Stream(&ctx_, &ack_, this);
-    StartWrite(first);
-    StartCall();
+  explicit ServerStream(Transport* t) : t_(t), reader_(&ctx_) {
+    t_->op_started();
+    t_->service_->RequestStream(&ctx_, &reader_, t_->cq_.get(), t_->cq_.get(), this);
   }
-  void write(Batch* b) { StartWrite(b); }
-  void cancel() { ctx_.TryCancel(); }
-  void OnWriteDone(bool ok) override { t_->on_write_done(*p_, ok); }
-  void OnDone(const grpc::Status&) override {
-    auto keep = std::move(self_);  // freed when this returns, after the transport is told
-    t_->on_stream_done(*p_);
+  void done(bool ok) override {
+    switch (state_) {
+      case State::kAccepting:
+        if (!ok || t_->stop_) {  // the server is shutting down
+          delete this;
+          return;
+        }
+        new ServerStream(t_);   // the next peer's stream
+        peer_ = ctx_.peer();
+        state_ = State::kReading;
+        read();
+        return;
+      case State::kReading:
+        if (ok) {
+          for (auto& m : *batch_.mutable_msgs()) {
+            ++n_;
+            t_->on_incoming(std::move(m), peer_);
+          }
+          batch_.Clear();
+          if (!t_->stop_) {
+            read();
+            return;
+          }
+        }
+        if (t_->stop_) {  // no operation starts while the queue is being shut down
+          delete this;
+          return;
+        }
+        ack_.set_received(n_);
+        state_ = State::kFinishing;
+        t_->op_started();
+        reader_.Finish(ack_, grpc::Status::OK, this);
+        return;
+      case State::kFinishing:
+        delete this;
+        return;
+    }
   }
 
  private:
+  void read() {
+    t_->op_started();
+    reader_.Read(&batch_, this);
+  }
+  enum class State { kAccepting, kReading, kFinishing };
   Transport* t_;
-  PeerConn* p_;
-  grpc::ClientContext ctx_;
+  State state_ = State::kAccepting;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReader<Ack, Batch> reader_;
+  Batch batch_;
   Ack ack_;
-  std::shared_ptr<Writer> self_;
-};
-
-namespace {
-// Server side of one peer's stream: unpacks each batch into deliveries.
-class Reader final : public grpc::ServerReadReactor<Batch> {
- public:
-  Reader(Transport* t, grpc::CallbackServerContext* ctx, Ack* ack) : t_(t), ack_(ack), peer_(ctx->peer()) {
-    StartRead(&b_);
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      ack_->set_received(n_);
-      Finish(grpc::Status::OK);
-      return;
-    }
-    for (auto& m : *b_.mutable_msgs()) {
-      ++n_;
-      t_->on_incoming(std::move(m), peer_);
-    }
-    b_.Clear();
-    StartRead(&b_);
-  }
-  void OnDone() override { delete this; }
-
- private:
-  Transport* t_;
-  Ack* ack_;
   std::string peer_;
-  Batch b_;
   uint64_t n_ = 0;
 };
-}  // namespace
 
-class Transport::Service final : public txn::Peer::CallbackService {
+// Ping: the process's endpoint node, for launchers and operators (grpcurl).
+class Transport::PingCall final : public Tag {
  public:
-  explicit Service(Transport* t) : t_(t) {}
-  grpc::ServerReadReactor<Batch>* Stream(grpc::CallbackServerContext* ctx, Ack* ack) override {
-    return new Reader(t_, ctx, ack);
+  explicit PingCall(Transport* t) : t_(t), responder_(&ctx_) {
+    t_->op_started();
+    t_->service_->RequestPing(&ctx_, &req_, &responder_, t_->cq_.get(), t_->cq_.get(), this);
   }
-  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx, const PingRequest*, PingReply* rep) override {
-    rep->set_node(t_->self());
-    rep->set_name(t_->deployment().node(t_->self()).name);
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+  void done(bool ok) override {
+    if (!ok || answered_ || t_->stop_) {
+      delete this;
+      return;
+    }
+    new PingCall(t_);
+    answered_ = true;
+    PingReply rep;
+    rep.set_node(t_->self());
+    rep.set_name(t_->deployment().node(t_->self()).name);
+    t_->op_started();
+    responder_.Finish(rep, grpc::Status::OK, this);
   }
 
  private:
   Transport* t_;
+  grpc::ServerContext ctx_;
+  PingRequest req_;
+  grpc::ServerAsyncResponseWriter<PingReply> responder_;
+  bool answered_ = false;
 };
 
 Transport::Transport(const Deployment& d, NodeId self, TransportOptions o, Deliver deliver, Log log)
@@ -122,7 +167,10 @@ Transport::Transport(const Deployment& d, std::vector<NodeId> local, TransportOp
       in_(d.link), rng_(d.seed ^ (uint64_t{self_} << 32) ^ 0x9e3779b97f4a7c15ull), peers_(d.nodes.size()) {
   for (NodeId id : local) local_.at(id) = true;
   for (NodeId id = 0; id < d.nodes.size(); ++id) endpoint_[id] = d.endpoint(id);
-  watcher_ = std::thread([this] { watch_loop(); });
+  watcher_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "txn-watch");
+    watch_loop();
+  });
 }
 
 Transport::~Transport() {
@@ -132,41 +180,75 @@ Transport::~Transport() {
     watch_cv_.notify_all();
   }
   watcher_.join();
-  std::vector<std::shared_ptr<Writer>> writers;
   {
+    // From here no operation starts (flush() and the tags check stop_); cancel the live ones.
     std::lock_guard<std::mutex> g(peers_mu_);
     for (auto& p : peers_) {
       if (!p) continue;
       std::lock_guard<std::mutex> g2(p->mu);
-      if (p->writer) writers.push_back(p->writer);
+      if (p->stream) p->stream->ctx.TryCancel();
     }
   }
-  for (auto& w : writers) w->cancel();
-  writers.clear();
-  {
-    // Writers call back into this object until their OnDone has run.
-    std::unique_lock<std::mutex> lk(writers_mu_);
-    writers_cv_.wait_for(lk, std::chrono::seconds(5), [&] { return live_writers_ == 0; });
-  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (cq_) {
+    {
+      // Every started operation's tag comes back (cancelled) before the queue may be shut down.
+      std::unique_lock<std::mutex> lk(ops_mu_);
+      ops_cv_.wait_for(lk, std::chrono::seconds(5), [&] { return ops_ == 0; });
+    }
+    cq_->Shutdown();
+    cq_thread_.join();
+  }
+  server_.reset();
+  for (auto& p : peers_)
+    if (p) p->stream.reset();   // over, or abandoned with the queue
 }
 
 bool Transport::listen(std::string* err) {
   const auto& me = d_.node(self_);
   std::string addr = o_.bind_host + ":" + std::to_string(me.port);
-  service_ = std::make_unique<Service>(this);
+  service_ = std::make_unique<txn::Peer::AsyncService>();
   grpc::ServerBuilder b;
   int bound = 0;
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &bound);
   b.RegisterService(service_.get());
   b.AddChannelArgument(GRPC_ARG_MINIMAL_STACK, 1);
+  auto cq = b.AddCompletionQueue();
   server_ = b.BuildAndStart();
   if (!server_ || bound == 0) {
     *err = "cannot listen on " + addr;
     server_.reset();
     return false;
   }
+  cq_ = std::move(cq);
+  listening_ = true;
+  new ServerStream(this);
+  new PingCall(this);
+  cq_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "txn-cq");
+    cq_loop();
+  });
+  // What was sent before there was a queue.
+  std::vector<PeerConn*> ps;
+  {
+    std::lock_guard<std::mutex> g(peers_mu_);
+    for (auto& p : peers_)
+      if (p) ps.push_back(p.get());
+  }
+  for (PeerConn* p : ps) flush(*p);
   return true;
+}
+
+void Transport::cq_loop() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_->Next(&tag, &ok)) {
+    static_cast<Tag*>(tag)->done(ok);
+    if (--ops_ == 0 && stop_) {
+      std::lock_guard<std::mutex> g(ops_mu_);
+      ops_cv_.notify_all();
+    }
+  }
 }
 
 Transport::PeerConn& Transport::peer(NodeId to) {
@@ -222,7 +304,9 @@ void Transport::flush() {
 void Transport::watch_loop() {
   std::unique_lock<std::mutex> lk(watch_mu_);
   while (!stop_) {
-    watch_cv_.wait_for(lk, std::chrono::microseconds(kWatchUs));
+    // Waiting writes are checked for unreachable peers a tenth of the timeout apart (0.1-1 s).
+    const double every_s = std::clamp(o_.connect_timeout_s / 10, 0.1, 1.0);
+    watch_cv_.wait_for(lk, std::chrono::duration<double>(every_s));
     if (stop_) break;
     lk.unlock();
     watch_connections(steady_us());
@@ -231,53 +315,74 @@ void Transport::watch_loop() {
 }
 
 void Transport::flush(PeerConn& p) {
-  {
-    std::unique_lock<std::mutex> lk(p.mu);
-    if (p.busy) return;  // the write in flight picks up what is pending when it is done
-    if (p.gone || stop_) {  // shutting down: the destructor cancels the live writers
-      const uint64_t lost = p.gone && !stop_ ? p.pending.size() + static_cast<size_t>(p.inflight.msgs_size()) : 0;
-      p.pending.clear();
-      p.inflight.Clear();   // not busy: no write of it in progress
-      lk.unlock();
-      if (lost > 0) count_drops(p.to, lost);
-      return;
-    }
-    if (p.pending.empty() && p.inflight.msgs_size() == 0) return;
-    for (auto& m : p.pending) *p.inflight.add_msgs() = std::move(m);  // after a batch being retried
+  std::unique_lock<std::mutex> lk(p.mu);
+  if (p.busy) return;  // the write in flight picks up what is pending when it is done
+  if (p.gone || stop_) {  // shutting down: the destructor cancels the live streams
+    const uint64_t lost = p.gone && !stop_ ? p.pending.size() + static_cast<size_t>(p.inflight.msgs_size()) : 0;
     p.pending.clear();
-    p.busy = true;
-    ++writes_;
-    written_ += static_cast<uint64_t>(p.inflight.msgs_size());
-    if (p.blocked_since == 0) p.blocked_since = steady_us();
-    std::shared_ptr<Writer> w = p.writer;
-    const bool fresh = !w;
-    if (fresh) {
-      if (!p.channel) {
-        const auto& n = d_.node(p.to);
-        grpc::ChannelArguments args;
-        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-        args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-        args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);  // no deadline/census filters: less work per message
-        p.channel = grpc::CreateCustomChannel(n.host + ":" + std::to_string(n.port),
-                                              grpc::InsecureChannelCredentials(), args);
-        p.stub = txn::Peer::NewStub(p.channel);
-      }
-      w = std::make_shared<Writer>(this, &p);
-      p.writer = w;
-      std::lock_guard<std::mutex> g(writers_mu_);
-      ++live_writers_;
-    }
+    p.inflight.Clear();   // not busy: no write of it in progress
     lk.unlock();
-    if (fresh) w->open(p.stub.get(), &p.inflight);
-    else w->write(&p.inflight);
+    if (lost > 0) count_drops(p.to, lost);
+    return;
+  }
+  if (p.pending.empty() && p.inflight.msgs_size() == 0) return;
+  if (!listening_) return;   // before listen(): it flushes
+  for (auto& m : p.pending) *p.inflight.add_msgs() = std::move(m);  // after a batch being retried
+  p.pending.clear();
+  p.busy = true;
+  ++writes_;
+  written_ += static_cast<uint64_t>(p.inflight.msgs_size());
+  if (p.blocked_since == 0) p.blocked_since = steady_us();
+  if (p.stream) {
+    if (p.stream->open) {
+      p.stream->writing = true;
+      op_started();
+      p.stream->call->Write(p.inflight, &p.stream->written);
+    }  // else its start writes the batch
+    return;
+  }
+  if (!p.channel) {
+    const auto& n = d_.node(p.to);
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);  // no deadline/census filters: less work per message
+    p.channel = grpc::CreateCustomChannel(n.host + ":" + std::to_string(n.port), grpc::InsecureChannelCredentials(),
+                                          args);
+    p.stub = txn::Peer::NewStub(p.channel);
+  }
+  // A new stream. It waits for the peer to come up; the watcher gives up after connect_timeout_s.
+  p.stream = std::make_unique<ClientStream>(this, &p);
+  ClientStream& s = *p.stream;
+  s.ctx.set_wait_for_ready(true);
+  s.call = p.stub->PrepareAsyncStream(&s.ctx, &s.ack, cq_.get());
+  op_started();
+  s.call->StartCall(&s.started);
+  op_started();
+  s.call->Finish(&s.status, &s.finished);   // comes back when the stream ends
+}
+
+void Transport::on_started(PeerConn& p, bool ok) {
+  std::lock_guard<std::mutex> g(p.mu);
+  ClientStream& s = *p.stream;
+  if (!ok || stop_) return;   // its finish says how it ended
+  s.open = true;
+  if (p.busy && !s.writing) {
+    s.writing = true;
+    op_started();
+    s.call->Write(p.inflight, &s.written);
   }
 }
 
 void Transport::on_write_done(PeerConn& p, bool ok) {
   {
-    std::lock_guard<std::mutex> g(p.mu);
-    if (!ok) return;  // the stream broke: its OnDone retries the batch on a new stream
+    std::unique_lock<std::mutex> lk(p.mu);
+    p.stream->writing = false;
+    if (!ok) {  // the stream broke: once its finish is back too, the batch is retried on a new one
+      if (p.stream->over) stream_over(p, lk);
+      return;
+    }
     p.inflight.Clear();
     p.failures = 0;
     p.blocked_since = 0;
@@ -286,31 +391,33 @@ void Transport::on_write_done(PeerConn& p, bool ok) {
   flush(p);
 }
 
-void Transport::on_stream_done(PeerConn& p) {
+void Transport::on_finished(PeerConn& p, bool) {   // over either way
+  std::unique_lock<std::mutex> lk(p.mu);
+  p.stream->over = true;
+  if (!p.stream->writing) stream_over(p, lk);
+}
+
+// The stream is over and none of its operations is left: retry what it did not get through on a new one.
+void Transport::stream_over(PeerConn& p, std::unique_lock<std::mutex>& lk) {
+  std::unique_ptr<ClientStream> dead = std::move(p.stream);   // freed last: its hook is running
   int dropped = 0;
-  {
-    std::lock_guard<std::mutex> g(p.mu);
-    p.writer.reset();
-    if (p.busy) {  // its last write did not get through
-      p.busy = false;
-      if (p.gone) {
-        p.inflight.Clear();
-      } else if (++p.failures >= kMaxStreamFailures) {
-        dropped = p.inflight.msgs_size();
-        p.inflight.Clear();
-        p.failures = 0;
-        if (p.pending.empty()) p.blocked_since = 0;
-      }
+  if (p.busy) {  // its last write did not get through
+    p.busy = false;
+    if (p.gone) {
+      p.inflight.Clear();
+    } else if (++p.failures >= kMaxStreamFailures) {
+      dropped = p.inflight.msgs_size();
+      p.inflight.Clear();
+      p.failures = 0;
+      if (p.pending.empty()) p.blocked_since = 0;
     }
   }
+  lk.unlock();
   if (dropped > 0) count_drops(p.to, static_cast<uint64_t>(dropped));
   if (dropped > 0 && !stop_)
     log_("dropped " + std::to_string(dropped) + " message(s) to " + d_.process_of(p.to) + ": its stream broke " +
          std::to_string(kMaxStreamFailures) + " times");
   flush(p);  // a new stream for what is still to be written
-  std::lock_guard<std::mutex> g(writers_mu_);
-  --live_writers_;
-  writers_cv_.notify_all();
 }
 
 void Transport::watch_connections(TimeUs now) {
@@ -351,19 +458,17 @@ void Transport::unreachable(PeerConn& p) {
   }
   // Clients exit when their run is over, and a draining process only finishes
   // up: late messages to them are not an error.
-  std::shared_ptr<Writer> w;
   size_t dropped;
   {
     std::lock_guard<std::mutex> g(p.mu);
     p.gone = true;
     dropped = p.pending.size() + static_cast<size_t>(p.inflight.msgs_size());
     p.pending.clear();
-    w = p.writer;
+    if (p.stream) p.stream->ctx.TryCancel();   // its write and finish come back cancelled
   }
   count_drops(p.to, dropped);
   if (n.kind == NodeKind::Client) log_("client " + d_.process_of(p.to) + " unreachable; dropping its messages");
   else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + d_.process_of(p.to));
-  if (w) w->cancel();
 }
 
 void Transport::count_drops(NodeId to, uint64_t n) {

@@ -1,20 +1,25 @@
-// gRPC transport on the callback API: no thread of ours blocks on the network.
-// Every engine process serves txn.Peer on its endpoint (the first of its
-// nodes' ports: docs/efficiency.md); outbound, one channel and one long-lived
+// gRPC transport on the completion-queue API, polled by one thread of its own
+// (docs/efficiency.md). Every engine process serves txn.Peer on its endpoint
+// (the first of its nodes' ports); outbound, one channel and one long-lived
 // client stream per destination process, with one write in flight that
 // carries, as a Batch, everything sent meanwhile (and what the event loop
-// queued in one round, flushed together). Incoming batches are unpacked on
-// gRPC's callback threads and handed to `deliver` together with the time the
-// message is due: with the app mechanism the link emulator holds each message
-// for its (source region, destination region) one-way delay, plus jitter,
-// keeping every channel FIFO. The receiver applies the delay (its event loop
-// waits until a message is due) rather than the sender: the message crosses
-// the socket at once and one thread hand-off per message is saved.
+// queued in one round, flushed together). One completion queue serves both
+// sides and one thread blocks in its Next() with no deadline: that thread is
+// gRPC's poller too, so a received batch costs one wake-up (its socket) and a
+// completed write at most one, and no completion is handed from thread to
+// thread. Incoming batches are unpacked there and handed to `deliver` with the
+// time each message is due: with the app mechanism the link emulator holds
+// each message for its (source region, destination region) one-way delay, plus
+// jitter, keeping every channel FIFO. The receiver applies the delay (its event
+// loop waits until a message is due) rather than the sender: the message
+// crosses the socket at once.
 //
-// (Two other designs were measured on the 2-core machine: the completion-queue
-// API polled by the node's own thread, whose waits have millisecond granularity
-// (1 ms extra per hop); and a sender-side delay queue with a pump thread,
-// which cost one more timed wake-up per message.)
+// (Measured on the 2-core machine and not taken: gRPC's callback API, whose
+// two "nexting" threads per process hand every completion to each other
+// (about 11 context switches per write; this transport's predecessor); the
+// completion queue polled by the event loop's own thread, whose waits have
+// millisecond granularity (1 ms extra per hop); a sender-side delay queue with
+// a pump thread, one more timed wake-up per message.)
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -29,9 +34,11 @@
 
 #include "core/config.h"
 #include "core/link_emulator.h"
+#include "envelope.grpc.pb.h"
 
 namespace grpc {
 class Server;
+class ServerCompletionQueue;
 }
 
 namespace txn::runtime {
@@ -51,7 +58,8 @@ class Transport {
   Transport(const Deployment& d, NodeId self, TransportOptions o, Deliver deliver, Log log);
   Transport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log);
   ~Transport();
-  // Start serving on the node's port. False (with *err) if the port cannot be bound.
+  // Start serving on the node's port, and the completion-queue thread (what is sent before waits for it).
+  // False (with *err) if the port cannot be bound.
   bool listen(std::string* err);
   // Send an envelope (from/to/sent_us already set). Thread-safe, never blocks on the network.
   void send(Envelope msg);
@@ -80,13 +88,20 @@ class Transport {
   uint64_t written() const { return written_; }
   Drops drops() const { return {drops_servers_, drops_clients_, drops_malformed_}; }
 
+  struct Tag;
   struct PeerConn;
-  class Writer;
-  // Called by a peer's Writer on gRPC's callback threads.
-  void on_write_done(PeerConn& p, bool ok);
-  void on_stream_done(PeerConn& p);
+  struct ClientStream;
+  class ServerStream;
+  class PingCall;
 
  private:
+  // Completions of a peer's client stream, on the completion-queue thread.
+  void on_started(PeerConn& p, bool ok);
+  void on_write_done(PeerConn& p, bool ok);
+  void on_finished(PeerConn& p, bool ok);
+  void stream_over(PeerConn& p, std::unique_lock<std::mutex>& lk);
+  void cq_loop();
+  void op_started() { ++ops_; }
   PeerConn& peer(NodeId to);
   bool queue(Envelope&& msg, PeerConn** p);   // false: delivered here or dropped
   void flush(PeerConn& p);            // write what is pending for p
@@ -103,6 +118,7 @@ class Transport {
   Log log_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> listening_{false};   // cq_ is there
   std::atomic<uint64_t> writes_{0}, written_{0};
   std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0};
   void count_drops(NodeId to, uint64_t n);
@@ -115,14 +131,15 @@ class Transport {
   std::vector<std::unique_ptr<PeerConn>> peers_;   // by endpoint NodeId, created lazily
   std::mutex dirty_mu_;
   std::vector<PeerConn*> dirty_;                   // enqueued to since the last flush()
-  std::mutex writers_mu_;
-  std::condition_variable writers_cv_;
-  int live_writers_ = 0;                           // Writers whose OnDone has not run yet
-  std::thread watcher_;                            // unreachable peers (every 100 ms)
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;   // both sides' operations, polled by cq_thread_
+  std::thread cq_thread_;
+  std::atomic<int64_t> ops_{0};                    // operations started on cq_ whose tag has not come back
+  std::mutex ops_mu_;
+  std::condition_variable ops_cv_;                 // ops_ reached 0 while stopping
+  std::thread watcher_;                            // unreachable peers (every 0.1-1 s)
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
-  class Service;
-  std::unique_ptr<Service> service_;
+  std::unique_ptr<txn::Peer::AsyncService> service_;
   std::unique_ptr<grpc::Server> server_;
 };
 

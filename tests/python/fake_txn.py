@@ -17,6 +17,7 @@ ap.add_argument("--config")
 ap.add_argument("--name")
 ap.add_argument("--process")
 ap.add_argument("--out")
+ap.add_argument("--client-out")
 a = ap.parse_args(sys.argv[2:])
 d = yaml.safe_load(open(a.config))
 # --process runs every node of that process (as the engine does), --name one node
@@ -27,6 +28,20 @@ a.name = a.process or a.name
 fail = os.environ.get("FAKE_FAIL", "")
 os.makedirs(a.out, exist_ok=True)
 
+
+def write_client_files(clients, out, dur):
+    n = int(dur * 20)
+    for node in clients:
+        with open(os.path.join(out, f"{node['name']}.records.csv"), "w") as f:
+            f.write("txn_id,type,type_name,class,start_us,latency_us,attempts,status\n")
+            for i in range(n):
+                crt = i % 5 == 0
+                f.write(f"{i},0,{'Payment' if crt else 'NewOrder'},{'CRT' if crt else 'IRT'},{i * 50000},"
+                        f"{150000 if crt else 20000},1,committed\n")
+        with open(os.path.join(out, f"{node['name']}.summary.json"), "w") as f:
+            json.dump({"node": node["name"], "n_records": n}, f)
+
+
 if role == "server":
     if fail == f"early:{a.name}":
         print(f"txn-server: error: fake failure of {a.name}", file=sys.stderr)
@@ -36,15 +51,23 @@ if role == "server":
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     from testbed.interrupts import die_with_parent
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", a.config], preexec_fn=die_with_parent)
-    stop = []
+    stop, go = [], []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGUSR1, lambda *_: go.append(time.monotonic()))  # its clients start (a shared process)
+    clients = [n for n in nodes if n["kind"] == "client"]
     for n in nodes:
         print(f"READY {n['name']} {node['host']}:{node['port']}", flush=True)
     print(f"READY {a.name} {node['host']}:{node['port']}", flush=True)
-    t0 = time.monotonic()
+    t0, said_go = time.monotonic(), False
     while not stop:
         if fail == f"die:{a.name}" and time.monotonic() - t0 > 1.0:
             os._exit(1)
+        if clients and go and not said_go:
+            said_go = print(f"GO {a.name}", flush=True) or True
+        if clients and go and time.monotonic() - go[0] >= d["client"]["duration_s"]:
+            write_client_files(clients, a.client_out or a.out, d["client"]["duration_s"])
+            print(f"DONE {a.name}", flush=True)
+            clients = []
         time.sleep(0.05)
     for node in (n for n in nodes if n["kind"] == "replica"):
         gshard = node["region"] * d["shards_per_region"] + node["shard"]
@@ -59,13 +82,4 @@ if role == "server":
 
 dur = d["client"]["duration_s"]
 time.sleep(dur)
-n = int(dur * 20)
-for node in nodes:
-    with open(os.path.join(a.out, f"{node['name']}.records.csv"), "w") as f:
-        f.write("txn_id,type,type_name,class,start_us,latency_us,attempts,status\n")
-        for i in range(n):
-            crt = i % 5 == 0
-            f.write(f"{i},0,{'Payment' if crt else 'NewOrder'},{'CRT' if crt else 'IRT'},{i * 50000},"
-                    f"{150000 if crt else 20000},1,committed\n")
-    with open(os.path.join(a.out, f"{node['name']}.summary.json"), "w") as f:
-        json.dump({"node": node["name"], "n_records": n}, f)
+write_client_files(nodes, a.out, dur)

@@ -117,9 +117,9 @@ def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
         deploy.build_deployment(protocol_options=option_values(["ewma_alpha=x"]))
 
 
-def test_container_processes_group_a_shards_servers_and_its_clients_apart():
+def test_split_processes_group_a_shards_servers_and_its_clients_apart():
     from testbed.lifecycle import engine_processes, engine_target
-    d = build_deployment(mode="dast", regions=2, shards=2, clients_per_shard=2, base_port=29000)
+    d = build_deployment(mode="dast", regions=2, shards=2, clients_per_shard=2, base_port=29000, processes="split")
     procs = dict(deploy.processes(d["nodes"]))
     assert sorted(procs) == ["cli0.0", "cli0.1", "cli1.0", "cli1.1", "srv0.0", "srv0.1", "srv1.0", "srv1.1"]
     assert [n["name"] for n in procs["srv0.0"]] == ["s0.0.0", "s0.0.1", "s0.0.2", "m0"]   # roles: first container
@@ -127,12 +127,31 @@ def test_container_processes_group_a_shards_servers_and_its_clients_apart():
     assert [n["name"] for n in procs["cli1.0"]] == ["c1.0.0", "c1.0.1"]
     servers = engine_processes(d["nodes"], clients=False)
     assert [p["name"] for p in servers] == ["srv0.0", "srv0.1", "srv1.0", "srv1.1"]
-    assert engine_target(servers[0]) == ["--process", "srv0.0"]
+    assert engine_target(servers[0]) == ["--process", "srv0.0"] and not servers[0]["clients"]
     alone = build_deployment(mode="dast", regions=2, shards=2, processes="node", base_port=29100)
     assert not any("process" in n for n in alone["nodes"])
     assert engine_target(engine_processes(alone["nodes"], clients=True)[0]) == ["--name", "c0.0.0"]
 
 
+def test_container_processes_run_all_of_a_shards_nodes_and_a_self_test_splits_its_clients_off():
+    from testbed.lifecycle import client_out, engine_processes
+    d = build_deployment(mode="dast", regions=2, shards=2, clients_per_shard=2, base_port=29000)
+    procs = dict(deploy.processes(d["nodes"]))
+    assert sorted(procs) == ["shard0.0", "shard0.1", "shard1.0", "shard1.1"]
+    assert [n["name"] for n in procs["shard0.0"]] == ["s0.0.0", "s0.0.1", "s0.0.2", "m0", "c0.0.0", "c0.0.1"]
+    assert [n["name"] for n in procs["shard1.1"]] == ["s1.1.0", "s1.1.1", "s1.1.2", "c1.1.0", "c1.1.1"]
+    servers = engine_processes(d["nodes"], clients=False)
+    assert [p["name"] for p in servers] == list(procs) and all(p["clients"] for p in servers)
+    assert engine_processes(d["nodes"], clients=True) == []        # no client process: txn-server runs them
+    assert client_out(servers[0], "/r/clients") == ["--client-out", "/r/clients"]
+    assert client_out(d["nodes"][0], "/r/clients") == []
+    # probers listen on their own ports: a self-test's clients get processes of their own, the servers keep theirs
+    split = dict(deploy.processes(deploy.split_clients(d)["nodes"]))
+    assert sorted(split) == ["cli0.0", "cli0.1", "cli1.0", "cli1.1", "shard0.0", "shard0.1", "shard1.0", "shard1.1"]
+    assert [n["name"] for n in split["shard0.0"]] == ["s0.0.0", "s0.0.1", "s0.0.2", "m0"]
+    assert "process" in d["nodes"][-1] and d["nodes"][-1]["process"].startswith("shard")   # a copy: d unchanged
+
+
 def test_processes_knob_is_checked():
-    with pytest.raises(ValueError, match=r"processes='shard': must be one of container, node"):
-        build_deployment(processes="shard")
+    with pytest.raises(ValueError, match=r"processes='shared': must be one of container, split, node"):
+        build_deployment(processes="shared")

@@ -94,7 +94,8 @@ def test_malformed_yaml_names_the_line(tmp_path):
 
 
 def test_unreachable_peer_is_named_and_exits_3(tmp_path):
-    d = deploy.build_deployment(regions=1, shards=1, duration=3, warmup=0.5, cooldown=0.5, base_port=26700)
+    d = deploy.build_deployment(regions=1, shards=1, duration=3, warmup=0.5, cooldown=0.5, base_port=26700,
+                                processes="node")   # the client alone, with no server up
     d["runtime"] = {"connect_timeout_s": 1}
     cfg = deploy.write_yaml(d, tmp_path / "deploy.yml")
     client = next(n["name"] for n in d["nodes"] if n["kind"] == "client")
@@ -130,19 +131,27 @@ def test_one_process_per_node_still_runs_consistent(tmp_path):
     assert len(list((res.run_dir / "logs").glob("*.log"))) == len(d["nodes"])
 
 
-def test_container_processes_keep_their_messages_in_memory(tmp_path):
-    """The default layout: a process runs a container's servers, another its clients; the nodes of a process
-    exchange most of their messages without the transport, and say so in their dumps."""
+@pytest.mark.parametrize("layout", ["container", "split"])
+def test_container_processes_keep_their_messages_in_memory(tmp_path, layout):
+    """The default layout: a process runs all of a container's nodes (split: its servers, and its clients in
+    another); the nodes of a process exchange most of their messages without the transport, and say so."""
     import json
     d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=2, concurrency=2, duration=6, warmup=1,
-                                cooldown=1, workload="tpcc", scale=0.01, base_port=27100)
-    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-container", out_root=tmp_path)
+                                cooldown=1, workload="tpcc", scale=0.01, base_port=27100, processes=layout)
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-" + layout, out_root=tmp_path)
     assert res.ok, res.reason
     logs = sorted(p.stem for p in (res.run_dir / "logs").glob("*.log"))
     assert logs == sorted(name for name, _ in deploy.processes(d["nodes"])), logs
-    assert len(logs) == 12   # 6 server + 6 client processes
+    first = "shard0.0" if layout == "container" else "srv0.0"
+    assert len(logs) == (6 if layout == "container" else 12)   # 6 shard processes, or 6 server + 6 client ones
     facts = json.loads((res.run_dir / "servers" / "s0.0.1.state.json").read_text())["process"]
-    assert facts["name"] == "srv0.0" and facts["nodes"] == 4 and facts["local_messages"] > 0 < facts["remote_messages"], facts
+    assert facts["name"] == first and facts["nodes"] == (6 if layout == "container" else 4), facts
+    assert facts["local_messages"] > 0 < facts["remote_messages"], facts
+    client = json.loads((res.run_dir / "clients" / "c0.0.1.summary.json").read_text())
+    assert client["process"]["name"] == (first if layout == "container" else "cli0.0") and not client["interrupted"]
+    if layout == "container":
+        log = (res.run_dir / "logs" / "shard0.0.log").read_text()
+        assert log.index("GO shard0.0") < log.index("DONE shard0.0"), log
 
 
 def test_a_node_of_a_bigger_process_is_not_started_alone(tmp_path):
@@ -150,4 +159,4 @@ def test_a_node_of_a_bigger_process_is_not_started_alone(tmp_path):
     cfg = deploy.write_yaml(d, tmp_path / "deploy.yml")
     code, lines = _run_server(cfg, "s0.0.1", tmp_path)
     assert code == 2 and len(lines) == 1, lines
-    assert "runs in process 'srv0.0'" in lines[0] and "--process srv0.0" in lines[0], lines
+    assert "runs in process 'shard0.0'" in lines[0] and "--process shard0.0" in lines[0], lines

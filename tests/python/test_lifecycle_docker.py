@@ -89,7 +89,9 @@ def wait_clients_running(name: str, timeout=60, p: subprocess.Popen | None = Non
         if p is not None and p.poll() is not None:
             raise AssertionError(f"the job ended before its run got going:\n{p.communicate()[0]}")
         runs = list((OUT / name).glob("*/meta.json"))
-        if runs and in_container(SHARDS[-1], "pgrep -x txn-client || true").strip():
+        # a client process, or a shard process whose clients started (it says GO in its log)
+        if runs and in_container(SHARDS[-1], "pgrep -x txn-client || grep -l '^GO ' /tmp/edge-run/*/logs/*.log "
+                                             "2>/dev/null || true").strip():
             time.sleep(1.5)
             return runs[0].parent
         time.sleep(0.3)
@@ -188,10 +190,10 @@ def test_a_second_job_is_refused_naming_the_holder_and_waits_with_wait(dep):
 def test_a_killed_wrapper_shell_fails_the_run_naming_it(dep):
     p = host_run("wrap")
     run = wait_clients_running("wrap", p=p)
-    in_container(SHARDS[0], "kill -9 $(cat /tmp/edge-run/*/logs/srv0.0.wpid)")   # the container's server process
+    in_container(SHARDS[0], "kill -9 $(cat /tmp/edge-run/*/logs/shard0.0.wpid)")   # the container's server process
     rc, out, took = finish(p, within=30)
     assert rc == 1 and took < 10, out
-    assert meta_of(run)["reason"].startswith(f"srv0.0 in {SHARDS[0]}: its wrapper shell is gone"), meta_of(run)
+    assert meta_of(run)["reason"].startswith(f"shard0.0 in {SHARDS[0]}: its wrapper shell is gone"), meta_of(run)
     assert engines_left() == {}
 
 

@@ -34,24 +34,39 @@ def test_successful_run(fake_bin, tmp_path):
     assert procs_mentioning(str(run)) == [] and not _LIVE  # the servers' children were killed too
 
 
-def test_container_processes_run_one_engine_per_shards_servers_and_one_per_its_clients(fake_bin, tmp_path):
-    d = small("container")
+def test_split_processes_run_one_engine_per_shards_servers_and_one_per_its_clients(fake_bin, tmp_path):
+    d = small("split")
     res = backend(fake_bin).run(d, "t", out_root=tmp_path / "results")
     run = res.run_dir
     assert res.consistent and res.check["dumps"] == 6   # every replica of every process dumped
     meta = json.loads((run / "meta.json").read_text())
     assert set(meta["processes"]) == {"srv0.0", "srv1.0", "cli0.0", "cli1.0"}
     argv = meta["processes"]["srv1.0"]["argv"]
-    assert argv[argv.index("--process") + 1] == "srv1.0" and "--name" not in argv
+    assert argv[argv.index("--process") + 1] == "srv1.0" and "--name" not in argv and "--client-out" not in argv
     assert "READY srv1.0" in (run / "logs/srv1.0.log").read_text()
     assert procs_mentioning(str(run)) == [] and not _LIVE
 
 
+def test_container_processes_start_their_clients_on_go_and_report_them_done(fake_bin, tmp_path):
+    d = small("container")
+    res = backend(fake_bin).run(d, "t", out_root=tmp_path / "results")
+    run = res.run_dir
+    assert res.consistent and res.check["dumps"] == 6
+    meta = json.loads((run / "meta.json").read_text())
+    assert set(meta["processes"]) == {"shard0.0", "shard1.0"}     # no client process
+    argv = meta["processes"]["shard1.0"]["argv"]
+    assert argv[argv.index("--client-out") + 1] == str(run / "clients")
+    assert (run / "clients" / "c1.0.0.records.csv").is_file() and res.summary["classes"]["IRT"]["p50_ms"] == 20.0
+    log = (run / "logs/shard1.0.log").read_text()
+    assert "DONE shard1.0" in log   # said once the clients were done: the servers were stopped after it
+    assert procs_mentioning(str(run)) == [] and not _LIVE
+
+
 def test_a_failing_container_process_is_named(fake_bin, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "early:srv1.0")
+    monkeypatch.setenv("FAKE_FAIL", "early:shard1.0")
     with pytest.raises(RunError) as e:
         backend(fake_bin).run(small("container"), "t", out_root=tmp_path)
-    assert "srv1.0 exited with code 1" in str(e.value)
+    assert "shard1.0 exited with code 1" in str(e.value)
     assert procs_mentioning(str(e.value.run_dir)) == [] and not _LIVE
 
 
@@ -82,7 +97,7 @@ def launch(fake_bin, out, *extra):
     from conftest import REPO
     return subprocess.Popen([sys.executable, "run_local.py", "--build-dir", str(fake_bin), "--out", str(out),
                              "--regions", "2", "--shards", "1", "--duration", "30", "--warmup", "1", "--cooldown",
-                             "1", "--base-port", "24100", *extra], cwd=REPO, text=True,
+                             "1", "--base-port", "24100", "--processes", "split", *extra], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 

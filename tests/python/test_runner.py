@@ -293,7 +293,10 @@ def test_with_local_backend_fake_binaries_and_ctrl_c(fake_bin, tmp_path):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             new = [d for d in (tmp_path / "n_clients").iterdir() if d not in before]
-            if new and len(list((new[0] / "logs").glob("c*.log"))) == 2:
+            # both regions' clients started: in their shard's process (it says GO) or in their own (c*.log)
+            logs = list((new[0] / "logs").glob("*.log")) if new else []
+            started = [f for f in logs if f.name.startswith("c") or "GO " in f.read_text(errors="replace")]
+            if len(started) == 2:
                 time.sleep(0.3)
                 break
             time.sleep(0.05)

@@ -122,7 +122,8 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
         assert len(list((run / "servers").glob("s*.state.json"))) == 18           # replicas
         assert len(list((run / "servers").glob("m*.state.json"))) == 3            # region managers (run health)
         assert len(list((run / "clients").glob("*.records.csv"))) == 6
-        assert (run / "logs" / "srv0.0.log").is_file()   # the first container's servers: one engine process
+        assert (run / "logs" / "shard0.0.log").is_file()   # the first container's nodes: one engine process
+        assert "GO shard0.0" in (run / "logs" / "shard0.0.log").read_text()   # its clients started on the go
         # nothing of the run is left running in the containers
         rc, out = swarm.exec_run(by_name["tstswarm_r1_s1"], ["sh", "-c", "pgrep -x txn-server; pgrep -x txn-client; true"])
         assert out == ""
