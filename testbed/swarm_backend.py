@@ -196,7 +196,10 @@ class RemoteProc(Proc):
 
     def signal(self, sig) -> None:
         try:
-            self.conn.sh(f"kill -{int(sig)} $(cat {self.rdir}/logs/{self.name}.pid 2>/dev/null) 2>/dev/null; true")
+            # .pid is `timeout`'s, which forwards SIGTERM and SIGINT but dies of others (SIGUSR1, the clients'
+            # go): the signal goes to the engine, its child, and to `timeout` only when the engine is gone
+            self.conn.sh(f"p=$(cat {self.rdir}/logs/{self.name}.pid 2>/dev/null) && "
+                         f"{{ pkill -{int(sig)} -P $p || kill -{int(sig)} $p; }} 2>/dev/null; true")
         except SshError:
             pass  # the next refresh names the container's problem
 
