@@ -8,7 +8,9 @@ ports 20100, 20101, ... in the order of the deployment's node list.
 from __future__ import annotations
 
 from . import deploy as deploylib
-from .swarm import CLIENT_PORT, MANAGER_PORT, REPLICA_PORT
+
+# The ports of a shard container's nodes (the deployment's business, not the bring-up's: containers publish none)
+REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 
 def placer(state: dict):

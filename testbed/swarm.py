@@ -48,7 +48,6 @@ DOCKER_SOCKET = "/var/run/docker.sock"
 # docker-py's read timeout per API call. Starting the first container on an overlay (Docker creates the ingress
 # sandbox and docker_gwbridge then) took over 20 s on a loaded CI machine; bring-up has its own bound (up_timeout_s).
 DOCKER_API_TIMEOUT_S = 180
-REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 
 class SwarmError(RuntimeError):
