@@ -29,8 +29,9 @@ struct Transport::Tag {
 // One long-lived client stream to a peer process. Its call is started, then
 // finished at once (the status arrives when the stream breaks or is
 // cancelled), with at most one write in flight: the peer's inflight batch.
-// Owned by its PeerConn; deleted on the queue's thread once its finish and
-// any write have come back.
+// Owned by its PeerConn; retired (stream_over) on the queue's thread once its
+// finish and every other operation started on it have come back, in whatever
+// order the queue returns them.
 struct Transport::ClientStream {
   struct Hook final : Tag {
     Hook(Transport* t, PeerConn* p, void (Transport::*fn)(PeerConn&, bool)) : t(t), p(p), fn(fn) {}
@@ -47,9 +48,9 @@ struct Transport::ClientStream {
   Ack ack;
   grpc::Status status;
   std::unique_ptr<grpc::ClientAsyncWriter<Batch>> call;
+  int ops = 0;                  // operations started on it whose tag has not come back (guarded by the peer's mu)
   bool open = false;            // the call started: writes may go
-  bool writing = false;         // a write is in flight
-  bool over = false;            // its finish came back
+  bool over = false;            // its finish came back: no new operation
 };
 
 struct Transport::PeerConn {
@@ -327,6 +328,7 @@ void Transport::flush(PeerConn& p) {
   }
   if (p.pending.empty() && p.inflight.msgs_size() == 0) return;
   if (!listening_) return;   // before listen(): it flushes
+  if (p.stream && p.stream->over) return;   // its last tag retires it and flushes (stream_over)
   for (auto& m : p.pending) *p.inflight.add_msgs() = std::move(m);  // after a batch being retried
   p.pending.clear();
   p.busy = true;
@@ -334,11 +336,7 @@ void Transport::flush(PeerConn& p) {
   written_ += static_cast<uint64_t>(p.inflight.msgs_size());
   if (p.blocked_since == 0) p.blocked_since = steady_us();
   if (p.stream) {
-    if (p.stream->open) {
-      p.stream->writing = true;
-      op_started();
-      p.stream->call->Write(p.inflight, &p.stream->written);
-    }  // else its start writes the batch
+    if (p.stream->open) write_inflight(p);   // else its start writes the batch
     return;
   }
   if (!p.channel) {
@@ -357,44 +355,56 @@ void Transport::flush(PeerConn& p) {
   ClientStream& s = *p.stream;
   s.ctx.set_wait_for_ready(true);
   s.call = p.stub->PrepareAsyncStream(&s.ctx, &s.ack, cq_.get());
+  s.ops = 2;
   op_started();
   s.call->StartCall(&s.started);
   op_started();
   s.call->Finish(&s.status, &s.finished);   // comes back when the stream ends
 }
 
-void Transport::on_started(PeerConn& p, bool ok) {
-  std::lock_guard<std::mutex> g(p.mu);
+void Transport::write_inflight(PeerConn& p) {
   ClientStream& s = *p.stream;
-  if (!ok || stop_) return;   // its finish says how it ended
-  s.open = true;
-  if (p.busy && !s.writing) {
-    s.writing = true;
-    op_started();
-    s.call->Write(p.inflight, &s.written);
+  ++s.ops;
+  op_started();
+  s.call->Write(p.inflight, &s.written);
+}
+
+void Transport::on_started(PeerConn& p, bool ok) {
+  std::unique_lock<std::mutex> lk(p.mu);
+  ClientStream& s = *p.stream;
+  --s.ops;
+  if (ok && !s.over && !stop_) {   // else its finish says how it ended
+    s.open = true;
+    if (p.busy) write_inflight(p);   // the batch that waited for the start
   }
+  if (s.over && s.ops == 0) stream_over(p, lk);
 }
 
 void Transport::on_write_done(PeerConn& p, bool ok) {
-  {
-    std::unique_lock<std::mutex> lk(p.mu);
-    p.stream->writing = false;
-    if (!ok) {  // the stream broke: once its finish is back too, the batch is retried on a new one
-      if (p.stream->over) stream_over(p, lk);
-      return;
-    }
+  std::unique_lock<std::mutex> lk(p.mu);
+  ClientStream& s = *p.stream;
+  --s.ops;
+  if (ok) {
     p.inflight.Clear();
     p.failures = 0;
     p.blocked_since = 0;
     p.busy = false;
   }
+  if (s.over) {   // no write on a finished call: retired, and what is pending goes on a new stream
+    if (s.ops == 0) stream_over(p, lk);
+    return;
+  }
+  if (!ok) return;  // the stream broke: its finish retires it and retries the batch on a new one
+  lk.unlock();
   flush(p);
 }
 
 void Transport::on_finished(PeerConn& p, bool) {   // over either way
   std::unique_lock<std::mutex> lk(p.mu);
-  p.stream->over = true;
-  if (!p.stream->writing) stream_over(p, lk);
+  ClientStream& s = *p.stream;
+  --s.ops;
+  s.over = true;
+  if (s.ops == 0) stream_over(p, lk);
 }
 
 // The stream is over and none of its operations is left: retry what it did not get through on a new one.

@@ -99,6 +99,7 @@ class Transport {
   void on_started(PeerConn& p, bool ok);
   void on_write_done(PeerConn& p, bool ok);
   void on_finished(PeerConn& p, bool ok);
+  void write_inflight(PeerConn& p);   // p.mu held, p.stream open
   void stream_over(PeerConn& p, std::unique_lock<std::mutex>& lk);
   void cq_loop();
   void op_started() { ++ops_; }
