@@ -19,7 +19,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testbed import protocols  # noqa: E402
-from testbed.deploy import build_deployment, processes as deploy_processes  # noqa: E402
+from testbed.deploy import PROCESS_LAYOUTS, build_deployment, processes as deploy_processes  # noqa: E402
 from testbed.local import LocalRunner as LocalBackend  # noqa: E402
 from testbed.runtypes import RunError  # noqa: E402
 from testbed.results import format_table  # noqa: E402
@@ -102,7 +102,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=40, help="seconds per protocol (default %(default)s)")
     ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
     ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
-    ap.add_argument("--processes", default="container", choices=["container", "split", "node"],
+    ap.add_argument("--processes", default="container", choices=PROCESS_LAYOUTS,
                     help="engine processes: one per container (default), one per container's servers and one per "
                          "its clients (split), or one per node")
     ap.add_argument("--build-dir", type=Path, default=Path(__file__).resolve().parent.parent / "build",

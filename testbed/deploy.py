@@ -123,13 +123,17 @@ def assign_processes(nodes: list[dict], layout: str = "container") -> None:
     the servers, `cli<r>.<s>` the clients; "node": every node alone (no `process`). Names count from 0, as the
     deployment file does."""
     for n in nodes:
-        s = 0 if n["kind"] not in ("replica", "client") else n["shard"]
         if layout == "node":
             n.pop("process", None)
-        elif layout == "split":
-            n["process"] = f"{'cli' if n['kind'] == 'client' else 'srv'}{n['region']}.{s}"
         else:
-            n["process"] = f"shard{n['region']}.{s}"
+            n["process"] = _container_process(n, layout)
+
+
+def _container_process(n: dict, layout: str) -> str:
+    """The process name of node n in its shard container under layout "container" or "split"."""
+    s = 0 if n["kind"] not in ("replica", "client") else n["shard"]
+    prefix = "shard" if layout == "container" else "cli" if n["kind"] == "client" else "srv"
+    return f"{prefix}{n['region']}.{s}"
 
 
 def split_clients(deploy: dict) -> dict:
@@ -139,7 +143,7 @@ def split_clients(deploy: dict) -> dict:
     shared = {p for p, members in processes(d["nodes"]) if len({m["kind"] == "client" for m in members}) == 2}
     for n in d["nodes"]:
         if n["kind"] == "client" and n.get("process") in shared:
-            n["process"] = f"cli{n['region']}.{n['shard']}"
+            n["process"] = _container_process(n, "split")
     return d
 
 

@@ -320,6 +320,9 @@ class Runner(ABC):
             bar = tqdm(total=round(duration), file=sys.stderr, leave=False, mininterval=1,
                        bar_format="  run {n:.0f}/{total:.0f}s |{bar}| elapsed {elapsed}, remaining {remaining}")
         t0, next_line = time.monotonic(), PROGRESS_EVERY_S
+
+        def finished(p) -> bool:  # a client process exits; a server process running clients says DONE, serving on
+            return p.done() if p in servers else p.poll() == 0
         try:
             while True:
                 self._poll_round(stop)
@@ -329,14 +332,12 @@ class Runner(ABC):
                 for p in clients:
                     if p.poll() not in (None, 0) and p not in servers:
                         raise RunError(f"client {p.describe_exit()}")
-                # a client process exits; a server process running clients says DONE and goes on serving
-                if all(p.done() if p in servers else p.poll() == 0 for p in clients):
+                if all(finished(p) for p in clients):
                     break
                 el = time.monotonic() - t0
                 if el > limit:
                     raise RunError(f"clients still running after {limit:g}s: "
-                                   + ", ".join(p.name for p in clients if not (p.done() if p in servers
-                                                                                 else p.poll() is not None)))
+                                   + ", ".join(p.name for p in clients if not finished(p)))
                 if bar is not None:
                     bar.n = min(el, bar.total)
                     bar.refresh()

@@ -71,17 +71,17 @@ class LocalProc(Proc):
             pass
         _LIVE.pop(self.p.pid, None)
 
-    def ready(self) -> bool:
+    def _says(self, line: str) -> bool:
         try:
-            return f"READY {self.name} ".encode() in self.log.read_bytes()
+            return line.encode() in self.log.read_bytes()
         except OSError:
             return False
 
+    def ready(self) -> bool:
+        return self._says(f"READY {self.name} ")
+
     def done(self) -> bool:
-        try:
-            return f"DONE {self.name}\n".encode() in self.log.read_bytes()
-        except OSError:
-            return False
+        return self._says(f"DONE {self.name}\n")
 
     def describe_exit(self) -> str:
         state = "is still running" if self.p.poll() is None else f"exited with code {self.p.returncode}"
