@@ -1,7 +1,7 @@
 """What the checker knows about transactions and their execution (docs/checker.md), and the order checks.
 
 Inputs of a run folder: every replica's execution history (servers/<node>.history.txt, named in its state dump),
-every client's transaction log (clients/<client>.txns.jsonl.gz) and raw records (clients/<client>.records.csv,
+every client's transaction log (clients/<client>.txns.pb.gz) and raw records (clients/<client>.records.csv,
 column `outputs`). Protocol-neutral: only pieces, shards, conflict keys and execution orders.
 
 Checks (each returns violation lines):
@@ -14,7 +14,6 @@ Checks (each returns violation lines):
 from __future__ import annotations
 
 import csv
-import gzip
 import heapq
 import json
 import os
@@ -138,12 +137,13 @@ def _parse_entry(line: str, client: str, where: str) -> Txn:
 
 
 def read_txn_log(path: Path, client: str) -> list[Txn]:
-    try:
-        with gzip.open(path, "rt") as f:
-            lines = f.read().splitlines()
-    except (OSError, EOFError) as e:
-        raise Unreadable(f"{path.name}: {e} (truncated?)") from e
-    return [_parse_entry(line, client, f"{path.name}:{n}") for n, line in enumerate(lines, start=1) if line]
+    """A client's transaction log (binary, src/core/txn_log.h), through `txn-replay --dump` as JSON lines."""
+    p = subprocess.run([str(require_replay_binary()), "--dump", str(path)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise Unreadable((p.stderr.strip().splitlines() or [f"txn-replay --dump exited with {p.returncode}"])[-1]
+                         .removeprefix("txn-replay: error: "))
+    return [_parse_entry(line, client, f"{path.name}: entry {n}")
+            for n, line in enumerate(p.stdout.splitlines(), start=1) if line]
 
 
 def read_record_outputs(path: Path, attempts: bool = False) -> dict[int, tuple]:
@@ -168,7 +168,7 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
     data = RunData()
     named = [d for d in replica_dumps if "execution_history" in d]
     summaries = sorted(clients.glob("*.summary.json")) if clients.is_dir() else []
-    logs = sorted(clients.glob("*.txns.jsonl.gz")) if clients.is_dir() else []
+    logs = sorted(clients.glob("*.txns.pb.gz")) if clients.is_dir() else []
     if not named and not logs:
         raise Skip("the run recorded no execution histories or transaction logs")
     if len(named) != len(replica_dumps):
@@ -184,7 +184,7 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
             summ = json.loads(s.read_text())
         except (OSError, ValueError) as e:
             raise Unreadable(f"{s.name}: {e}") from e
-        log = clients / f"{client}.txns.jsonl.gz"
+        log = clients / f"{client}.txns.pb.gz"
         if "n_txns" not in summ:
             raise Unreadable(f"{s.name}: no n_txns (a client without a transaction log)")
         txns = read_txn_log(log, client)
@@ -544,11 +544,16 @@ def replay_binary() -> Path | None:
     return None
 
 
-def check_replay(data: RunData, adj: dict, deploy_file: Path, dumps: list[dict], binary=None) -> list[str]:
-    order = topological_order(data, adj)
-    binary = binary or replay_binary()
+def require_replay_binary() -> Path:
+    binary = replay_binary()
     if binary is None:
         raise Unreadable("txn-replay not found (build it with `make build`, or set EDGE_TXN_REPLAY)")
+    return binary
+
+
+def check_replay(data: RunData, adj: dict, deploy_file: Path, dumps: list[dict], binary=None) -> list[str]:
+    order = topological_order(data, adj)
+    binary = binary or require_replay_binary()
     if not deploy_file.is_file():
         raise Unreadable(f"{deploy_file.name} missing: the replay needs the deployment")
     p = subprocess.run([str(binary), "--config", str(deploy_file)], input="\n".join(t.line for t in order) + "\n",

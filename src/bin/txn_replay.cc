@@ -2,6 +2,7 @@
 // for the checker's replay check (docs/checker.md).
 //
 //   txn-replay --config DEPLOY.yml < ORDERED.jsonl
+//   txn-replay --dump LOG.txns.pb.gz...
 //
 // Loads every shard as the servers did (same deployment, same seed), then
 // executes the transactions on stdin (TxnLogEntry JSON lines, as clients write
@@ -9,6 +10,9 @@
 // are known. Prints per transaction "t <txn_id> <outputs digest>", then per
 // shard "s <shard> <state digest>", then "end <transactions>". Exit 2 with one
 // line on stderr for bad arguments or input.
+//
+// --dump prints client transaction logs (binary, core/txn_log.h) as those JSON
+// lines, one per entry, in the files' order: how the checker and people read them.
 #include <getopt.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -22,6 +26,7 @@
 
 #include "core/config.h"
 #include "core/executor.h"
+#include "core/txn_log.h"
 #include "core/workload.h"
 
 namespace {
@@ -31,21 +36,54 @@ int fail(const std::string& msg) {
   return 2;
 }
 
+int dump(char** paths, int n) {
+  google::protobuf::util::JsonPrintOptions opt;
+  opt.preserve_proto_field_names = true;
+  std::string line, out;
+  for (int i = 0; i < n; ++i) {
+    std::string bad;
+    std::string err = txn::read_txn_log(paths[i], [&](const txn::TxnLogEntry& e) {
+      line.clear();
+      auto st = google::protobuf::util::MessageToJsonString(e, &line, opt);
+      if (!st.ok() && bad.empty()) bad = std::string(st.message());
+      out += line;
+      out += '\n';
+      if (out.size() > (1 << 16)) {
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        out.clear();
+      }
+    });
+    if (err.empty() && !bad.empty()) err = std::string(paths[i]) + ": " + bad;
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    out.clear();
+    if (!err.empty()) {
+      std::fflush(stdout);
+      return fail(err);
+    }
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace txn;
-  const std::string usage = "usage: txn-replay --config DEPLOY.yml < ORDERED_TXNS.jsonl";
+  const std::string usage =
+      "usage: txn-replay --config DEPLOY.yml < ORDERED_TXNS.jsonl | txn-replay --dump CLIENT.txns.pb.gz...";
   std::string config;
+  bool dumping = false;
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
+                                {"dump", no_argument, nullptr, 'd'},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "", opts, nullptr)) != -1;) {
     if (c == 'c') config = optarg;
+    else if (c == 'd') dumping = true;
     else if (c == 'h') { std::cout << usage << "\n"; return 0; }
     else return fail("bad argument " + std::string(argv[optind - 1]) + "; " + usage);
   }
+  if (dumping) return config.empty() && optind < argc ? dump(argv + optind, argc - optind) : fail(usage);
   if (config.empty() || optind < argc) return fail(usage);
 
   Deployment d;

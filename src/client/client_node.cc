@@ -81,18 +81,19 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
   static const Vars kNone;
   const Vars& out = outputs ? *outputs : kNone;
   std::string digest = committed ? outputs_digest(out) : "";
-  if (sink_) {
-    TxnLogEntry e;
-    *e.mutable_txn() = s.txn;
-    e.set_committed(committed);
-    for (uint64_t id : s.failed) e.add_failed_attempts(id);
-    for (const auto& p : s.txn.pieces())
-      if (w_.commutes(p)) e.add_commutative(p.id());
-    sink_(e);
-  }
   records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
                       end_us - s.first_start, s.attempts, committed, std::move(digest)});
   s.busy = false;
+  if (sink_) {
+    // The slot is done with its request (the next issue() generates a new one): the entry takes it, no copy.
+    TxnLogEntry e;
+    e.mutable_txn()->Swap(&s.txn);
+    e.set_committed(committed);
+    for (uint64_t id : s.failed) e.add_failed_attempts(id);
+    for (const auto& p : e.txn().pieces())
+      if (w_.commutes(p)) e.add_commutative(p.id());
+    sink_(e);
+  }
 }
 
 void ClientNode::maybe_finish(Env& env) {

@@ -4,9 +4,7 @@
 #include <pthread.h>
 #include <unistd.h>
 #include <absl/synchronization/mutex.h>
-#include <google/protobuf/util/json_util.h>
 #include <yaml-cpp/yaml.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +19,7 @@
 #include "client/client_node.h"
 #include "client/probe_node.h"
 #include "core/json.h"
+#include "core/txn_log.h"
 #include "core/protocol.h"
 #include "runtime/event_loop.h"
 #include "runtime/transport.h"
@@ -78,46 +77,6 @@ std::string counters_json(const std::map<std::string, int64_t>& c) {
   return o + "}";
 }
 
-// clients/<name>.txns.jsonl.gz: one protobuf-JSON TxnLogEntry per finished
-// transaction, gzip-compressed at the fastest level (about 7x: the requests
-// repeat their keys).
-class TxnFile {
- public:
-  explicit TxnFile(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "wb1")) {
-    opt_.preserve_proto_field_names = true;
-  }
-  ~TxnFile() {
-    if (f_) gzclose(f_);
-  }
-  bool ok() const { return f_ != nullptr; }
-  void write(const TxnLogEntry& e) {
-    line_.clear();
-    if (!f_ || !google::protobuf::util::MessageToJsonString(e, &line_, opt_).ok()) {
-      failed_ = true;
-      return;
-    }
-    line_ += '\n';
-    if (gzwrite(f_, line_.data(), static_cast<unsigned>(line_.size())) != static_cast<int>(line_.size()))
-      failed_ = true;
-    ++n_;
-  }
-  bool close() {
-    const bool closed = f_ && gzclose(f_) == Z_OK;
-    f_ = nullptr;
-    return closed && !failed_;
-  }
-  uint64_t lines() const { return n_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  gzFile f_;
-  google::protobuf::util::JsonPrintOptions opt_;
-  std::string line_;
-  uint64_t n_ = 0;
-  bool failed_ = false;
-};
-
 // A client in a server's process (docs/efficiency.md): it starts when the runner says go (SIGUSR1), once every
 // server of the run is READY, as a client process would be started then.
 class Gated final : public Node {
@@ -141,7 +100,7 @@ struct Hosted {
   ProbeNode* prober = nullptr;
   ReplicaNode* replica = nullptr;
   Gated* gated = nullptr;   // a client in a server's process
-  std::unique_ptr<TxnFile> txns;
+  std::unique_ptr<TxnLogWriter> txns;
 };
 
 int run(Role role, const char* prog, int argc, char** argv) {
@@ -266,9 +225,9 @@ int run(Role role, const char* prog, int argc, char** argv) {
   }
   for (Hosted& h : hosted) {
     if (!h.client) continue;
-    h.txns = std::make_unique<TxnFile>(cout_dir + "/" + h.info->name + ".txns.jsonl.gz");
+    h.txns = std::make_unique<TxnLogWriter>(cout_dir + "/" + h.info->name + ".txns.pb.gz");
     if (!h.txns->ok()) throw Fatal{1, "cannot write " + h.txns->path()};
-    TxnFile* f = h.txns.get();
+    TxnLogWriter* f = h.txns.get();
     h.client->set_txn_sink([f](const TxnLogEntry& e) { f->write(e); });
   }
   const bool gated_clients = std::any_of(hosted.begin(), hosted.end(), [](const Hosted& h) { return h.gated; });
@@ -324,7 +283,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
       if (!h.txns->close()) throw Fatal{1, "cannot write " + h.txns->path()};
       std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(h.info->name) +
                                                            ", \"n_records\": " + std::to_string(recs.size()) +
-                                                           ", \"n_txns\": " + std::to_string(h.txns->lines()) +
+                                                           ", \"n_txns\": " + std::to_string(h.txns->entries()) +
                                                            ", \"interrupted\": " + (interrupted ? "true" : "false") +
                                                            ", \"process\": " + facts(i, false));
       if (!write_file(cout_dir + "/" + h.info->name + ".records.csv", records_csv(recs, names)) ||

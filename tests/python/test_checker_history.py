@@ -1,6 +1,7 @@
 """The checker's order checks on a real local run (real txn-server/txn-client/txn-replay), copied and modified:
 planted faults must be caught with their reason printed. Plus unit tests of the graph and file readers."""
 import csv
+import gzip
 import json
 import os
 import shutil
@@ -285,3 +286,36 @@ def test_run_health_and_truncation(real_run, tmp_path):
     h.write_text("\n".join(h.read_text().splitlines()[:-3]) + "\n")
     p = run_cli(run)
     assert p.returncode == 2 and "s0.0.0.history.txt: truncated" in p.stderr and "UNREADABLE" in p.stdout
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_cut_or_corrupt_transaction_log_is_unreadable(real_run, tmp_path):
+    """The binary transaction log (src/core/txn_log.h): read whole through txn-replay --dump; cut short anywhere, or
+    with a damaged entry, the run is UNREADABLE, never checked on what is left."""
+    run = copy_run(real_run, tmp_path)
+    log = sorted((run / "clients").glob("*.txns.pb.gz"))[0]
+    whole = log.read_bytes()
+    entries = histories.read_txn_log(log, "c")
+    assert len(entries) > 50 and all(t.pieces for t in entries)
+    dump = subprocess.run([str(BUILD / "txn-replay"), "--dump", str(log)], capture_output=True, text=True)
+    assert dump.returncode == 0 and json.loads(dump.stdout.splitlines()[0])["txn"]["txn_id"] == str(entries[0].id)
+    log.write_bytes(whole[:len(whole) // 2])        # mid-file: a gzip stream without its end
+    with pytest.raises(histories.Unreadable, match=log.name):
+        histories.read_txn_log(log, "c")
+    log.write_bytes(whole[:-8])                     # the gzip trailer (CRC, length) missing: unverified
+    with pytest.raises(histories.Unreadable, match=log.name):
+        histories.read_txn_log(log, "c")
+    raw = gzip.decompress(whole)
+    log.write_bytes(gzip.compress(raw[:len(raw) - 3]))   # a whole gzip stream, the last entry cut short
+    with pytest.raises(histories.Unreadable, match="entry"):
+        histories.read_txn_log(log, "c")
+    log.write_bytes(gzip.compress(b"\x02\xff\xff" + raw))   # an entry of two bytes that are no message
+    with pytest.raises(histories.Unreadable, match="entry 1"):
+        histories.read_txn_log(log, "c")
+    log.write_bytes(whole)
+    p = run_cli(run)
+    assert p.returncode == 0 and "CONSISTENT" in p.stdout
+    log.write_bytes(whole[:len(whole) // 2])
+    p = run_cli(run)
+    assert p.returncode == 2 and log.name in p.stderr and "UNREADABLE" in p.stdout
