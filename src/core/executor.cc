@@ -28,13 +28,10 @@ bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
   if (!copy) throw std::logic_error("workload " + w_.name() + ": its store cannot be copied for evaluation");
   for (const auto& p : t.pieces()) {
     if (p.shard() != shard_) continue;
-    Vars in = p.args(), out;
-    for (const auto& v : p.inputs()) {
-      auto it = vars->find(v);
-      if (it != vars->end()) in[v] = it->second;
-    }
+    Vars scratch, out;
+    const Vars* in = piece_vars(p, *vars, &scratch, true);
     try {
-      w_.execute(*copy, p, in, &out);
+      w_.execute(*copy, p, *in, &out);
     } catch (const BadMessage&) {
       // rejected: skipped, as a replica executing it skips it
     }
@@ -122,17 +119,9 @@ Vars execute_serially(const Workload& w, std::vector<std::unique_ptr<ShardStore>
     progress = false;
     for (const auto& p : t.pieces()) {
       if (done.count(p.id())) continue;
-      Vars in = p.args();
-      bool ready = true;
-      for (const auto& v : p.inputs()) {
-        auto it = vars.find(v);
-        if (it == vars.end()) {
-          ready = false;
-          break;
-        }
-        in[v] = it->second;
-      }
-      if (!ready) continue;
+      Vars scratch;
+      const Vars* in = piece_vars(p, vars, &scratch);
+      if (!in) continue;
       done.insert(p.id());
       progress = true;
       if (p.shard() >= stores.size()) {
@@ -142,7 +131,7 @@ Vars execute_serially(const Workload& w, std::vector<std::unique_ptr<ShardStore>
       }
       Vars out;
       try {
-        w.execute(*stores[p.shard()], p, in, &out);
+        w.execute(*stores[p.shard()], p, *in, &out);
       } catch (const BadMessage& e) {
         errors->push_back("piece " + std::to_string(p.id()) + ": " + e.what());
       }
@@ -153,6 +142,17 @@ Vars execute_serially(const Workload& w, std::vector<std::unique_ptr<ShardStore>
     errors->push_back("txn " + std::to_string(t.txn_id()) + ": inputs of " +
                       std::to_string(t.pieces_size() - done.size()) + " piece(s) never became known");
   return vars;
+}
+
+const Vars* piece_vars(const Piece& p, const Vars& known, Vars* scratch, bool partial) {
+  if (p.inputs().empty()) return &p.args();
+  *scratch = p.args();
+  for (const auto& v : p.inputs()) {
+    auto it = known.find(v);
+    if (it != known.end()) (*scratch)[v] = it->second;
+    else if (!partial) return nullptr;
+  }
+  return scratch;
 }
 
 }  // namespace txn

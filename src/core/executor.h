@@ -50,6 +50,11 @@ class ShardExecutor {
   std::vector<ExecEvent> history_;
 };
 
+// The variables piece `p` executes with: its args, plus its inputs' values from `known`. When the piece has no
+// inputs that is its own args (no copy: a TPC-C new-order's first piece carries 40-odd); otherwise they are
+// merged into *scratch. nullptr when an input is not in `known` yet, unless `partial` (then it is left out).
+const Vars* piece_vars(const Piece& p, const Vars& known, Vars* scratch, bool partial = false);
+
 // Digest of a transaction's outputs as its client receives them: every
 // variable its pieces produced, sorted by name, with type and value. The
 // client writes it per committed transaction; the replay computes it.

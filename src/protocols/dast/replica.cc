@@ -579,25 +579,16 @@ void Replica::try_execute(Env& env) {
 bool Replica::run_pieces(Env& env, Entry& e) {
   for (const auto& p : e.txn.pieces()) {
     if (p.shard() != me_.shard || e.done.count(p.id())) continue;
-    Vars in = p.args();
-    bool ready = true;
-    for (const auto& v : p.inputs()) {
-      auto it = e.vars.find(v);
-      if (it == e.vars.end()) {
-        ready = false;
-        break;
-      }
-      in[v] = it->second;
-    }
-    if (!ready) {
+    Vars scratch, out;
+    const Vars* in = piece_vars(p, e.vars, &scratch);
+    if (!in) {
       // Blocked on a value from another shard: the entry keeps its slot unless
       // the piece commutes with everything and may run later.
       if (!deferrable(opts_, w_, p)) return false;
       continue;
     }
-    Vars out;
     try {
-      exec_.execute(e.txn.txn_id(), p, in, &out, e.slot_passed);
+      exec_.execute(e.txn.txn_id(), p, *in, &out, e.slot_passed);
     } catch (const BadMessage& err) {
       // Deterministic on every replica: the piece is skipped everywhere.
       env.log("txn " + str(e.txn.txn_id()) + " piece " + str(p.id()) + ": " + err.what());

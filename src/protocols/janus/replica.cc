@@ -493,15 +493,11 @@ bool Replica::run_pieces(Env& env, TxnId t, Local& l) {
   Vars& known = vars_[t];
   for (const auto& p : l.txn.pieces()) {
     if (p.shard() != me_.shard || l.done.count(p.id())) continue;
-    Vars in = p.args();
-    for (const auto& v : p.inputs()) {
-      auto it = known.find(v);
-      if (it == known.end()) return false;  // waits for a value from another shard
-      in[v] = it->second;
-    }
-    Vars out;
+    Vars scratch, out;
+    const Vars* in = piece_vars(p, known, &scratch);
+    if (!in) return false;  // waits for a value from another shard
     try {
-      exec_.execute(t, p, in, &out);
+      exec_.execute(t, p, *in, &out);
     } catch (const BadMessage& err) {
       env.log("txn " + str(t) + " piece " + str(p.id()) + ": " + err.what());  // skipped on every replica alike
     }

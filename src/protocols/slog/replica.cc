@@ -229,23 +229,14 @@ bool Replica::run_pieces(Env& env, Pending& pend) {
     all = true;
     for (const auto& p : t.pieces()) {
       if (p.shard() != me_.shard || pend.done.count(p.id())) continue;
-      Vars in = p.args();
-      bool ready = true;
-      for (const auto& v : p.inputs()) {
-        auto it = known.find(v);
-        if (it == known.end()) {
-          ready = false;
-          break;
-        }
-        in[v] = it->second;
-      }
-      if (!ready) {
+      Vars scratch, out;
+      const Vars* in = piece_vars(p, known, &scratch);
+      if (!in) {
         all = false;
         continue;  // waits for a value from another shard (or from a later piece here)
       }
-      Vars out;
       try {
-        exec_.execute(t.txn_id(), p, in, &out);
+        exec_.execute(t.txn_id(), p, *in, &out);
       } catch (const BadMessage& err) {
         env.log("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": " + err.what());  // alike on every replica
       }

@@ -403,13 +403,10 @@ void Replica::try_apply(Env& env) {
       }
       for (const auto& p : l.txn.pieces()) {
         if (p.shard() != me_.shard) continue;
-        Vars in = p.args(), out;
-        for (const auto& v : p.inputs()) {
-          auto x = l.vars.find(v);
-          if (x != l.vars.end()) in[v] = x->second;
-        }
+        Vars scratch, out;
+        const Vars* in = piece_vars(p, l.vars, &scratch, true);
         try {
-          exec_.execute(t, p, in, &out);
+          exec_.execute(t, p, *in, &out);
         } catch (const BadMessage& err) {
           env.log("txn " + str(t) + " piece " + str(p.id()) + ": " + err.what());  // skipped everywhere alike
         }
