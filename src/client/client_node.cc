@@ -21,7 +21,7 @@ void ClientNode::start(Env& env) {
   for (uint32_t i = 0; i < slots_.size(); ++i) issue(env, i);
 }
 
-void ClientNode::on_message(Env& env, const Envelope& msg) { driver_->on_message(env, msg); }
+void ClientNode::on_message(Env& env, Envelope& msg) { driver_->on_message(env, msg); }
 
 void ClientNode::on_timer(Env& env, uint64_t id) {
   if (id == kStopTimer) {

@@ -17,7 +17,7 @@ class ClientNode : public Node {
   ClientNode(const Deployment& d, NodeId self, const Workload& w,
              std::unique_ptr<ClientDriver> driver);
   void start(Env& env) override;
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override;
   bool idle() const override { return finished_; }
 

@@ -9,7 +9,7 @@ void HandlerClientDriver::submit(Env& env, const TxnRequest& txn, uint32_t attem
   env.send(handler_of(d_, txn.home_shard()), std::move(e));
 }
 
-void HandlerClientDriver::on_message(Env& env, const Envelope& msg) {
+void HandlerClientDriver::on_message(Env& env, Envelope& msg) {
   if (!msg.has_reply()) throw BadMessage(protocol_ + " client expects ClientReply");
   if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs()});
 }

@@ -14,7 +14,7 @@ class HandlerClientDriver : public ClientDriver {
  public:
   HandlerClientDriver(const Deployment& d, std::string protocol) : d_(d), protocol_(std::move(protocol)) {}
   void submit(Env& env, const TxnRequest& txn, uint32_t attempt) override;
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
 
  private:
   const Deployment& d_;

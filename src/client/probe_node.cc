@@ -45,7 +45,7 @@ void ProbeNode::send_round(Env& env, uint64_t seq) {
   if (++sent_rounds_ < count_) env.set_timer(kRoundTimer, interval_us_);
 }
 
-void ProbeNode::on_message(Env& env, const Envelope& msg) {
+void ProbeNode::on_message(Env& env, Envelope& msg) {
   if (!msg.has_probe_reply()) return;  // nothing else is addressed to a prober
   const NodeInfo& from = d_.node(msg.from());
   if (from.region >= targets_.size() || targets_[from.region] != msg.from())

@@ -19,7 +19,7 @@ class ProbeNode final : public Node {
   // count probes per target, interval_us apart; give up on missing replies after timeout_us.
   ProbeNode(const Deployment& d, NodeId self, int count, TimeUs interval_us = 20000, TimeUs timeout_us = 10000000);
   void start(Env& env) override;
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override;
   bool finished() const { return finished_; }
   // {"node": ..., "region": r, "targets": {"<region>": "<node>"}, "rtt_ms": {"<region>": [..]}, "lost": {..}}

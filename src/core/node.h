@@ -38,7 +38,9 @@ class Node {
  public:
   virtual ~Node() = default;
   virtual void start(Env& env) = 0;
-  virtual void on_message(Env& env, const Envelope& msg) = 0;
+  // `msg` is the node's to take from: the runtime and the simulator discard it afterwards, so a node keeps what
+  // it needs by moving it out (a stored request) rather than copying it.
+  virtual void on_message(Env& env, Envelope& msg) = 0;
   virtual void on_timer(Env& env, uint64_t id) = 0;
   // True when the node holds no unfinished work (used to decide when a
   // draining server may dump state and exit).

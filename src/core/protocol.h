@@ -34,7 +34,7 @@ class ClientDriver {
   // Start one attempt of `txn` (attempt counts from 1).
   virtual void submit(Env& env, const TxnRequest& txn, uint32_t attempt) = 0;
   // Messages addressed to the client node are routed here.
-  virtual void on_message(Env& env, const Envelope& msg) = 0;
+  virtual void on_message(Env& env, Envelope& msg) = 0;
   virtual void on_timer(Env& env, uint64_t id) { (void)env; (void)id; }
   void set_done(Done d) { done_ = std::move(d); }
 

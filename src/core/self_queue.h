@@ -24,7 +24,7 @@ class SelfQueue {
   // Handles every queued message (a BadMessage is logged in one line and the
   // message dropped, as the runtime does). A call made while draining returns
   // at once: the outer call handles what was queued meanwhile.
-  void drain(Env& env, const std::function<void(const Envelope&)>& handle) {
+  void drain(Env& env, const std::function<void(Envelope&)>& handle) {
     if (draining_) return;
     draining_ = true;
     while (!queue_.empty()) {

@@ -129,7 +129,7 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
         inbox_.erase(inbox_.begin());
       }
     }
-    for (const auto& m : batch) {
+    for (auto& m : batch) {
       if (m.has_probe()) {  // RTT self-test: answered by the runtime, not the node
         answer_probe(m);
         continue;

@@ -84,7 +84,7 @@ class Gated final : public Node {
   explicit Gated(std::unique_ptr<Node> n) : n_(std::move(n)) {}
   void start(Env&) override {}
   void open(Env& env) { n_->start(env); }
-  void on_message(Env& env, const Envelope& m) override { n_->on_message(env, m); }
+  void on_message(Env& env, Envelope& m) override { n_->on_message(env, m); }
   void on_timer(Env& env, uint64_t id) override { n_->on_timer(env, id); }
   bool idle() const override { return n_->idle(); }
 

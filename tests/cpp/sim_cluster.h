@@ -22,7 +22,7 @@ namespace txn::test {
 class ProbeClient : public Node {
  public:
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& m) override {
+  void on_message(Env& env, Envelope& m) override {
     if (m.has_reply()) replies[m.reply().txn_id()] = env.mono_us();
   }
   void on_timer(Env&, uint64_t) override {}

@@ -79,7 +79,7 @@ class FakeDriver : public ClientDriver {
     ids.push_back(txn.txn_id());
     env.set_timer(tid, delay_us);
   }
-  void on_message(Env&, const Envelope&) override {}
+  void on_message(Env&, Envelope&) override {}
   void on_timer(Env& env, uint64_t id) override {
     --outstanding;
     bool ok = aborts >= 0 && pending[id] > uint32_t(aborts);

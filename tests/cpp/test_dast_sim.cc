@@ -388,7 +388,7 @@ class Gate : public Node {
     env_ = &env;
     inner_->start(env);
   }
-  void on_message(Env& env, const Envelope& m) override {
+  void on_message(Env& env, Envelope& m) override {
     if (closed_ && hold_(m)) held_.push_back(m);
     else inner_->on_message(env, m);
   }
@@ -396,7 +396,7 @@ class Gate : public Node {
   bool idle() const override { return inner_->idle(); }
   void open() {
     closed_ = false;
-    for (const auto& m : held_) inner_->on_message(*env_, m);
+    for (auto& m : held_) inner_->on_message(*env_, m);
     held_.clear();
   }
   size_t held() const { return held_.size(); }

@@ -228,7 +228,7 @@ namespace {
 class Recorder : public Node {
  public:
   void start(Env& env) override { env.set_timer(9, 30'000); }
-  void on_message(Env&, const Envelope& m) override {
+  void on_message(Env&, Envelope& m) override {
     seqs.push_back(m.probe_reply().seq());
     at.push_back(steady_us());
   }
@@ -278,7 +278,7 @@ class Echo : public Node {
   void start(Env& env) override {
     for (int i = 0; i < n_; ++i) env.send(peer_, numbered(0, 0, static_cast<uint64_t>(i)));
   }
-  void on_message(Env&, const Envelope& m) override {
+  void on_message(Env&, Envelope& m) override {
     seqs.push_back(m.probe_reply().seq());
     at.push_back(steady_us());
     from.push_back(m.from());

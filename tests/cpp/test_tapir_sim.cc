@@ -22,7 +22,7 @@ namespace {
 struct OutcomeProbe : Node {
   void start(Env&) override {}
   void on_timer(Env&, uint64_t) override {}
-  void on_message(Env& env, const Envelope& m) override {
+  void on_message(Env& env, Envelope& m) override {
     if (m.has_reply()) replies[m.reply().txn_id()] = {env.mono_us(), m.reply().committed()};
   }
   std::map<uint64_t, std::pair<TimeUs, bool>> replies;
@@ -234,7 +234,7 @@ namespace {
 struct PrepareProbe : Node {
   void start(Env&) override {}
   void on_timer(Env&, uint64_t) override {}
-  void on_message(Env&, const Envelope& m) override {
+  void on_message(Env&, Envelope& m) override {
     if (m.has_tapir() && m.tapir().has_prepare_reply())
       results[m.tapir().prepare_reply().txn_id()] = m.tapir().prepare_reply().result();
   }

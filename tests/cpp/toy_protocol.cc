@@ -45,7 +45,7 @@ class Replica : public ReplicaNode {
   bool idle() const override { return orders_.empty(); }
   const ShardExecutor& executor() const override { return exec_; }
 
-  void on_message(Env& env, const Envelope& msg) override {
+  void on_message(Env& env, Envelope& msg) override {
     if (!msg.has_toy()) throw BadMessage("toy replica got a non-toy message");
     const auto& m = msg.toy();
     if (m.has_order()) {
@@ -145,7 +145,7 @@ class Sequencer : public Node {
   bool idle() const override { return waiting_.empty(); }
   uint64_t swapped() const { return swapped_; }
 
-  void on_message(Env& env, const Envelope& msg) override {
+  void on_message(Env& env, Envelope& msg) override {
     if (msg.has_submit()) {
       const TxnRequest& t = msg.submit().txn();
       std::set<uint32_t> shards;
@@ -268,7 +268,7 @@ class Driver : public ClientDriver {
     e.mutable_submit()->set_attempt(attempt);
     env.send(sequencer_of(d_), std::move(e));
   }
-  void on_message(Env& env, const Envelope& msg) override {
+  void on_message(Env& env, Envelope& msg) override {
     if (!msg.has_reply()) throw BadMessage("toy client expects ClientReply");
     if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs()});
   }

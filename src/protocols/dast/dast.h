@@ -59,7 +59,7 @@ class Replica : public ReplicaNode {
  public:
   Replica(const Deployment& d, NodeId self, const Workload& w);
   void start(Env& env) override;
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override;
   bool idle() const override;
   const ShardExecutor& executor() const override { return exec_; }
@@ -105,14 +105,14 @@ class Replica : public ReplicaNode {
     Vars outputs;
   };
 
-  void dispatch(Env& env, const Envelope& msg);
+  void dispatch(Env& env, Envelope& msg);
   void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
   void drain_local(Env& env);
 
-  void on_submit(Env& env, NodeId from, const ClientSubmit& m);
-  void on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
+  void on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m);
   void on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m);
-  void on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m);
+  void on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m);
   void on_noti_crt(Env& env, const ::dast::NotiCRT& m);
   void on_remote_prepared(Env& env, const ::dast::RemotePrepared& m);
   void on_dist_exe(Env& env, const ::dast::DistExe& m);
@@ -125,7 +125,7 @@ class Replica : public ReplicaNode {
   void wake_when_past(Env& env, const Ts& t);
 
   void observe(Env& env, NodeId from, const Ts& ts);
-  Entry& add_entry(const TxnRequest& txn, TxnShape shape, const Ts& ts, bool executable,
+  Entry& add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, bool executable,
                    NodeId coordinator, uint32_t output_replica);
   void rekey(Entry& e, const Ts& ts);
   void try_execute(Env& env);
@@ -176,7 +176,7 @@ class Manager : public Node {
  public:
   Manager(const Deployment& d, NodeId self);
   void start(Env& env) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override {}
   bool idle() const override { return live_.empty(); }
 

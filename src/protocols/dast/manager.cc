@@ -9,7 +9,7 @@ namespace txn::dast {
 Manager::Manager(const Deployment& d, NodeId self)
     : d_(d), opts_(d), self_(self), region_(d.node(self).region) {}
 
-void Manager::on_message(Env& env, const Envelope& msg) {
+void Manager::on_message(Env& env, Envelope& msg) {
   if (!msg.has_dast()) throw BadMessage("dast manager got a non-DAST message");
   const auto& m = msg.dast();
   if (m.has_prepare_crt()) {

@@ -170,7 +170,7 @@ void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
   try_execute(env);  // serves the wants, and sets a timer for those in our future
 }
 
-void Replica::on_message(Env& env, const Envelope& msg) {
+void Replica::on_message(Env& env, Envelope& msg) {
   dispatch(env, msg);
   drain_local(env);
 }
@@ -178,18 +178,18 @@ void Replica::on_message(Env& env, const Envelope& msg) {
 void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
 
 void Replica::drain_local(Env& env) {
-  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
-void Replica::dispatch(Env& env, const Envelope& msg) {
+void Replica::dispatch(Env& env, Envelope& msg) {
   NodeId from = msg.from();
-  if (msg.has_submit()) return on_submit(env, from, msg.submit());
+  if (msg.has_submit()) return on_submit(env, from, *msg.mutable_submit());
   if (!msg.has_dast()) throw BadMessage("dast replica got a non-DAST message");
-  const auto& m = msg.dast();
+  auto& m = *msg.mutable_dast();
   switch (m.m_case()) {
-    case ::dast::Msg::kStoreIrt: return on_store_irt(env, from, m.store_irt());
+    case ::dast::Msg::kStoreIrt: return on_store_irt(env, from, *m.mutable_store_irt());
     case ::dast::Msg::kStoreIrtAck: return on_store_irt_ack(env, from, m.store_irt_ack());
-    case ::dast::Msg::kStoreCrt: return on_store_crt(env, from, m.store_crt());
+    case ::dast::Msg::kStoreCrt: return on_store_crt(env, from, *m.mutable_store_crt());
     case ::dast::Msg::kNotiCrt: return on_noti_crt(env, m.noti_crt());
     case ::dast::Msg::kRemotePrepared: return on_remote_prepared(env, m.remote_prepared());
     case ::dast::Msg::kDistExe: return on_dist_exe(env, m.dist_exe());
@@ -210,21 +210,22 @@ void Replica::observe(Env& env, NodeId from, const Ts& ts) {
   clock_.observe(ts, env.now_us());
 }
 
-Replica::Entry& Replica::add_entry(const TxnRequest& txn, TxnShape shape, const Ts& ts, bool executable,
+Replica::Entry& Replica::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, bool executable,
                                    NodeId coordinator, uint32_t output_replica) {
-  if (entries_.count(txn.txn_id())) throw BadMessage("duplicate txn " + str(txn.txn_id()));
-  Entry& e = entries_[txn.txn_id()];
-  e.txn = txn;
+  const uint64_t id = txn.txn_id();
+  if (entries_.count(id)) throw BadMessage("duplicate txn " + str(id));
+  Entry& e = entries_[id];
+  e.txn = std::move(txn);
   e.shape = std::move(shape);
   e.ts = ts;
   e.executable = executable;
   e.coordinator = coordinator;
   e.output_replica = output_replica;
-  if (auto it = early_vars_.find(txn.txn_id()); it != early_vars_.end()) {
+  if (auto it = early_vars_.find(id); it != early_vars_.end()) {
     e.vars = it->second;
     early_vars_.erase(it);
   }
-  const QueueKey key{ts, txn.txn_id()};
+  const QueueKey key{ts, id};
   if (!executable) {
     undecided_.insert(key);  // a CRT: executable once its decision arrives
   } else if (me_.replica == output_replica) {
@@ -233,7 +234,7 @@ Replica::Entry& Replica::add_entry(const TxnRequest& txn, TxnShape shape, const 
     ++n_irts_;
     if (!undecided_.empty() && *undecided_.begin() < key) ++n_irts_behind_crt_;
   }
-  queue_[key] = txn.txn_id();
+  queue_[key] = id;
   return e;
 }
 
@@ -245,18 +246,19 @@ void Replica::rekey(Entry& e, const Ts& ts) {
 
 // ---- handler / coordinator ---------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
-  const TxnRequest& txn = m.txn();
-  if (txn.home_shard() != me_.shard)
-    throw BadMessage("txn " + str(txn.txn_id()) + " submitted to shard " + str(me_.shard) +
-                     " but its home shard is " + str(txn.home_shard()));
+void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
+  const TxnRequest& req = m.txn();
+  if (req.home_shard() != me_.shard)
+    throw BadMessage("txn " + str(req.txn_id()) + " submitted to shard " + str(me_.shard) +
+                     " but its home shard is " + str(req.home_shard()));
   if (self_ != handler_of(d_, me_.shard))
-    throw BadMessage("txn " + str(txn.txn_id()) + " submitted to " + me_.name +
+    throw BadMessage("txn " + str(req.txn_id()) + " submitted to " + me_.name +
                      ", which is not its shard's handler (replica 0)");
-  if (coords_.count(txn.txn_id())) throw BadMessage("duplicate submit of txn " + str(txn.txn_id()));
-  TxnShape shape = analyze(d_, opts_, txn, &w_);
-  Coord& c = coords_[txn.txn_id()];
-  c.txn = txn;
+  if (coords_.count(req.txn_id())) throw BadMessage("duplicate submit of txn " + str(req.txn_id()));
+  TxnShape shape = analyze(d_, opts_, req, &w_);
+  Coord& c = coords_[req.txn_id()];
+  c.txn = std::move(*m.mutable_txn());  // the submit's request is the coordinator's from here on
+  const TxnRequest& txn = c.txn;
   c.shape = shape;
   c.client = from;
   c.crt = shape.regions.size() > 1 || *shape.regions.begin() != me_.region;
@@ -267,7 +269,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
-          add_entry(txn, shape, ts, true, self_, me_.replica);
+          add_entry(TxnRequest(txn), shape, ts, true, self_, me_.replica);
           continue;
         }
         Envelope e;
@@ -399,7 +401,7 @@ void Replica::maybe_reply(Env& env, uint64_t txn_id) {
 
 // ---- replica: storing and ordering -------------------------------------------
 
-void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
+void Replica::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
   Ts ts = from_proto(m.ts());
   if (d_.node(from).region != me_.region || d_.node(from).replica != 0)
     throw BadMessage("StoreIRT from " + d_.node(from).name + ", not a handler of this region");
@@ -408,17 +410,19 @@ void Replica::on_store_irt(Env& env, NodeId from, const ::dast::StoreIRT& m) {
   // The handler asked the other handlers to send us their clocks for ts.
   for (NodeId h : region_handlers_)
     if (h != from) asked_[h].insert(ts);
-  add_entry(m.txn(), analyze(d_, opts_, m.txn(), &w_), ts, true, m.handler(), m.output_replica());
+  const uint64_t id = m.txn().txn_id();
+  TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
+  add_entry(std::move(*m.mutable_txn()), std::move(shape), ts, true, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
-  a->set_txn_id(m.txn().txn_id());
+  a->set_txn_id(id);
   a->set_shard(me_.shard);
   *a->mutable_clock() = to_proto(clock_.fresh(env.now_us()));
   post(env, m.handler(), std::move(e));
   try_execute(env);
 }
 
-void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
+void Replica::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   Ts p = from_proto(m.tr());
   // Never accept a slot at or below what this site may already have ordered:
   // counter-propose just above the clock, with room below it for the IRT
@@ -431,11 +435,13 @@ void Replica::on_store_crt(Env& env, NodeId from, const ::dast::StoreCRT& m) {
     last_proposal_ = p;
     ++n_counter_proposals_;
   }
-  add_entry(m.txn(), analyze(d_, opts_, m.txn(), &w_), p, false, m.coordinator(), m.output_replica());
-  clock_.add_pending(m.txn().txn_id(), p);
+  const uint64_t id = m.txn().txn_id();
+  TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
+  add_entry(std::move(*m.mutable_txn()), std::move(shape), p, false, m.coordinator(), m.output_replica());
+  clock_.add_pending(id, p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
-  rp->set_txn_id(m.txn().txn_id());
+  rp->set_txn_id(id);
   rp->set_shard(me_.shard);
   rp->set_replica(me_.replica);
   *rp->mutable_proposal() = to_proto(p);

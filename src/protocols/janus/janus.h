@@ -31,7 +31,7 @@ class Replica : public ReplicaNode {
  public:
   Replica(const Deployment& d, NodeId self, const Workload& w);
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env&, uint64_t) override {}
   bool idle() const override;
   const ShardExecutor& executor() const override { return exec_; }
@@ -72,12 +72,12 @@ class Replica : public ReplicaNode {
     Vars outputs;
   };
 
-  void dispatch(Env& env, const Envelope& msg);
+  void dispatch(Env& env, Envelope& msg);
   void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
   void drain_local(Env& env);
 
-  void on_submit(Env& env, NodeId from, const ClientSubmit& m);
-  void on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
+  void on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m);
   void on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m);
   void on_accept(Env& env, NodeId from, const ::janus::Accept& m);
   void on_accept_reply(Env& env, const ::janus::AcceptReply& m);

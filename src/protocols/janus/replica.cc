@@ -74,7 +74,7 @@ std::map<std::string, int64_t> Replica::counters() const {
 
 // ---- plumbing --------------------------------------------------------------------------
 
-void Replica::on_message(Env& env, const Envelope& msg) {
+void Replica::on_message(Env& env, Envelope& msg) {
   dispatch(env, msg);
   drain_local(env);
 }
@@ -82,15 +82,15 @@ void Replica::on_message(Env& env, const Envelope& msg) {
 void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
 
 void Replica::drain_local(Env& env) {
-  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
-void Replica::dispatch(Env& env, const Envelope& m) {
-  if (m.has_submit()) return on_submit(env, m.from(), m.submit());
+void Replica::dispatch(Env& env, Envelope& m) {
+  if (m.has_submit()) return on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_janus()) throw BadMessage("Janus replica got a message of another protocol");
-  const auto& j = m.janus();
+  auto& j = *m.mutable_janus();
   switch (j.body_case()) {
-    case ::janus::Msg::kPreAccept: return on_pre_accept(env, m.from(), j.pre_accept());
+    case ::janus::Msg::kPreAccept: return on_pre_accept(env, m.from(), *j.mutable_pre_accept());
     case ::janus::Msg::kPreAcceptReply: return on_pre_accept_reply(env, j.pre_accept_reply());
     case ::janus::Msg::kAccept: return on_accept(env, m.from(), j.accept());
     case ::janus::Msg::kAcceptReply: return on_accept_reply(env, j.accept_reply());
@@ -132,15 +132,16 @@ void Replica::fill_dep(TxnId id, ::janus::Dep* out) {
 
 // ---- coordinator ------------------------------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
-  const TxnRequest& t = m.txn();
-  if (me_.replica != 0 || t.home_shard() != me_.shard)
-    throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
-                     str(t.home_shard()));
-  std::vector<uint32_t> shards = touched_shards(d_, t);
-  if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
-  Coord& c = coords_[t.txn_id()];
-  c.txn = t;
+void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
+  const TxnRequest& in = m.txn();
+  if (me_.replica != 0 || in.home_shard() != me_.shard)
+    throw BadMessage("txn " + str(in.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
+                     str(in.home_shard()));
+  std::vector<uint32_t> shards = touched_shards(d_, in);
+  if (coords_.count(in.txn_id())) throw BadMessage("txn " + str(in.txn_id()) + " submitted twice");
+  Coord& c = coords_[in.txn_id()];
+  c.txn = std::move(*m.mutable_txn());  // the coordinator keeps the submit's request
+  const TxnRequest& t = c.txn;
   c.client = from;
   c.shards = shards;
   for (uint32_t s : shards)
@@ -240,7 +241,7 @@ void Replica::on_piece_result(Env& env, const ::janus::PieceResult& m) {
 
 // ---- replica: ordering ------------------------------------------------------------------
 
-void Replica::on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m) {
+void Replica::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   const TxnRequest& t = m.txn();
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
@@ -282,7 +283,7 @@ void Replica::on_pre_accept(Env& env, NodeId from, const ::janus::PreAccept& m) 
   v.local = true;
   v.deps.assign(deps.begin(), deps.end());
   Local& l = locals_[id];
-  l.txn = t;
+  l.txn = std::move(*m.mutable_txn());  // t is moved-from below this line
   l.coordinator = from;
 
   Envelope e;

@@ -19,7 +19,7 @@ constexpr uint64_t kBatchTimer = 1;
 
 Orderer::Orderer(const Deployment& d, NodeId self) : d_(d), me_(d.node(self)), opts_(d) {}
 
-void Orderer::on_message(Env& env, const Envelope& msg) {
+void Orderer::on_message(Env& env, Envelope& msg) {
   if (!msg.has_slog()) throw BadMessage("SLOG orderer got a message of another protocol");
   const auto& s = msg.slog();
   switch (s.body_case()) {
@@ -107,7 +107,7 @@ void Orderer::deliver(Env& env, uint64_t batch, const std::vector<::slog::Entry>
   }
 }
 
-void LogBackup::on_message(Env& env, const Envelope& msg) {
+void LogBackup::on_message(Env& env, Envelope& msg) {
   if (!msg.has_slog() || !msg.slog().has_replicate())
     throw BadMessage("SLOG log backup " + me_.name + " takes Replicate only");
   if (msg.from() != d_.role_node(kOrderer, me_.region))
@@ -125,7 +125,7 @@ GlobalMember::GlobalMember(const Deployment& d, NodeId self)
   leader_ = !members_.empty() && members_.front() == self;
 }
 
-void GlobalMember::on_message(Env& env, const Envelope& msg) {
+void GlobalMember::on_message(Env& env, Envelope& msg) {
   if (!msg.has_slog()) throw BadMessage("SLOG global log got a message of another protocol");
   const auto& s = msg.slog();
   switch (s.body_case()) {

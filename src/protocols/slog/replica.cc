@@ -63,13 +63,13 @@ std::map<std::string, int64_t> Replica::counters() const {
           {"window_full_waits", n_window_full_}};
 }
 
-void Replica::on_message(Env& env, const Envelope& msg) {
+void Replica::on_message(Env& env, Envelope& msg) {
   dispatch(env, msg);
-  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
-void Replica::dispatch(Env& env, const Envelope& m) {
-  if (m.has_submit()) return on_submit(env, m.from(), m.submit());
+void Replica::dispatch(Env& env, Envelope& m) {
+  if (m.has_submit()) return on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_slog()) throw BadMessage("SLOG replica got a message of another protocol");
   const auto& s = m.slog();
   switch (s.body_case()) {
@@ -83,7 +83,7 @@ void Replica::dispatch(Env& env, const Envelope& m) {
 
 // ---- handler ----------------------------------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
+void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& t = m.txn();
   if (me_.replica != 0 || t.home_shard() != me_.shard)
     throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
@@ -108,7 +108,7 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
     to = d_.role_nodes(kGlobalLog).at(0);
     ++n_global_;
   }
-  *entry->mutable_txn() = t;
+  *entry->mutable_txn() = std::move(*m.mutable_txn());  // the handler keeps no copy (t is moved-from)
   entry->set_multi_home(!single_home);
   entry->set_submitted_us(env.now_us());
   env.send(to, std::move(e));

@@ -38,7 +38,7 @@ class Replica : public ReplicaNode {
  public:
   Replica(const Deployment& d, NodeId self, const Workload& w);
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env&, uint64_t) override {}
   bool idle() const override;
   const ShardExecutor& executor() const override { return exec_; }
@@ -65,8 +65,8 @@ class Replica : public ReplicaNode {
     Vars outputs;
   };
 
-  void dispatch(Env& env, const Envelope& msg);
-  void on_submit(Env& env, NodeId from, const ClientSubmit& m);
+  void dispatch(Env& env, Envelope& msg);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
   void on_batch(Env& env, const ::slog::Batch& m);
   void on_send_output(Env& env, const ::slog::SendOutput& m);
   void on_piece_result(Env& env, const ::slog::PieceResult& m);
@@ -99,7 +99,7 @@ class Orderer : public Node {
  public:
   Orderer(const Deployment& d, NodeId self);
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override;
   bool idle() const override { return open_.empty() && unacked_.empty() && early_.empty(); }
 
@@ -125,7 +125,7 @@ class LogBackup : public Node {
  public:
   LogBackup(const Deployment& d, NodeId self) : d_(d), me_(d.node(self)) {}
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env&, uint64_t) override {}
   uint64_t batches() const { return batches_; }
 
@@ -143,7 +143,7 @@ class GlobalMember : public Node {
  public:
   GlobalMember(const Deployment& d, NodeId self);
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env&, uint64_t) override {}
   bool idle() const override { return log_.empty(); }
 

@@ -60,7 +60,7 @@ std::map<std::string, int64_t> Replica::counters() const {
           {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}};
 }
 
-void Replica::on_message(Env& env, const Envelope& msg) {
+void Replica::on_message(Env& env, Envelope& msg) {
   dispatch(env, msg);
   drain_local(env);
 }
@@ -68,17 +68,17 @@ void Replica::on_message(Env& env, const Envelope& msg) {
 void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
 
 void Replica::drain_local(Env& env) {
-  self_q_.drain(env, [&](const Envelope& m) { dispatch(env, m); });
+  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
-void Replica::dispatch(Env& env, const Envelope& m) {
-  if (m.has_submit()) return on_submit(env, m.from(), m.submit());
+void Replica::dispatch(Env& env, Envelope& m) {
+  if (m.has_submit()) return on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_tapir()) throw BadMessage("TAPIR replica got a message of another protocol");
-  const auto& t = m.tapir();
+  auto& t = *m.mutable_tapir();
   switch (t.body_case()) {
     case ::tapir::Msg::kRead: return on_read(env, m.from(), t.read());
     case ::tapir::Msg::kReadReply: return on_read_reply(env, t.read_reply());
-    case ::tapir::Msg::kPrepare: return on_prepare(env, m.from(), t.prepare());
+    case ::tapir::Msg::kPrepare: return on_prepare(env, m.from(), *t.mutable_prepare());
     case ::tapir::Msg::kPrepareReply: return on_prepare_reply(env, t.prepare_reply());
     case ::tapir::Msg::kFinalize: return on_finalize(env, m.from(), t.finalize());
     case ::tapir::Msg::kFinalizeReply: return on_finalize_reply(env, t.finalize_reply());
@@ -90,7 +90,7 @@ void Replica::dispatch(Env& env, const Envelope& m) {
 
 // ---- coordinator ------------------------------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
+void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& t = m.txn();
   if (me_.replica != 0 || t.home_shard() != me_.shard)
     throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
@@ -98,12 +98,12 @@ void Replica::on_submit(Env& env, NodeId from, const ClientSubmit& m) {
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
   Coord& c = coords_[t.txn_id()];
-  c.txn = t;
+  c.txn = std::move(*m.mutable_txn());  // the coordinator keeps the submit's request
   c.client = from;
   c.shards = std::move(shards);
   send_reads(env, c);
   if (c.read_sent.empty()) {
-    const TxnId id = t.txn_id();
+    const TxnId id = c.txn.txn_id();
     coords_.erase(id);
     throw BadMessage("txn " + str(id) + ": no shard can be read first (its pieces wait on each other's values)");
   }
@@ -301,7 +301,7 @@ void Replica::release(TxnId id, const Local& l) {
     for (const auto& k : *set) keys_[k].holders.erase(id);
 }
 
-void Replica::on_prepare(Env& env, NodeId from, const ::tapir::Prepare& m) {
+void Replica::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
   const TxnRequest& t = m.txn();
   const TxnId id = t.txn_id();
   std::vector<uint32_t> shards = touched_shards(d_, t);
@@ -309,7 +309,6 @@ void Replica::on_prepare(Env& env, NodeId from, const ::tapir::Prepare& m) {
     throw BadMessage("Prepare of txn " + str(id) + " at shard " + str(me_.shard) + ", which it does not touch");
   if (locals_.count(id) || applied_.count(id)) throw BadMessage("Prepare of txn " + str(id) + " seen before");
   Local l;
-  l.txn = t;
   const std::map<std::string, uint64_t> now = versions_of(t);
   for (const auto& [k, v] : now)
     if (!m.versions().count(k)) throw BadMessage("Prepare of txn " + str(id) + ": no read version for key " + k);
@@ -349,6 +348,7 @@ void Replica::on_prepare(Env& env, NodeId from, const ::tapir::Prepare& m) {
     l.prepared = true;
     hold(id, l);
   }
+  l.txn = std::move(*m.mutable_txn());  // t is moved-from from here on
   locals_.emplace(id, std::move(l));
   post(env, from, std::move(e));
 }

@@ -28,7 +28,7 @@ class Replica : public ReplicaNode {
  public:
   Replica(const Deployment& d, NodeId self, const Workload& w);
   void start(Env&) override {}
-  void on_message(Env& env, const Envelope& msg) override;
+  void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env&, uint64_t) override {}
   bool idle() const override;
   const ShardExecutor& executor() const override { return exec_; }
@@ -70,15 +70,15 @@ class Replica : public ReplicaNode {
     bool slow = false;
   };
 
-  void dispatch(Env& env, const Envelope& msg);
+  void dispatch(Env& env, Envelope& msg);
   void post(Env& env, NodeId to, Envelope msg);
   void drain_local(Env& env);
 
-  void on_submit(Env& env, NodeId from, const ClientSubmit& m);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
   void send_reads(Env& env, Coord& c);
   void on_read(Env& env, NodeId from, const ::tapir::Read& m);
   void on_read_reply(Env& env, const ::tapir::ReadReply& m);
-  void on_prepare(Env& env, NodeId from, const ::tapir::Prepare& m);
+  void on_prepare(Env& env, NodeId from, ::tapir::Prepare& m);
   void on_prepare_reply(Env& env, const ::tapir::PrepareReply& m);
   void decide_shard(Env& env, Coord& c, uint32_t shard);
   void on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m);
