@@ -2,7 +2,7 @@
 """One local run (all processes on 127.0.0.1): `python run_local.py --help`."""
 import sys
 
-from testbed.cli import main
+from testbed.cli.run import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,7 @@ IF_STALE=0
 if [[ ${1:-} == --if-stale ]]; then IF_STALE=1; shift; fi
 IMAGE=${1:-edge-txn:latest}
 # What the image is built from (the Python testbed is also mounted from the checkout in the driver):
-SOURCE_HASH=$(cat CMakeLists.txt requirements.txt docker/Dockerfile docker/entrypoint.sh \
+SOURCE_HASH=$(cat CMakeLists.txt pyproject.toml constraints.txt docker/Dockerfile docker/entrypoint.sh \
               $(find src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
 BASE=${BASE:-debian:bookworm-slim}
 die() { echo "build_image: $*" >&2; exit 1; }

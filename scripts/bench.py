@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from testbed import protocols  # noqa: E402
-from testbed.deploy import PROCESS_LAYOUTS, build_deployment, processes as deploy_processes  # noqa: E402
-from testbed.local import LocalRunner as LocalBackend  # noqa: E402
-from testbed.runtypes import RunError  # noqa: E402
-from testbed.results import format_table  # noqa: E402
+from testbed.core import protocols
+from testbed.core.deploy import PROCESS_LAYOUTS, build_deployment, processes as deploy_processes
+from testbed.runs.local import LocalRunner as LocalBackend
+from testbed.core.runtypes import RunError
+from testbed.analysis.results import format_table
 
 # Uncontended floors in intra-region (d) and cross-region (D) round trips: (IRT, CRT). DAST: IRT 2d, CRT 2D
 # (docs/protocols/dast.md). Janus: a round of PreAccept, then Commit out and the shards' results back: IRT 2d,

@@ -13,11 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from testbed import swarm  # noqa: E402
-from testbed.config import load_exp_config  # noqa: E402
-from testbed.hosts import load_hosts  # noqa: E402
+from testbed.cluster import swarm
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import load_hosts
 
 
 def main() -> int:

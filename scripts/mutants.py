@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
 # durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it)
@@ -106,7 +105,7 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int)
     per client and cross-region jitter, and for DAST no anticipation (a margin far below zero): CRTs are decided
     later than their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the
     default load."""
-    from testbed import deploy
+    from testbed.core import deploy
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
                  base_port=base_port, name="mutants")
     if profile == "stress":
@@ -116,8 +115,8 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int)
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
         log: Path) -> str:
-    from testbed.local import LocalRunner
-    from testbed.runtypes import RunError
+    from testbed.runs.local import LocalRunner
+    from testbed.core.runtypes import RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     try:
         dep = e2e_deployment(protocol_of(name), profile, duration, base_port)

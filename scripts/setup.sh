@@ -23,13 +23,14 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# 2. Python venv; reinstall only when requirements.txt changed.
+# 2. Python venv: the testbed package (pyproject.toml) installed editable with its test extra, every package
+#    pinned by constraints.txt; reinstalled only when either file changed.
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
-stamp=.venv/.requirements.sha
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+stamp=.venv/.pyproject.sha
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-  echo "setup: pip install -r requirements.txt"
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "setup: pip install -e .[test] (pyproject.toml, constraints.txt)"
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
   echo "$want" > "$stamp"
 fi
 

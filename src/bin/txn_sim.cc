@@ -43,7 +43,7 @@ double cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-// The shard container a node would run in (swarm placement, testbed/genconfig.py).
+// The shard container a node would run in (swarm placement, testbed/cluster/genconfig.py).
 std::pair<uint32_t, uint32_t> container_of(const Deployment& d, const NodeInfo& n) {
   if (n.kind == NodeKind::Role) return {n.region, n.region * d.shards_per_region};
   return {n.region, n.shard};

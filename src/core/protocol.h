@@ -50,7 +50,7 @@ class ReplicaNode : public Node {
   virtual const ShardExecutor& executor() const = 0;
   const ShardStore& store() const { return executor().store(); }
   // Protocol counters written into the state dump under "counters" and summed
-  // over the run (testbed/results.py server_counters); name -> value.
+  // over the run (testbed/analysis/results.py server_counters); name -> value.
   virtual std::map<std::string, int64_t> counters() const { return {}; }
 };
 

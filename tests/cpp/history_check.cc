@@ -1,5 +1,5 @@
 // The history checker of the simulated cluster (history_check.h; the checks
-// are those of docs/checker.md, as testbed/histories.py runs them on real runs).
+// are those of docs/checker.md, as testbed/analysis/histories.py runs them on real runs).
 #include "history_check.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 //
 // A second implementation, in C++, of the order checks of the end-to-end run
 // checker: it mirrors docs/checker.md ("The checks", "The conflict graph (c)",
-// "The replay (d)") and follows testbed/histories.py check for check, so a
+// "The replay (d)") and follows testbed/analysis/histories.py check for check, so a
 // simulated run is judged exactly as a real run folder would be. Inputs are
 // what every protocol leaves anyway: each replica's execution history
 // (ShardExecutor::history(), core/executor.h) and final store digest, and each

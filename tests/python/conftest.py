@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 IMAGE = os.environ.get("EDGE_TXN_TEST_IMAGE", "edge-txn:latest")
 
 
@@ -54,8 +53,9 @@ def fake_bin(tmp_path):
     fake = Path(__file__).with_name("fake_txn.py")
     for role in ("server", "client"):
         p = d / f"txn-{role}"
-        # argv[0] stays the engine's name, as it is for the real binaries (the launcher finds leftovers by it)
-        p.write_text(f'#!/bin/bash\nexec -a "$0" "{sys.executable}" "{fake}" {role} "$@"\n')
+        # argv[0] stays the engine's name, as it is for the real binaries (the launcher finds leftovers by it);
+        # Python then cannot tell it runs from the venv (it finds its prefix from argv[0]), hence PYTHONPATH
+        p.write_text(f'#!/bin/bash\nPYTHONPATH="{REPO}" exec -a "$0" "{sys.executable}" "{fake}" {role} "$@"\n')
         p.chmod(0o755)
     return d
 
@@ -95,14 +95,14 @@ def user_deployment_untouched():
 
 
 def seal_run(run_dir) -> None:
-    """Complete a synthetic run folder the way a real run leaves one, so that it validates (testbed/validate.py):
+    """Complete a synthetic run folder the way a real run leaves one, so that it validates (testbed/analysis/validate.py):
     a state dump per replica of its deploy.yml, a records CSV (header only if missing) and a summary with
     n_records per client, summary.json's records total (when there is a summary), and files.json."""
     import json
 
     import yaml
 
-    from testbed import results, validate
+    from testbed.analysis import results, validate
     run_dir = Path(run_dir)
     nodes = yaml.safe_load((run_dir / "deploy.yml").read_text())["nodes"]
     (run_dir / "servers").mkdir(exist_ok=True)

@@ -48,8 +48,7 @@ if role == "server":
         sys.exit(1)
     # a child in our process group that outlives us unless the launcher kills the group (or, like the engine's
     # processes, it dies with its parent: the launcher's parent-death signal reaches the fake server only)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    from testbed.interrupts import die_with_parent
+    from testbed.core.interrupts import die_with_parent
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", a.config], preexec_fn=die_with_parent)
     stop, go = [], []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from testbed import checker, deploy
+from testbed.analysis import checker
+from testbed.core import deploy
 
 from conftest import REPO
 
@@ -47,7 +48,7 @@ def make_run(tmp_path, make=tpcc_dump, mutate=None, with_deploy=True):
 
 
 def run_cli(run):
-    return subprocess.run([sys.executable, "-m", "testbed.checker", str(run)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "testbed.analysis.checker", str(run)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 

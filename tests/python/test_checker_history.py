@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import checker, deploy, histories
-from testbed.local import LocalRunner
+from testbed.analysis import checker, histories
+from testbed.core import deploy
+from testbed.runs.local import LocalRunner
 
 from conftest import REPO
 
@@ -153,7 +154,7 @@ def copy_run(real_run, tmp_path) -> Path:
 
 def run_cli(run):
     env = {**os.environ, "EDGE_TXN_REPLAY": str(BUILD / "txn-replay")}
-    return subprocess.run([sys.executable, "-m", "testbed.checker", str(run)], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "testbed.analysis.checker", str(run)], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env=env)
 
 

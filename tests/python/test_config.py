@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import exp_config
-from testbed.config import ExpConfig, load_exp_config, rtt_matrix
+from testbed.core.config import ExpConfig, load_exp_config, rtt_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import load_exp_config
+from testbed.core.config import load_exp_config
 
 REPO = Path(__file__).resolve().parents[2]
 

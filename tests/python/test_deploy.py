@@ -2,8 +2,8 @@ import socket
 
 import pytest
 
-from testbed import deploy
-from testbed.deploy import build_deployment
+from testbed.core import deploy
+from testbed.core.deploy import build_deployment
 
 SCHEMA_TOP = {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link", "workload", "client",
               "protocols", "runtime", "nodes"}
@@ -74,7 +74,7 @@ def test_protocol_options_reach_the_deployment_file():
 
 
 def test_modes_roles_and_min_regions_come_from_the_registry(fake_registry):
-    from testbed import protocols
+    from testbed.core import protocols
     assert protocols.load().names() == ["alpha", "ordered"]
     d = deploy.build_deployment(regions=2, shards=1)
     assert d["mode"] == "alpha"  # the registry's first protocol
@@ -106,7 +106,7 @@ def test_busy_port_is_skipped():
 
 
 def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
-    from testbed.cli import option_values, parse_args
+    from testbed.cli.run import option_values, parse_args
     a = parse_args(["--protocol-option", "defer_commutative=false", "--protocol-option", "ewma_alpha=0.5"])
     opts = option_values(a.protocol_options)
     assert opts == {"defer_commutative": False, "ewma_alpha": 0.5}
@@ -118,7 +118,7 @@ def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
 
 
 def test_split_processes_group_a_shards_servers_and_its_clients_apart():
-    from testbed.lifecycle import engine_processes, engine_target
+    from testbed.runs.lifecycle import engine_processes, engine_target
     d = build_deployment(mode="dast", regions=2, shards=2, clients_per_shard=2, base_port=29000, processes="split")
     procs = dict(deploy.processes(d["nodes"]))
     assert sorted(procs) == ["cli0.0", "cli0.1", "cli1.0", "cli1.1", "srv0.0", "srv0.1", "srv1.0", "srv1.1"]
@@ -134,7 +134,7 @@ def test_split_processes_group_a_shards_servers_and_its_clients_apart():
 
 
 def test_container_processes_run_all_of_a_shards_nodes_and_a_self_test_splits_its_clients_off():
-    from testbed.lifecycle import client_out, engine_processes
+    from testbed.runs.lifecycle import client_out, engine_processes
     d = build_deployment(mode="dast", regions=2, shards=2, clients_per_shard=2, base_port=29000)
     procs = dict(deploy.processes(d["nodes"]))
     assert sorted(procs) == ["shard0.0", "shard0.1", "shard1.0", "shard1.1"]

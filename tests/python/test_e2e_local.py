@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import deploy, protocols
-from testbed.local import LocalRunner as LocalBackend
+from testbed.core import deploy, protocols
+from testbed.runs.local import LocalRunner as LocalBackend
 
 from conftest import REPO, procs_mentioning
 
@@ -106,7 +106,7 @@ def test_unreachable_peer_is_named_and_exits_3(tmp_path):
 
 def test_rtt_self_test_through_the_transport(tmp_path):
     """txn-client --probe measures the configured matrix (app delays) through the real transport."""
-    from testbed import rtt as selftest
+    from testbed.core import rtt as selftest
     m = [[5, 60, 100], [60, 5, 140], [100, 140, 5]]
     d = deploy.build_deployment(regions=3, shards=2, rtt_ms=m, base_port=26800)
     res = LocalBackend(build_dir=BUILD, progress=False).run(d, "selftest", out_root=tmp_path, probe=10)

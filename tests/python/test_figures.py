@@ -1,11 +1,12 @@
-"""Aggregation and plotting (testbed/figures.py, genFigure.py) on synthetic run folders."""
+"""Aggregation and plotting (testbed/analysis/figures.py, genFigure.py) on synthetic run folders."""
 import json
 import math
 
 import pandas as pd
 import pytest
 
-from testbed import deploy, figures, results, rundirs
+from testbed.core import deploy
+from testbed.analysis import figures, results, rundirs
 
 from conftest import seal_run
 

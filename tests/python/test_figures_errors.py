@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import genFigure
-from testbed import figures
+from testbed.analysis import figures
 from test_figures import make_run, manifest
 
 REPO = Path(__file__).resolve().parents[2]

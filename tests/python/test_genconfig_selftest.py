@@ -4,10 +4,12 @@ import stat
 
 import pytest
 
-from testbed import deploy, genconfig, lock, protocols, rtt, selftest, swarm
-from testbed.config import load_exp_config
-from testbed.hosts import Host
-from testbed.placement import plan
+from testbed.core import deploy, lock, protocols, rtt
+from testbed.cluster import genconfig, swarm
+from testbed.runs import selftest
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import Host
+from testbed.cluster.placement import plan
 
 
 def state_for(R=3, N=2, mechanism="app"):

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.hosts import LOCAL_DOCKER_URL, Host, load_hosts, parse_hosts
+from testbed.cluster.hosts import LOCAL_DOCKER_URL, Host, load_hosts, parse_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,7 +15,7 @@ def test_shipped_default_is_this_machine_only():
 
 
 def test_missing_default_file_means_local(monkeypatch, tmp_path):
-    monkeypatch.setattr("testbed.hosts.DEFAULT_FILE", tmp_path / "nope.yml")
+    monkeypatch.setattr("testbed.cluster.hosts.DEFAULT_FILE", tmp_path / "nope.yml")
     assert load_hosts() == (Host("localhost"),)
     with pytest.raises(ValueError, match="no such hosts file"):
         load_hosts(tmp_path / "nope.yml")

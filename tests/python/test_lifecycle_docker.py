@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import swarm
-from testbed.config import load_exp_config
-from testbed.hosts import Host
+from testbed.cluster import swarm
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import Host
 
 from conftest import IMAGE, REPO, docker_client
 
@@ -137,7 +137,7 @@ def test_driver_stopped_mid_run_is_named_and_its_processes_stopped(dep):
     assert rc != 0 and took < 20, out
     assert f"the driver container {DRIVER} exited" in out and "stopped engine processes the job left behind" in out
     assert meta_of(run)["status"] == "running"   # cut off: the figures and resume count it as failed
-    from testbed.rundirs import run_outcome
+    from testbed.analysis.rundirs import run_outcome
     assert run_outcome(run)[0] == "failed" and "cut off" in run_outcome(run)[1]
     assert engines_left() == {}
     next_run_is_consistent(dep, "drv-after")

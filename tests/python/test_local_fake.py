@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from testbed import deploy
-from testbed.local import _LIVE, LocalRunner as LocalBackend
-from testbed.runtypes import RunError
+from testbed.core import deploy
+from testbed.runs.local import _LIVE, LocalRunner as LocalBackend
+from testbed.core.runtypes import RunError
 
 from conftest import procs_mentioning
 
@@ -144,7 +144,7 @@ def test_a_killed_launcher_takes_its_processes_with_it(fake_bin, tmp_path):
         time.sleep(0.1)
     assert procs_mentioning(str(run)) == []
     # the cut-off folder says so, and counts as failed
-    from testbed.rundirs import run_outcome
+    from testbed.analysis.rundirs import run_outcome
     assert run_outcome(run) == ("failed", "cut off: its job ended without recording an outcome (killed, or still "
                                           "running)")
 
@@ -153,7 +153,7 @@ def test_engines_an_earlier_launcher_left_are_stopped_before_a_run(fake_bin, tmp
     import subprocess
     import sys
     import time
-    from testbed.local import orphaned_engines
+    from testbed.runs.local import orphaned_engines
     # an orphan: a txn-server (the fake) whose deployment file lies under the results folder, parent gone
     orphan_dir = tmp_path / "results" / "old" / "run1"
     orphan_dir.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""One job per deployment (testbed/lock.py): a second job refuses at once naming the holder, or waits with
+"""One job per deployment (testbed/core/lock.py): a second job refuses at once naming the holder, or waits with
 --wait; the lock dies with its holder; a child job inherits it through the environment."""
 import json
 import os
@@ -8,14 +8,12 @@ import time
 
 import pytest
 
-from testbed import lock
+from testbed.core import lock
 
-from conftest import REPO
 
 HOLD = """
 import sys, time
-sys.path.insert(0, {repo!r})
-from testbed import lock
+from testbed.core import lock
 with lock.JobLock("swarm-tst", "make main").acquire():
     print("held", flush=True)
     time.sleep(float(sys.argv[1]))
@@ -30,7 +28,7 @@ def lockdir(tmp_path, monkeypatch):
 
 
 def holder(seconds: float) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-c", HOLD.format(repo=str(REPO)), str(seconds)], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(seconds)], stdout=subprocess.PIPE,
                          text=True, env=os.environ.copy())
     assert p.stdout.readline().strip() == "held"
     return p

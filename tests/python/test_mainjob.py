@@ -1,7 +1,7 @@
 """Where the main job runs: the local swarm when Docker answers, local processes otherwise."""
 import pytest
 
-from testbed import mainjob
+from testbed.sweeps import mainjob
 
 
 def test_strip_backend_in_both_spellings():

@@ -4,9 +4,9 @@ from collections import Counter
 
 import pytest
 
-from testbed.config import load_exp_config
-from testbed.hosts import Host
-from testbed.placement import host_sequence, plan
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import Host
+from testbed.cluster.placement import host_sequence, plan
 
 
 def cfg(**knobs):

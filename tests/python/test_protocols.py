@@ -1,11 +1,11 @@
-"""testbed/protocols.py: the engine's protocol registry as the testbed sees it."""
+"""testbed/core/protocols.py: the engine's protocol registry as the testbed sees it."""
 import json
 import os
 import subprocess
 
 import pytest
 
-from testbed import protocols
+from testbed.core import protocols
 
 from conftest import FAKE_REGISTRY, REPO
 

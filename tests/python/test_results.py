@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from testbed import deploy, results
-from testbed.results import nearest_rank
+from testbed.core import deploy
+from testbed.analysis import results
+from testbed.analysis.results import nearest_rank
 
 HEADER = "txn_id,type,type_name,class,start_us,latency_us,attempts,status\n"
 
@@ -77,7 +78,7 @@ def test_summary_of_empty_run(tmp_path):
 
 
 def test_cpu_shares_busy_and_steal():
-    from testbed.lifecycle import cpu_shares, cpu_times
+    from testbed.runs.lifecycle import cpu_shares, cpu_times
     # user nice system idle iowait irq softirq steal
     before, after = [100, 0, 50, 800, 10, 0, 0, 40], [130, 0, 60, 860, 10, 0, 0, 140]
     assert cpu_shares(before, after) == {"busy_pct": 20.0, "steal_pct": 50.0}

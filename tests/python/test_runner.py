@@ -1,4 +1,4 @@
-"""The sweep runner (testbed/runner.py) and the experiment declarations (testbed/experiments.py), against a
+"""The sweep runner (testbed/sweeps/runner.py) and the experiment declarations (testbed/core/experiments.py), against a
 fake Backend that writes run folders the way the local backend does, and once against the local backend
 driving the fake binaries (tests/python/fake_txn.py)."""
 import json
@@ -12,10 +12,12 @@ import pytest
 
 from pathlib import Path
 
-from testbed import deploy, experiments, figures, protocols, results, rundirs, runner
-from testbed.backend import Backend, LocalBackend
-from testbed.config import load_exp_config
-from testbed.runtypes import Interrupted, RunError, RunResult, new_run_id
+from testbed.core import deploy, experiments, protocols
+from testbed.analysis import figures, results, rundirs
+from testbed.sweeps import runner
+from testbed.runs.backend import Backend, LocalBackend
+from testbed.core.config import load_exp_config
+from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_id
 
 from conftest import procs_mentioning, seal_run
 
@@ -356,7 +358,7 @@ def test_a_damaged_ok_run_is_failed_with_the_reason_and_run_again(tmp_path, dama
 
 
 def test_a_local_sweep_refuses_while_another_writes_the_same_results(tmp_path, monkeypatch, capsys):
-    from testbed import lock
+    from testbed.core import lock
     monkeypatch.setenv(lock.ENV_DIR, str(tmp_path / "locks"))
     import argparse
     a = argparse.Namespace(backend="local", config=None, quick=True, fresh=False, out=str(tmp_path), wait=False)

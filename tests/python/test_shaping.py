@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from testbed import shaping
-from testbed.config import load_exp_config
-from testbed.shaping import choose_mechanism, may_fail, netem_supported, tc_plan, tc_plan_for, to_shell
+from testbed.cluster import shaping
+from testbed.core.config import load_exp_config
+from testbed.cluster.shaping import choose_mechanism, may_fail, netem_supported, tc_plan, tc_plan_for, to_shell
 
 M3 = [[5, 100, 100], [100, 5, 100], [100, 100, 5]]
 PRIOMAP = "1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1".split()

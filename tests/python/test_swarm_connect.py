@@ -11,9 +11,9 @@ import docker  # noqa: F401 -- imported before any timing
 import paramiko
 import pytest
 
-from testbed import swarm
-from testbed.config import load_exp_config
-from testbed.hosts import Host
+from testbed.cluster import swarm
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import Host
 
 REPO = Path(__file__).resolve().parents[2]
 T = 2.0            # the connect timeout the tests use

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import swarm
-from testbed.config import load_exp_config
-from testbed.hosts import Host, parse_hosts
-from testbed.selftest import swarm_self_test
+from testbed.cluster import swarm
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import Host, parse_hosts
+from testbed.runs.selftest import swarm_self_test
 
 from conftest import IMAGE, REPO, docker_client
 

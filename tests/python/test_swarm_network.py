@@ -3,9 +3,9 @@ down first; a same-named network of something else keeps its own message. Fakes 
 import pytest
 import yaml
 
-from testbed import swarm
-from testbed.config import load_exp_config
-from testbed.hosts import Host
+from testbed.cluster import swarm
+from testbed.core.config import load_exp_config
+from testbed.cluster.hosts import Host
 
 DEPLOYMENT = "edge"
 TEAR_DOWN = ("tear it down first with the old exp_config.py values (`make down`, i.e. "

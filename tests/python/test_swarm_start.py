@@ -4,7 +4,7 @@ error. Fakes of the docker-py objects only."""
 import pytest
 import requests
 
-from testbed import swarm
+from testbed.cluster import swarm
 
 
 class FakeCt:

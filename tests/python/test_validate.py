@@ -1,4 +1,4 @@
-"""testbed/validate.py on a run folder in the formats the engine and the launcher write (txn-client's records CSV
+"""testbed/analysis/validate.py on a run folder in the formats the engine and the launcher write (txn-client's records CSV
 and summary with n_records, txn-server's state dumps, deploy.yml, meta/summary/check.json): every planted fault is
 reported in one line naming it."""
 import json
@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from testbed import checker, deploy, results, validate
+from testbed.analysis import checker, results, validate
+from testbed.core import deploy
 
 CLIENT_SUMMARY = ('{{"node": "{name}", "n_records": {n}, "interrupted": false, "window_start_s": 2.000, '
                   '"window_end_s": 9.000, "throughput_tps": {tps:.3f}, "aborted_attempts": 3, "irt": {{"committed": '

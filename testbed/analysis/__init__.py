@@ -1,0 +1,1 @@
+"""Analysis: a run's results, its transaction histories and the consistency checker, run folders, figures. Imports only testbed.core."""

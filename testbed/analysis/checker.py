@@ -1,0 +1,329 @@
+"""The run checker (docs/checker.md): state dumps, the run's own health, and the order of execution.
+
+Usage: python -m testbed.analysis.checker RUN_DIR   -> exit 0 CONSISTENT, 1 INCONSISTENT, 2 unreadable input.
+
+Checks, each with a verdict (pass / fail / skipped) and its reason in check.json:
+  replicas         replicas of a shard have identical digests and aggregates
+  workload         TPC-C consistency conditions 3.3.2.1-3.3.2.12 (as far as the scaled tables allow); TPC-A deltas
+  run              no transaction left unfinished, no message dropped or rejected, every server drained in time
+                   (transactions given up after the retry limit are recorded as notes, not violations)
+  order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
+  atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did
+  serializability  (c) the conflict graph of the per-shard orders has no cycle (the shortest one is printed)
+  replay           (d) a serial replay of the committed transactions reproduces every digest and client output
+Protocol-neutral: it knows pieces, shards, conflict keys and orders, never how a protocol orders.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from testbed.analysis import histories
+from testbed.analysis.histories import Skip, Unreadable
+
+TPCA_TABLES = ("customer", "teller", "branch")
+EPS = 0.01
+CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "replay")
+
+
+def load_dumps(run_dir) -> list[dict]:
+    """Every server's state dump (replicas and region managers); Unreadable when one is missing or malformed."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise Unreadable(f"{run_dir}: not a directory")
+    d = run_dir / "servers" if (run_dir / "servers").is_dir() else run_dir
+    files = sorted(d.glob("*.state.json"))
+    expected = set()
+    if (run_dir / "deploy.yml").is_file():
+        try:
+            nodes = yaml.safe_load((run_dir / "deploy.yml").read_text())["nodes"]
+            expected = {n["name"] for n in nodes if n["kind"] == "replica"}
+        except Exception as e:  # noqa: BLE001
+            raise Unreadable(f"deploy.yml: {e}") from e
+    if not files:
+        raise Unreadable(f"{d}: no *.state.json dumps")
+    dumps = []
+    for f in files:
+        try:
+            dump = json.loads(f.read_text())
+            keys = ("node",) if dump.get("kind") == "manager" else ("node", "shard", "digest", "workload")
+            for key in keys:
+                if key not in dump:
+                    raise ValueError(f"missing key {key!r}")
+        except (OSError, ValueError, AttributeError) as e:
+            raise Unreadable(f"{f.name}: {e}") from e
+        dumps.append(dump)
+    missing = expected - {x["node"] for x in dumps if x.get("kind") != "manager"}
+    if missing:
+        raise Unreadable(f"missing state dump(s) for {', '.join(sorted(missing))}")
+    if not any(x.get("kind") != "manager" for x in dumps):
+        raise Unreadable(f"{d}: no replica state dumps")
+    return dumps
+
+
+def _aggregates(dump: dict) -> dict:
+    return {"rows": dump.get("rows"), dump["workload"]: dump.get(dump["workload"])}
+
+
+def check_replicas(dumps) -> list[str]:
+    v, by_shard = [], defaultdict(list)
+    for d in dumps:
+        by_shard[d["shard"]].append(d)
+    for shard, ds in sorted(by_shard.items()):
+        ref = ds[0]
+        for d in ds[1:]:
+            if d["digest"] != ref["digest"]:
+                v.append(f"shard {shard}: digest of {d['node']} ({d['digest']}) != {ref['node']} ({ref['digest']})")
+            elif _aggregates(d) != _aggregates(ref):
+                v.append(f"shard {shard}: aggregates of {d['node']} differ from {ref['node']}")
+    return v
+
+
+def _cents(x) -> int:
+    return int(round(float(x) * 100))
+
+
+def check_tpcc(dump: dict) -> list[str]:
+    """Conditions of one warehouse (shard); fields an older dump lacks are not checked."""
+    v, node = [], dump["node"]
+    for w in dump["tpcc"]["warehouses"]:
+        dsum = sum(d["d_ytd"] for d in w["districts"])
+        if abs(w["w_ytd"] - dsum) > EPS:
+            v.append(f"{node}: 3.3.2.1 w {w['w_id']}: w_ytd {w['w_ytd']} != sum(d_ytd) {dsum}")
+        if "sum_h_amount" in w and _cents(w["w_ytd"]) != _cents(w["sum_h_amount"]):
+            v.append(f"{node}: 3.3.2.8 w {w['w_id']}: w_ytd {w['w_ytd']} != sum(h_amount) {w['sum_h_amount']}")
+        for d in w["districts"]:
+            where = f"{node}: w {w['w_id']} d {d['d_id']}"
+            if d.get("max_o_id") is not None and d["d_next_o_id"] - 1 != d["max_o_id"]:
+                v.append(f"{where}: 3.3.2.2 d_next_o_id-1 {d['d_next_o_id'] - 1} != max_o_id {d['max_o_id']}")
+            if d["no_count"] > 0:
+                if d["d_next_o_id"] - 1 != d["max_no_o_id"]:
+                    v.append(f"{where}: 3.3.2.2 d_next_o_id-1 {d['d_next_o_id'] - 1} != max_no_o_id {d['max_no_o_id']}")
+                if d["max_no_o_id"] - d["min_no_o_id"] + 1 != d["no_count"]:
+                    v.append(f"{where}: 3.3.2.3 max_no_o_id-min_no_o_id+1 "
+                             f"{d['max_no_o_id'] - d['min_no_o_id'] + 1} != no_count {d['no_count']}")
+            if d["sum_ol_cnt"] != d["ol_count"]:
+                v.append(f"{where}: 3.3.2.4 sum(o_ol_cnt) {d['sum_ol_cnt']} != count(order_line) {d['ol_count']}")
+            if "o_null_carrier" in d and (d["o_null_carrier"] != d["no_count"] or d["no_with_carrier"]):
+                v.append(f"{where}: 3.3.2.5 {d['o_null_carrier']} orders without carrier, {d['no_count']} new-orders "
+                         f"({d['no_with_carrier']} of them with a carrier or no order)")
+            if d.get("ol_cnt_mismatch"):
+                v.append(f"{where}: 3.3.2.6 {d['ol_cnt_mismatch']} orders whose o_ol_cnt != their order lines")
+            if d.get("ol_delivery_mismatch"):
+                v.append(f"{where}: 3.3.2.7 {d['ol_delivery_mismatch']} order lines delivered iff their order "
+                         "has no carrier")
+            if "sum_h_amount" in d and _cents(d["d_ytd"]) != _cents(d["sum_h_amount"]):
+                v.append(f"{where}: 3.3.2.9 d_ytd {d['d_ytd']} != sum(h_amount) {d['sum_h_amount']}")
+            if "deliveries" in d and d["o_count"] - d["no_count"] != d["delivered_at_load"] + d["deliveries"]:
+                v.append(f"{where}: 3.3.2.11 count(order)-count(new_order) {d['o_count'] - d['no_count']} != "
+                         f"{d['delivered_at_load']} delivered at load + {d['deliveries']} deliveries")
+            if d.get("c_balance_mismatch"):
+                v.append(f"{where}: 3.3.2.12 {d['c_balance_mismatch']} customers with c_balance + c_ytd_payment "
+                         "!= sum of their delivered ol_amount")
+    return v
+
+
+def check_tpcc_balances(dumps) -> list[str]:
+    """3.3.2.10 summed per customer district: sum(c_balance) = delivered ol_amount - the HISTORY amounts its
+    customers paid, wherever those rows are stored (one replica per shard)."""
+    per_shard = {}
+    for d in dumps:
+        per_shard.setdefault(d["shard"], d)
+    paid = defaultdict(int)
+    for d in per_shard.values():
+        for w in d["tpcc"]["warehouses"]:
+            if "h_by_customer_district" not in w:
+                return []
+            for k, x in w["h_by_customer_district"].items():
+                paid[k] += _cents(x)
+    v = []
+    for d in per_shard.values():
+        for w in d["tpcc"]["warehouses"]:
+            for dd in w["districts"]:
+                want = _cents(dd["sum_delivered_ol_amount"]) - paid[f"{w['w_id']}:{dd['d_id']}"]
+                if _cents(dd["sum_c_balance"]) != want:
+                    v.append(f"{d['node']}: w {w['w_id']} d {dd['d_id']}: 3.3.2.10 sum(c_balance) "
+                             f"{dd['sum_c_balance']} != delivered ol_amount - paid h_amount {want / 100:.2f}")
+    return v
+
+
+def check_tpca(dumps) -> list[str]:
+    v, per_shard = [], {}
+    for dump in dumps:
+        for t in TPCA_TABLES:
+            x = dump["tpca"]["tables"][t]
+            if abs(x["sum"] - x["initial_sum"] - x["applied_delta"]) > EPS:
+                v.append(f"{dump['node']}: tpca {t}: sum-initial_sum {x['sum'] - x['initial_sum']} "
+                         f"!= applied_delta {x['applied_delta']}")
+        per_shard.setdefault(dump["shard"], dump)  # one replica per shard for the global sums
+    totals = {t: sum(d["tpca"]["tables"][t]["applied_delta"] for d in per_shard.values()) for t in TPCA_TABLES}
+    if max(totals.values()) - min(totals.values()) > EPS:
+        v.append("tpca: total deltas differ across tables: " + ", ".join(f"{t} {x}" for t, x in totals.items()))
+    return v
+
+
+def check_workload(dumps) -> list[str]:
+    workloads = {d["workload"] for d in dumps}
+    if len(workloads) != 1:
+        raise Unreadable(f"dumps disagree on the workload: {sorted(workloads)}")
+    wl = workloads.pop()
+    try:
+        if wl == "tpcc":
+            return [x for d in dumps for x in check_tpcc(d)] + check_tpcc_balances(dumps)
+        if wl == "tpca":
+            return check_tpca(dumps)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise Unreadable(f"malformed dump section: {type(e).__name__} {e}") from e
+    raise Unreadable(f"unknown workload {wl!r}")
+
+
+PROCESS_FACTS = (("dropped_messages", "dropped {} message(s) to servers"),
+                 ("dropped_to_clients", "dropped {} message(s) to clients"),
+                 ("malformed_messages", "received {} malformed message(s)"),
+                 ("rejected_messages", "rejected {} message(s) (bad message)"))
+
+
+def _retry_limit(run_dir: Path) -> int | None:
+    try:
+        import yaml
+        return int(yaml.safe_load((run_dir / "deploy.yml").read_text())["client"]["retry_limit"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):
+        return None
+
+
+def given_up_transactions(run_dir) -> tuple[list[str], list[str]]:
+    """(exhausted, cut_off): given-up transactions (records.csv) that used every attempt the retry limit allows (a
+    protocol that aborts on conflict gave them up: recorded, not a violation), and the others (still unfinished
+    when the run's drain ended: a violation)."""
+    run_dir = Path(run_dir)
+    clients, limit = run_dir / "clients", _retry_limit(run_dir)
+    exhausted, cut_off = [], []
+    for f in sorted(clients.glob("*.records.csv")) if clients.is_dir() else []:
+        for txn, (status, type_name, _, attempts) in histories.read_record_outputs(f, attempts=True).items():
+            if status == "given_up":
+                label = f"txn {txn} ({type_name}, {f.name.removesuffix('.records.csv')})"
+                (exhausted if limit is not None and attempts >= limit else cut_off).append(label)
+    return exhausted, cut_off
+
+
+def check_run_health(run_dir, dumps) -> list[str]:
+    """Transactions still unfinished when the drain ended (given up before the retry limit), and what every
+    process said about itself: dropped, malformed or rejected messages, a drain that timed out, an interrupted
+    client. Transactions given up after the retry limit are not violations: check_run records them."""
+    run_dir, v = Path(run_dir), []
+    clients = run_dir / "clients"
+    _, cut_off = given_up_transactions(run_dir)
+    if cut_off:
+        v.append(f"{len(cut_off)} transaction(s) given up unfinished (before the retry limit): "
+                 + ", ".join(cut_off[:5]) + (" ..." if len(cut_off) > 5 else ""))
+    procs = [(d["node"], d) for d in dumps]
+    for f in sorted(clients.glob("*.summary.json")) if clients.is_dir() else []:
+        try:
+            procs.append((f.name.removesuffix(".summary.json"), json.loads(f.read_text())))
+        except (OSError, ValueError) as e:
+            raise Unreadable(f"{f.name}: {e}") from e
+    said = set()  # (process, fact): a process of several nodes says its own facts in each of their files
+    for node, d in procs:
+        facts = d.get("process", {})
+        proc = facts.get("name", node)
+        who = node if proc == node else f"{node} (process {proc})"
+        for key, text in PROCESS_FACTS:
+            if facts.get(key) and (key == "rejected_messages" or (proc, key) not in said):
+                said.add((proc, key))
+                v.append(f"{who}: " + text.format(facts[key]))
+        if facts.get("drain_timed_out") and (proc, "drain") not in said:
+            said.add((proc, "drain"))
+            v.append(f"{who}: still busy when its 10 s drain ran out")
+        if d.get("interrupted"):
+            v.append(f"{node}: interrupted before its run finished")
+    return v
+
+
+class _Report:
+    def __init__(self):
+        self.checks, self.violations, self.stats = {}, [], {}
+
+    def run(self, name: str, fn) -> None:
+        try:
+            found = fn()
+        except Skip as s:
+            self.skip(name, str(s))
+            return
+        self.checks[name] = {"verdict": "fail" if found else "pass", "reason": found[0] if found else "",
+                             "violations": len(found)}
+        self.violations += [f"[{name}] {x}" for x in found]
+
+    def skip(self, name: str, reason: str) -> None:
+        self.checks[name] = {"verdict": "skipped", "reason": reason, "violations": 0}
+
+
+def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
+    """Check a run folder; returns {'verdict', 'exit_code', 'violations', 'checks', ...} and writes check.json."""
+    t0 = time.monotonic()
+    rep = _Report()
+    try:
+        dumps = load_dumps(run_dir)
+        replicas = [d for d in dumps if d.get("kind") != "manager"]
+        rep.run("replicas", lambda: check_replicas(replicas))
+        rep.run("workload", lambda: check_workload(replicas))
+        rep.run("run", lambda: check_run_health(run_dir, dumps))
+        try:
+            data = histories.load_run(run_dir, replicas)
+        except Skip as s:
+            for name in CHECKS[3:]:
+                rep.skip(name, str(s))
+        else:
+            rep.run("order", lambda: histories.check_order(data))
+            rep.run("atomicity", lambda: histories.check_atomicity(data))
+            adj, pre = histories.conflict_graph(data)
+            rep.stats = {"histories": len(data.histories),
+                         "executions": sum(len(h) for h in data.histories.values()),
+                         "transactions": len(data.txns), "given_up": len(data.given_up),
+                         "conflict_edges": sum(len(v) for v in adj.values())}
+            rep.run("serializability", lambda: histories.check_serializability(data, adj, pre)[0])
+            rep.run("replay", lambda: histories.check_replay(data, adj, Path(run_dir) / "deploy.yml", replicas,
+                                                             replay_bin))
+        n = len(rep.violations)
+        exhausted, _ = given_up_transactions(run_dir)
+        notes = [f"{len(exhausted)} transaction(s) given up after the retry limit (aborted on every attempt; "
+                 f"they executed nowhere: atomicity checks it): " + ", ".join(exhausted[:5])
+                 + (" ..." if len(exhausted) > 5 else "")] if exhausted else []
+        res = {"verdict": "CONSISTENT" if not n else f"INCONSISTENT ({n} violations)", "exit_code": 1 if n else 0,
+               "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
+               "checks": rep.checks, "dumps": len(replicas),
+               "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
+               "stats": rep.stats}
+    except Unreadable as e:
+        res = {"verdict": "UNREADABLE", "exit_code": 2, "violations": rep.violations, "checks": rep.checks,
+               "error": str(e)}
+    res["elapsed_s"] = round(time.monotonic() - t0, 3)
+    if write and Path(run_dir).is_dir():
+        Path(run_dir, "check.json").write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m testbed.analysis.checker RUN_DIR", file=sys.stderr)
+        return 2
+    res = check_run(argv[0])
+    for line in res["violations"]:
+        print(line)
+    for line in res.get("notes", []):
+        print("[note] " + line)
+    for name, c in res.get("checks", {}).items():
+        print(f"  {name:16s} {c['verdict']}" + (f": {c['reason']}" if c["verdict"] == "skipped" else ""))
+    if res["exit_code"] == 2:
+        print(f"checker: error: {res['error']}", file=sys.stderr)
+    print(res["verdict"])
+    return res["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

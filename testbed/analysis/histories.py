@@ -1,0 +1,584 @@
+"""What the checker knows about transactions and their execution (docs/checker.md), and the order checks.
+
+Inputs of a run folder: every replica's execution history (servers/<node>.history.txt, named in its state dump),
+every client's transaction log (clients/<client>.txns.pb.gz) and raw records (clients/<client>.records.csv,
+column `outputs`). Protocol-neutral: only pieces, shards, conflict keys and execution orders.
+
+Checks (each returns violation lines):
+  order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
+  atomicity        (b) every committed transaction executed exactly once at every replica of every shard it
+                       touches; no given-up attempt and no unknown transaction executed anywhere
+  serializability  (c) the union of the per-shard orders over conflicting pieces has no cycle (shortest printed)
+  replay           (d) a serial replay (txn-replay) in a topological order reproduces digests and outputs
+"""
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+import os
+import shutil
+import subprocess
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.core.paths import REPO
+
+HISTORY_MAGIC = "# txn-history v1"
+MAX_LISTED = 20  # violations printed per kind; the rest are counted
+
+
+class Unreadable(Exception):
+    """An input is missing, truncated or malformed: nothing can be concluded (exit 2)."""
+
+
+class Skip(Exception):
+    """A check cannot run on this run folder (the reason says why); not a failure."""
+
+
+@dataclass
+class Piece:
+    shard: int
+    reads: tuple
+    writes: tuple
+
+
+@dataclass
+class Txn:
+    id: int                       # id of its last attempt
+    client: str
+    committed: bool
+    line: str                     # the raw JSON line (fed to txn-replay)
+    pieces: dict                  # piece id -> Piece
+    commutative: frozenset
+    failed: tuple = ()            # ids of earlier attempts
+    type_name: str = "?"
+    outputs: str | None = None    # digest from records.csv (committed only)
+
+    def shards(self) -> dict:
+        """shard -> sorted piece ids on it."""
+        out = defaultdict(list)
+        for pid, p in self.pieces.items():
+            out[p.shard].append(pid)
+        return {s: sorted(ids) for s, ids in out.items()}
+
+    def label(self) -> str:
+        return f"txn {self.id} ({self.type_name}, {self.client})"
+
+
+@dataclass
+class RunData:
+    txns: dict = field(default_factory=dict)          # txn id -> Txn (last attempts, committed or given up)
+    failed_ids: dict = field(default_factory=dict)    # id of an attempt that did not commit -> Txn
+    histories: dict = field(default_factory=dict)     # replica node -> [(txn, piece, deferred)]
+    replicas: dict = field(default_factory=dict)      # shard -> [replica nodes], ascending
+    given_up: list = field(default_factory=list)      # Txn
+    _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+
+def _ids(text: str, where: str = "") -> list[int]:
+    """Piece ids of a history line: "3", "0-4", "0-2,7"."""
+    if text.isdigit():
+        return [int(text)]
+    out = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        try:
+            lo = int(a)
+            hi = int(b) if b else lo
+        except ValueError:
+            raise Unreadable(f"{where}: bad piece ids {text!r}") from None
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+def read_history(path: Path, events: int | None = None) -> list[tuple[int, int, bool]]:
+    """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated."""
+    name = path.name
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise Unreadable(f"{name}: {e.strerror or e}") from e
+    if not lines or not lines[0].startswith(HISTORY_MAGIC):
+        raise Unreadable(f"{name}: not a txn history (no '{HISTORY_MAGIC}' header)")
+    if not lines[-1].startswith("# end "):
+        raise Unreadable(f"{name}: truncated (no '# end' line)")
+    trailer = dict(x.split("=", 1) for x in lines[-1][6:].split() if "=" in x)
+    out = []
+    for n, line in enumerate(lines[1:-1], start=2):
+        f = line.split()
+        if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
+            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d]', got {line!r}")
+        t, deferred = int(f[0]), len(f) == 3
+        out.extend([(t, p, deferred) for p in _ids(f[1], f"{name}:{n}")])
+    want = {int(trailer.get("events", -1)), events if events is not None else len(out)}
+    if want != {len(out)} or int(trailer.get("lines", -1)) != len(lines) - 2:
+        raise Unreadable(f"{name}: {len(out)} events in {len(lines) - 2} lines, but the history says "
+                         f"events={trailer.get('events')} lines={trailer.get('lines')}"
+                         + (f" and the state dump {events}" if events is not None else ""))
+    return out
+
+
+def _parse_entry(line: str, client: str, where: str) -> Txn:
+    try:
+        e = json.loads(line)
+        t = e["txn"]
+        pieces = {}
+        for p in t.get("pieces", []):
+            pieces[int(p.get("id", 0))] = Piece(int(p.get("shard", 0)), tuple(p.get("read_keys", ())),
+                                                tuple(p.get("write_keys", ())))
+        return Txn(id=int(t["txn_id"]), client=client, committed=bool(e.get("committed", False)), line=line,
+                   pieces=pieces, commutative=frozenset(int(x) for x in e.get("commutative", ())),
+                   failed=tuple(int(x) for x in e.get("failed_attempts", ())))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise Unreadable(f"{where}: malformed transaction entry ({type(err).__name__}: {err})") from err
+
+
+def read_txn_log(path: Path, client: str) -> list[Txn]:
+    """A client's transaction log (binary, src/core/txn_log.h), through `txn-replay --dump` as JSON lines."""
+    p = subprocess.run([str(require_replay_binary()), "--dump", str(path)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise Unreadable((p.stderr.strip().splitlines() or [f"txn-replay --dump exited with {p.returncode}"])[-1]
+                         .removeprefix("txn-replay: error: "))
+    return [_parse_entry(line, client, f"{path.name}: entry {n}")
+            for n, line in enumerate(p.stdout.splitlines(), start=1) if line]
+
+
+def read_record_outputs(path: Path, attempts: bool = False) -> dict[int, tuple]:
+    """txn id -> (status, type_name, outputs) from a client's records.csv (+ attempts with attempts=True)."""
+    out = {}
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                rec = (row["status"], row.get("type_name", "?"), row.get("outputs") or "")
+                out[int(row["txn_id"])] = rec + (int(row["attempts"]),) if attempts else rec
+    except (OSError, KeyError, ValueError) as e:
+        raise Unreadable(f"{path.name}: {e}") from e
+    return out
+
+
+def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
+    """Histories of the replicas whose dumps name one, and every client's transactions. Skip when the run
+    recorded neither (a run from before histories existed); Unreadable when part of them is missing."""
+    run_dir = Path(run_dir)
+    servers = run_dir / "servers" if (run_dir / "servers").is_dir() else run_dir
+    clients = run_dir / "clients"
+    data = RunData()
+    named = [d for d in replica_dumps if "execution_history" in d]
+    summaries = sorted(clients.glob("*.summary.json")) if clients.is_dir() else []
+    logs = sorted(clients.glob("*.txns.pb.gz")) if clients.is_dir() else []
+    if not named and not logs:
+        raise Skip("the run recorded no execution histories or transaction logs")
+    if len(named) != len(replica_dumps):
+        raise Unreadable("state dump(s) without an execution history: "
+                         + ", ".join(sorted(d["node"] for d in replica_dumps if d not in named)))
+    for d in sorted(named, key=lambda d: d["node"]):
+        h = d["execution_history"]
+        data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]))
+        data.replicas.setdefault(int(d["shard"]), []).append(d["node"])
+    for s in summaries:
+        client = s.name.removesuffix(".summary.json")
+        try:
+            summ = json.loads(s.read_text())
+        except (OSError, ValueError) as e:
+            raise Unreadable(f"{s.name}: {e}") from e
+        log = clients / f"{client}.txns.pb.gz"
+        if "n_txns" not in summ:
+            raise Unreadable(f"{s.name}: no n_txns (a client without a transaction log)")
+        txns = read_txn_log(log, client)
+        if len(txns) != summ["n_txns"]:
+            raise Unreadable(f"{log.name}: {len(txns)} transactions, but {s.name} says {summ['n_txns']} (truncated?)")
+        recs = read_record_outputs(clients / f"{client}.records.csv")
+        if len(recs) != len(txns):
+            raise Unreadable(f"{client}.records.csv: {len(recs)} records for {len(txns)} logged transactions")
+        for t in txns:
+            status, t.type_name, out = recs.get(t.id, (None, "?", ""))
+            if status != ("committed" if t.committed else "given_up"):
+                raise Unreadable(f"{client}: txn {t.id} is {'committed' if t.committed else 'given up'} in its "
+                                 f"log but {status or 'absent'} in its records")
+            t.outputs = out if t.committed else None
+            if t.id in data.txns:
+                raise Unreadable(f"txn id {t.id} logged twice ({data.txns[t.id].client}, {client})")
+            data.txns[t.id] = t
+            for f in t.failed:
+                data.failed_ids[f] = t
+            if not t.committed:
+                data.given_up.append(t)
+    if not summaries or len(summaries) != len(logs):
+        raise Unreadable(f"{len(logs)} transaction log(s) for {len(summaries)} client summaries")
+    return data
+
+
+# ---- helpers -----------------------------------------------------------------------------------------------
+
+class _Collector:
+    """Violation lines of one check: the first MAX_LISTED, then how many more."""
+    def __init__(self):
+        self.lines, self.more = [], 0
+
+    def add(self, line: str) -> None:
+        if len(self.lines) < MAX_LISTED:
+            self.lines.append(line)
+        else:
+            self.more += 1
+
+    def result(self) -> list[str]:
+        return self.lines + ([f"... and {self.more} more"] if self.more else [])
+
+
+def _commutes(data: RunData, txn: int, piece: int) -> bool:
+    t = data.txns.get(txn)
+    return t is not None and piece in t.commutative
+
+
+def ordered_events(data: RunData, node: str) -> list[tuple[int, int]]:
+    """A replica's executions in order, without the commutative pieces (whose place does not matter)."""
+    if node not in data._ordered:
+        data._ordered[node] = [(t, p) for t, p, _ in data.histories[node] if not _commutes(data, t, p)]
+    return data._ordered[node]
+
+
+def _describe(data: RunData, txn: int) -> str:
+    t = data.txns.get(txn)
+    if t is not None:
+        return t.label()
+    if txn in data.failed_ids:
+        return f"txn {txn} (a failed attempt of {data.failed_ids[txn].label()})"
+    return f"txn {txn} (in no client's log)"
+
+
+# ---- (a) the same order of conflicting pieces at every replica of a shard -------------------------------------
+
+def key_accesses(data: RunData, node: str) -> tuple[dict, list]:
+    """A replica's order as far as it matters: per conflict key, its accesses in execution order, each write
+    (a piece that writes the key, whether or not it also reads it) one group and each run of reads between two
+    writes one set (reads of a key commute with each other); and, apart, the pieces of transactions no client
+    logged (their keys are unknown, so their order among themselves is compared as it is)."""
+    per_key, unknown = defaultdict(list), []
+    for t, p in ordered_events(data, node):
+        txn = data.txns.get(t)
+        piece = txn.pieces.get(p) if txn is not None else None
+        if piece is None:
+            unknown.append((t, p))
+            continue
+        writes = set(piece.writes)
+        for k in writes:
+            per_key[k].append(("w", (t, p)))
+        for k in piece.reads:
+            if k in writes:
+                continue
+            groups = per_key[k]
+            if groups and groups[-1][0] == "r":
+                groups[-1][1].add((t, p))
+            else:
+                groups.append(("r", {(t, p)}))
+    return per_key, unknown
+
+
+def _access(data: RunData, groups: list, i: int) -> str:
+    if i >= len(groups):
+        return "the end of its accesses"
+    kind, what = groups[i]
+    if kind == "w":
+        return f"{_describe(data, what[0])} piece {what[1]}"
+    reads = sorted(what)
+    return "reads by " + ", ".join(f"{_describe(data, t)} piece {p}" for t, p in reads[:2]) + \
+        (f" and {len(reads) - 2} more" if len(reads) > 2 else "")
+
+
+def check_order(data: RunData) -> list[str]:
+    """(a): the replicas of a shard executed the same pieces, and every two conflicting pieces in the same order.
+    Pieces that do not conflict commute, so their interleaving may differ (a protocol like Janus executes
+    independent transactions as their dependencies allow); commutative pieces are compared as a multiset."""
+    out = _Collector()
+    for shard, nodes in sorted(data.replicas.items()):
+        ref = nodes[0]
+        ref_events = Counter(ordered_events(data, ref))
+        ref_keys, ref_unknown = key_accesses(data, ref)
+        ref_comm = Counter((t, p) for t, p, _ in data.histories[ref] if _commutes(data, t, p))
+        for node in nodes[1:]:
+            events = Counter(ordered_events(data, node))
+            if events != ref_events:
+                diff = (events - ref_events) + (ref_events - events)
+                (t, p), _ = min(diff.items())
+                out.add(f"shard {shard}: {node} and {ref} executed different pieces ({len(diff)} differ, e.g. "
+                        f"{_describe(data, t)} piece {p})")
+            else:
+                keys, unknown = key_accesses(data, node)
+                differ = sorted(k for k in set(keys) | set(ref_keys) if keys.get(k, []) != ref_keys.get(k, []))
+                if differ:
+                    k = differ[0]
+                    a, b = keys.get(k, []), ref_keys.get(k, [])
+                    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                    more = f" ({len(differ)} keys differ)" if len(differ) > 1 else ""
+                    out.add(f"shard {shard}: {node} executed conflicting pieces in another order than {ref} on key "
+                            f"{k}{more}: its access {i + 1} is {_access(data, a, i)} where {ref} has "
+                            f"{_access(data, b, i)}")
+                if unknown != ref_unknown:
+                    out.add(f"shard {shard}: {node} executed pieces of transactions in no client's log in another "
+                            f"order than {ref}")
+            comm = Counter((t, p) for t, p, _ in data.histories[node] if _commutes(data, t, p))
+            if comm != ref_comm:
+                diff = (comm - ref_comm) + (ref_comm - comm)
+                (t, p), _ = min(diff.items())
+                out.add(f"shard {shard}: {node} and {ref} executed different commutative pieces "
+                        f"({len(diff)} differ, e.g. {_describe(data, t)} piece {p})")
+    return out.result()
+
+
+# ---- (b) atomicity ---------------------------------------------------------------------------------------------
+
+def check_atomicity(data: RunData) -> list[str]:
+    out = _Collector()
+    shard_of = {n: s for s, nodes in data.replicas.items() for n in nodes}
+    executed = {}
+    for node, events in data.histories.items():
+        per = defaultdict(list)
+        for t, p, _ in events:
+            per[t].append(p)
+        executed[node] = per
+    for t in sorted(data.txns.values(), key=lambda x: x.id):
+        if not t.committed:
+            continue
+        for shard, want in sorted(t.shards().items()):
+            if shard not in data.replicas:
+                out.add(f"{t.label()} touches shard {shard}, which has no replica dump")
+                continue
+            for node in data.replicas[shard]:
+                got = sorted(executed[node].get(t.id, []))
+                if got == want:
+                    continue
+                missing = sorted(set(want) - set(got))
+                twice = sorted(p for p, n in Counter(got).items() if n > 1)
+                extra = sorted(set(got) - set(want))
+                what = "; ".join(x for x in (
+                    f"pieces {missing} never executed" if missing else "",
+                    f"pieces {twice} executed more than once" if twice else "",
+                    f"unknown pieces {extra}" if extra else "") if x)
+                out.add(f"{t.label()} at {node} (shard {shard}): {what}")
+    for node, per in sorted(executed.items()):
+        shard = shard_of[node]
+        for txn in per:
+            t = data.txns.get(txn)
+            if t is not None and t.committed:
+                if shard not in {p.shard for p in t.pieces.values()}:
+                    out.add(f"{t.label()} executed at {node}, but it has no piece on shard {shard}")
+            elif t is not None:
+                out.add(f"{t.label()} was given up but executed at {node}")
+            elif txn in data.failed_ids:
+                out.add(f"{_describe(data, txn)} did not commit but executed at {node}")
+            else:
+                out.add(f"{_describe(data, txn)} executed at {node}")
+    return out.result()
+
+
+# ---- (c) serializability: the conflict graph ---------------------------------------------------------------------
+
+def conflict_graph(data: RunData) -> tuple[dict, list[str]]:
+    """({u: {v: (shard, key)}}, violations): an edge u -> v where u's piece executed before a conflicting piece
+    of v at some replica (read/write keys; pieces that commute with everything take part in no conflict). Every
+    distinct order of a shard contributes, so two replicas that disagree make a cycle."""
+    out = _Collector()
+    adj = defaultdict(dict)
+    for shard, nodes in sorted(data.replicas.items()):
+        seen = set()
+        for node in nodes:
+            for t, p, deferred in data.histories[node]:
+                if deferred and not _commutes(data, t, p):
+                    out.add(f"{node} deferred {_describe(data, t)} piece {p}, which does not commute")
+            seq = tuple(ordered_events(data, node))
+            if seq in seen:
+                continue
+            seen.add(seq)
+            last_writer, readers = {}, defaultdict(list)
+            for t, p in seq:
+                txn = data.txns.get(t)
+                piece = txn.pieces.get(p) if txn is not None else None
+                if piece is None:
+                    continue
+                for k in piece.reads:
+                    w = last_writer.get(k)
+                    if w is not None and w != t and t not in adj[w]:
+                        adj[w][t] = (shard, k)
+                    readers[k].append(t)
+                for k in piece.writes:
+                    w = last_writer.get(k)
+                    if w is not None and w != t and t not in adj[w]:
+                        adj[w][t] = (shard, k)
+                    for r in readers.pop(k, ()):
+                        if r != t and t not in adj[r]:
+                            adj[r][t] = (shard, k)
+                    last_writer[k] = t
+    return adj, out.result()
+
+
+def strongly_connected(adj: dict) -> list[list[int]]:
+    """Components with more than one node (Tarjan, iterative)."""
+    index, low, on, stack, comps, counter = {}, {}, set(), [], [], 0
+    for root in list(adj):
+        if root in index:
+            continue
+        work = [(root, iter(adj.get(root, ())))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(adj.get(w, ()))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    comps.append(comp)
+    return comps
+
+
+def shortest_cycle(adj: dict, comp: list[int]) -> list[int]:
+    """The shortest cycle inside one strongly connected component (BFS from each node, cut at the best length)."""
+    members, best = set(comp), None
+    for s in sorted(comp):
+        limit = len(best) if best else len(comp) + 1
+        parent, frontier, depth, found = {s: None}, [s], 0, None
+        while frontier and depth + 1 < limit and found is None:
+            depth += 1
+            nxt = []
+            for u in frontier:
+                for v in adj.get(u, ()):
+                    if v == s:
+                        found = u
+                        break
+                    if v in members and v not in parent:
+                        parent[v] = u
+                        nxt.append(v)
+                if found is not None:
+                    break
+            frontier = nxt
+        if found is not None:
+            path, x = [], found
+            while x is not None:
+                path.append(x)
+                x = parent[x]
+            best = path[::-1]  # s ... found, and found -> s closes it
+            if len(best) == 2:
+                break
+    return best
+
+
+def describe_cycle(data: RunData, adj: dict, cycle: list[int]) -> str:
+    parts = []
+    for i, u in enumerate(cycle):
+        v = cycle[(i + 1) % len(cycle)]
+        shard, key = adj[u][v]
+        parts.append(f"{_describe(data, u)} -> [shard {shard}, {key}] ->")
+    return " ".join(parts) + f" {_describe(data, cycle[0])}"
+
+
+def check_serializability(data: RunData, adj: dict, pre: list[str]) -> tuple[list[str], list]:
+    """(violations, components with a cycle)."""
+    comps = strongly_connected(adj)
+    v = list(pre)
+    if comps:
+        best = min((shortest_cycle(adj, c) for c in comps), key=len)
+        v.insert(0, f"the conflict graph has {len(comps)} cycle component(s) over "
+                    f"{sum(len(c) for c in comps)} transactions; shortest cycle ({len(best)} transactions): "
+                    + describe_cycle(data, adj, best))
+    return v, comps
+
+
+# ---- (d) serial replay --------------------------------------------------------------------------------------------
+
+def topological_order(data: RunData, adj: dict) -> list[Txn]:
+    """Committed transactions in an order that respects every conflict edge between them (Kahn, ties by id)."""
+    committed = {t.id for t in data.txns.values() if t.committed}
+    indeg = Counter()
+    for u, vs in adj.items():
+        if u in committed:
+            for v in vs:
+                if v in committed:
+                    indeg[v] += 1
+    ready = [t for t in committed if indeg[t] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        u = heapq.heappop(ready)
+        order.append(data.txns[u])
+        for v in adj.get(u, ()):
+            if v in committed:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(ready, v)
+    if len(order) != len(committed):
+        raise Skip("the conflict graph has a cycle: no serial order to replay")
+    return order
+
+
+def replay_binary() -> Path | None:
+    """txn-replay: $EDGE_TXN_REPLAY, else build/txn-replay of this checkout, else on PATH."""
+    for cand in (os.environ.get("EDGE_TXN_REPLAY"), REPO / "build" / "txn-replay", shutil.which("txn-replay")):
+        if cand and os.access(cand, os.X_OK):
+            return Path(cand)
+    return None
+
+
+def require_replay_binary() -> Path:
+    binary = replay_binary()
+    if binary is None:
+        raise Unreadable("txn-replay not found (build it with `make build`, or set EDGE_TXN_REPLAY)")
+    return binary
+
+
+def check_replay(data: RunData, adj: dict, deploy_file: Path, dumps: list[dict], binary=None) -> list[str]:
+    order = topological_order(data, adj)
+    binary = binary or require_replay_binary()
+    if not deploy_file.is_file():
+        raise Unreadable(f"{deploy_file.name} missing: the replay needs the deployment")
+    p = subprocess.run([str(binary), "--config", str(deploy_file)], input="\n".join(t.line for t in order) + "\n",
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise Unreadable((p.stderr.strip().splitlines() or [f"txn-replay exited with {p.returncode}"])[-1])
+    outputs, digests, end = {}, {}, None
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if f[0] == "t":
+            outputs[int(f[1])] = f[2]
+        elif f[0] == "s":
+            digests[int(f[1])] = f[2]
+        elif f[0] == "end":
+            end = int(f[1])
+    if end != len(order):
+        raise Unreadable(f"txn-replay replayed {end} of {len(order)} transactions")
+    out = _Collector()
+    for d in sorted(dumps, key=lambda d: d["node"]):
+        want = digests.get(int(d["shard"]))
+        if d["digest"] != want:
+            out.add(f"shard {d['shard']}: the serial replay ends in state {want}, {d['node']} in {d['digest']}")
+    wrong = [t for t in order if t.outputs is not None and t.outputs != outputs.get(t.id)]
+    for t in wrong:
+        out.add(f"{t.label()}: the client received outputs {t.outputs}, the serial replay produces "
+                f"{outputs.get(t.id)}")
+    return out.result()

@@ -1,0 +1,150 @@
+"""Per-run summary (summary.json) from the clients' raw record CSVs (README.md: Results)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99, 99.9)
+CLASSES = ("IRT", "CRT", "all")
+COLUMNS = ["txn_id", "type", "type_name", "class", "start_us", "latency_us", "attempts", "status"]
+
+
+def nearest_rank(values, p: float):
+    """Nearest-rank percentile: sorted[ceil(p/100*n) - 1]; None for an empty input."""
+    s = sorted(values)
+    if not s:
+        return None
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile {p}: must be in (0, 100]")
+    return s[max(0, math.ceil(round(p / 100 * len(s), 9)) - 1)]
+
+
+def read_records(run_dir) -> pd.DataFrame:
+    files = sorted(Path(run_dir, "clients").glob("*.records.csv"))
+    if not files:
+        return pd.DataFrame(columns=COLUMNS + ["client"])
+    frames = []
+    for f in files:
+        df = pd.read_csv(f)
+        missing = set(COLUMNS) - set(df.columns)
+        if missing:
+            raise ValueError(f"{f}: missing column(s) {', '.join(sorted(missing))}")
+        frames.append(df.assign(client=f.name.removesuffix(".records.csv")))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _started_in(df: pd.DataFrame, w0_us: float, w1_us: float) -> pd.DataFrame:
+    return df[(df.start_us >= w0_us) & (df.start_us < w1_us)]
+
+
+def _latencies_ms(started: pd.DataFrame) -> pd.Series:
+    """The latency population of the percentiles: committed transactions among those started in the window."""
+    return started[started.status == "committed"].latency_us / 1000.0
+
+
+def _class_stats(df: pd.DataFrame, w0_us: float, w1_us: float) -> dict:
+    committed = df[df.status == "committed"]
+    end = committed.start_us + committed.latency_us
+    done = committed[(end >= w0_us) & (end < w1_us)]           # throughput: completions in window
+    started = _started_in(df, w0_us, w1_us)                    # latency: txns started in window
+    lat = _latencies_ms(started)
+    out = {"committed": int(len(done)), "throughput_tps": len(done) / ((w1_us - w0_us) / 1e6),
+           "latency_samples": int(len(lat))}
+    for p in PERCENTILES:
+        v = nearest_rank(lat.tolist(), p)
+        out[f"p{p:g}_ms"] = None if v is None else round(float(v), 3)
+    out["mean_ms"] = round(float(lat.mean()), 3) if len(lat) else None
+    out["given_up"] = int((started.status == "given_up").sum())
+    out["aborts"] = int((started.attempts - 1).clip(lower=0).sum())  # failed attempts before success/give-up
+    att = int(started.attempts.sum())
+    out["abort_rate"] = round(out["aborts"] / att, 6) if att else 0.0
+    out["mean_attempts"] = round(float(started.attempts.mean()), 4) if len(started) else None
+    return out
+
+
+def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, write: bool = True) -> dict:
+    """Window [warmup, duration - cooldown) in seconds since each client's start."""
+    if not 0 <= warmup_s < duration_s - cooldown_s:
+        raise ValueError(f"empty window: warmup={warmup_s}, duration={duration_s}, cooldown={cooldown_s}")
+    df = read_records(run_dir)
+    w0, w1 = warmup_s * 1e6, (duration_s - cooldown_s) * 1e6
+    summary = {
+        "window_s": [warmup_s, duration_s - cooldown_s], "window_len_s": duration_s - cooldown_s - warmup_s,
+        "clients": int(df.client.nunique()) if len(df) else 0, "records": int(len(df)),
+        "classes": {c: _class_stats(df if c == "all" else df[df["class"] == c], w0, w1) for c in CLASSES},
+        "by_type": {str(t): int(n) for t, n in
+                    df[df.status == "committed"].type_name.value_counts().sort_index().items()},
+    }
+    summary["throughput_tps"] = summary["classes"]["all"]["throughput_tps"]
+    summary["counters"] = server_counters(run_dir)
+    if write:
+        Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def server_counters(run_dir) -> dict:
+    """Protocol counters summed over every server state dump of a run (servers/*.state.json, key "counters"; e.g.
+    DAST's irts and irts_behind_undecided_crt, docs/protocols/dast.md); a counter whose name ends in `_max` (Janus's
+    largest_scc_max) is a maximum and is combined as one. {} when no dump carries any."""
+    totals: dict = {}
+    for f in sorted(Path(run_dir, "servers").glob("*.state.json")):
+        try:
+            counters = json.loads(f.read_text()).get("counters") or {}
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"{f}: {e}") from e
+        for k, v in counters.items():
+            totals[k] = max(totals.get(k, 0), int(v)) if k.endswith("_max") else totals.get(k, 0) + int(v)
+    return totals
+
+
+def _client_knobs(run_dir) -> dict:
+    import yaml
+    return yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
+
+
+def summarize_run(run_dir, write: bool = True) -> dict:
+    """summarize() with the window taken from the run's deploy.yml."""
+    client = _client_knobs(run_dir)
+    return summarize(run_dir, client["warmup_s"], client["duration_s"], client["cooldown_s"], write)
+
+
+def format_table(summary: dict) -> str:
+    def f(v, nd=1):
+        return "-" if v is None else f"{v:.{nd}f}"
+    cols = ["class", "commits", "tput/s"] + [f"p{p:g}ms" for p in PERCENTILES] + ["att", "gaveup"]
+    rows = []
+    for c in CLASSES:
+        s = summary["classes"][c]
+        rows.append([c, str(s["committed"]), f(s["throughput_tps"])]
+                    + [f(s[f"p{p:g}_ms"]) for p in PERCENTILES] + [f(s["mean_attempts"], 2), str(s["given_up"])])
+    widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
+    line = lambda r: "  ".join(x.rjust(w) for x, w in zip(r, widths))
+    w = summary["window_s"]
+    head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
+    tail = []
+    if summary.get("counters"):
+        tail = ["counters (whole run): " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counters"].items()))]
+    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows] + tail)
+
+
+def window_of_run(run_dir) -> tuple[float, float]:
+    """The measurement window [warmup, duration - cooldown) of a run, in seconds, from its deploy.yml."""
+    client = _client_knobs(run_dir)
+    return float(client["warmup_s"]), float(client["duration_s"]) - float(client["cooldown_s"])
+
+
+def class_percentiles(run_dir, percentiles, window: tuple[float, float] | None = None) -> dict:
+    """{class: {p: latency_ms or None}} for any percentiles p in (0, 100], nearest-rank over the committed
+    transactions that started in the window (the same population as summary.json's p50..p99.9), pooled over
+    every client of the run. window: (start_s, end_s); default the run's own from deploy.yml."""
+    w0, w1 = window if window is not None else window_of_run(run_dir)
+    df = read_records(run_dir)
+    out = {}
+    for c in CLASSES:
+        sub = df if c == "all" else df[df["class"] == c]
+        lat = _latencies_ms(_started_in(sub, w0 * 1e6, w1 * 1e6)).tolist()
+        out[c] = {p: (None if not lat else round(float(nearest_rank(lat, p)), 3)) for p in percentiles}
+    return out

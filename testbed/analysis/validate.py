@@ -1,0 +1,218 @@
+"""Run-folder validation: what a run wrote is still all there, whole and self-consistent.
+
+write_manifest(run_dir) when the run's raw files are complete writes files.json: the size and sha256 of every
+raw file (deploy.yml, config.json, clients/*, servers/*, logs/*, anything else but the DERIVED files), the
+record count each client reported (n_records of clients/<client>.summary.json, written by txn-client beside its
+records CSV) and the processes deploy.yml expects.
+
+validate_run(run_dir) -> problems, one short line each ([] when the folder is fine):
+  - meta.json, summary.json, check.json missing or not valid JSON (e.g. truncated);
+  - files.json missing or unreadable: a folder written before manifests existed, or cut off before the end of its
+    run, is reported as such ("no manifest") and its raw files cannot be checked; the checks below still run;
+  - a raw file missing, added, or changed (size, then sha256) since files.json was written;
+  - a client of deploy.yml without its records CSV, a CSV whose header or a line does not parse, whose last line
+    is cut, or whose row count differs from the client's n_records (a cut at a line boundary);
+  - summary.json's "records" differing from the rows of the CSVs;
+  - a replica of deploy.yml without a valid servers/<replica>.state.json.
+A self-test (probe) run has no records: its client checks are skipped. Files are read in a streaming way: a
+60 s run of a few MB validates in tens of milliseconds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from testbed.analysis.results import COLUMNS
+
+MANIFEST = "files.json"
+MANIFEST_VERSION = 1
+DERIVED = ("meta.json", "summary.json", "check.json", MANIFEST)  # top level; written beside the raw files
+_TMP = f".{MANIFEST}.tmp"
+_CHUNK = 1 << 20
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def raw_files(run_dir) -> list[str]:
+    """Every raw file of the run (posix paths relative to run_dir), sorted."""
+    run_dir = Path(run_dir)
+    out = []
+    for root, dirs, files in os.walk(run_dir):
+        dirs.sort()
+        rel_root = Path(root).relative_to(run_dir)
+        for f in files:
+            if rel_root == Path(".") and f in DERIVED + (_TMP,):
+                continue
+            out.append((rel_root / f).as_posix())
+    return sorted(out)
+
+
+def _read_json(path: Path):
+    """The parsed JSON, or a problem string: 'missing' / 'not valid JSON (truncated?)'."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as e:
+        return None, f"unreadable ({e.strerror or e})"
+    try:
+        return json.loads(text), None
+    except ValueError:
+        return None, "not valid JSON (truncated?)"
+
+
+def expected_processes(run_dir) -> dict:
+    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes; ValueError if unreadable."""
+    path = Path(run_dir) / "deploy.yml"
+    try:
+        nodes = yaml.safe_load(path.read_text())["nodes"]
+        kinds = {n["name"]: n["kind"] for n in nodes}
+    except FileNotFoundError:
+        raise ValueError("deploy.yml: missing") from None
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        raise ValueError("deploy.yml: not a readable deployment file (truncated?)") from None
+    return {k + "s": sorted(n for n, kind in kinds.items() if kind == k) for k in ("replica", "manager", "client")}
+
+
+def _n_records(run_dir: Path, client: str):
+    data, _ = _read_json(run_dir / "clients" / f"{client}.summary.json")
+    n = data.get("n_records") if isinstance(data, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def write_manifest(run_dir) -> dict:
+    """Write run_dir/files.json (see the module doc) and return it. Call it once the raw files are final."""
+    run_dir = Path(run_dir)
+    files = {rel: {"size": (run_dir / rel).stat().st_size, "sha256": _sha256(run_dir / rel)}
+             for rel in raw_files(run_dir)}
+    try:
+        processes = expected_processes(run_dir)
+    except ValueError:
+        processes = None
+    clients = (processes or {}).get("clients", [])
+    manifest = {"version": MANIFEST_VERSION, "files": files, "processes": processes,
+                "n_records": {c: _n_records(run_dir, c) for c in clients}}
+    tmp = run_dir / _TMP
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, run_dir / MANIFEST)
+    return manifest
+
+
+def _csv_problems(path: Path, rel: str) -> tuple[int | None, list[str]]:
+    """(data rows, problems) of a records CSV, streamed: header (the required columns first, further ones such as
+    the outputs digest after them), fields per line as in the header, last line whole. rows is None when the
+    header is wrong or the file empty."""
+    required = ",".join(COLUMNS).encode()
+    probs = []
+    with open(path, "rb") as f:
+        first = f.readline()
+        if not first:
+            return None, [f"{rel}: empty"]
+        header = first.rstrip(b"\r\n")
+        if header != required and not header.startswith(required + b","):
+            return None, [f"{rel}: header does not start with {required.decode()}"]
+        commas = header.count(b",")
+        rows, carry = 0, b""
+        while chunk := f.read(_CHUNK):
+            data = carry + chunk
+            end = data.rfind(b"\n")
+            if end < 0:
+                carry = data
+                continue
+            body, carry = data[:end], data[end + 1:]
+            n = body.count(b"\n") + 1
+            if not probs and body.count(b",") != commas * n:  # rare: find the line
+                for k, line in enumerate(body.split(b"\n")):
+                    if line.count(b",") != commas:
+                        probs.append(f"{rel}: line {rows + k + 2} has {line.count(b',') + 1} fields, not {commas + 1}")
+                        break
+            rows += n
+    if carry:
+        probs.append(f"{rel}: last line cut (no newline at the end)")
+    return rows, probs
+
+
+def validate_run(run_dir) -> list[str]:
+    """Problems of a run folder, one short line each; [] when it is whole and consistent (see the module doc)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return [f"{run_dir}: not a directory"]
+    probs, top = [], {}
+    for name in ("meta.json", "summary.json", "check.json"):
+        data, why = _read_json(run_dir / name)
+        if why:
+            probs.append(f"{name}: {why}")
+        top[name] = data if isinstance(data, dict) else None
+    meta, summary = top["meta.json"] or {}, top["summary.json"]
+
+    manifest, why = _read_json(run_dir / MANIFEST)
+    if why == "missing":
+        probs.append(f"{MANIFEST}: missing (no manifest: a folder from before manifests, or a run cut off); "
+                     "raw files unchecked")
+    elif why or not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        probs.append(f"{MANIFEST}: {why or 'not a manifest'}; raw files unchecked")
+    has_manifest = not why and isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
+
+    reported = set()   # raw files whose absence a process check below already names
+    try:
+        procs = (manifest.get("processes") if has_manifest else None) or expected_processes(run_dir)
+    except ValueError as e:
+        probs.append(str(e))
+        procs = {}
+    for r in procs.get("replicas", []):
+        rel = f"servers/{r}.state.json"
+        _, why = _read_json(run_dir / rel)
+        if why == "missing":
+            probs.append(f"replica {r}: no state dump ({rel} missing)")
+            reported.add(rel)
+        elif why:
+            probs.append(f"{rel}: {why}")
+
+    if not meta.get("probe"):
+        rows = {}  # every records CSV, as results.read_records() reads them: client -> data rows (None: unparsable)
+        for path in sorted((run_dir / "clients").glob("*.records.csv")):
+            client, rel = path.name.removesuffix(".records.csv"), f"clients/{path.name}"
+            rows[client], csv_probs = _csv_problems(path, rel)
+            probs += csv_probs
+            if client not in procs.get("clients", [client]):
+                probs.append(f"{rel}: {client} is not a client of deploy.yml")
+        for c in procs.get("clients", []):
+            rel = f"clients/{c}.records.csv"
+            if c not in rows:
+                probs.append(f"client {c}: no records ({rel} missing)")
+                reported.add(rel)
+                continue
+            want = (manifest.get("n_records") or {}).get(c) if has_manifest else _n_records(run_dir, c)
+            if want is None:
+                probs.append(f"client {c}: no n_records to check its records against "
+                             f"(clients/{c}.summary.json missing or without it)")
+            elif rows[c] is not None and rows[c] != want:
+                probs.append(f"client {c}: {rows[c]} records in {rel}, its summary says n_records {want} "
+                             f"({'records lost' if rows[c] < want else 'rows added'})")
+        total = sum(n for n in rows.values() if n is not None)
+        if summary is not None and None not in rows.values() and summary.get("records") != total:
+            probs.append(f"summary.json: records {summary.get('records')}, the client CSVs hold {total}")
+
+    if has_manifest:
+        listed = manifest["files"]
+        for rel in sorted(listed):
+            want, path = listed[rel], run_dir / rel
+            if not path.is_file():
+                if rel not in reported:
+                    probs.append(f"{rel}: missing ({MANIFEST} lists it)")
+            elif path.stat().st_size != want.get("size"):
+                probs.append(f"{rel}: {path.stat().st_size} bytes, {MANIFEST} says {want.get('size')} "
+                             "(truncated or changed)")
+            elif _sha256(path) != want.get("sha256"):
+                probs.append(f"{rel}: changed since the run (sha256 differs from {MANIFEST})")
+        for rel in raw_files(run_dir):
+            if rel not in listed:
+                probs.append(f"{rel}: not in {MANIFEST} (added after the run)")
+    return probs

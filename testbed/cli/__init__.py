@@ -1,0 +1,1 @@
+"""Command lines (the top-level scripts are thin wrappers around these). The top layer: nothing imports it."""

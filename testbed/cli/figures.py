@@ -1,0 +1,38 @@
+"""drawFig(name): results/data-<name>.pdf (+ .png and .csv beside it) from the run folders in results/<name>/.
+
+    python genFigure.py n_clients [--results results] [--tail 95]
+    python -c 'import genFigure; genFigure.drawFig("n_clients")'
+Names: n_clients, crt_ratio, tpca, scalability, robust (or exp1..exp5).
+"""
+import argparse
+import sys
+
+from testbed.core import experiments
+from testbed.analysis import figures
+
+
+def drawFig(name, results="results", tail=None, config=None):
+    """Aggregate results/<name>/ and write results/data-<name>.{pdf,png,csv}; returns the PDF path.
+    tail: tail percentile (default: the sweep's TAIL_PERCENTILE, else exp_config.py's).
+    ValueError for an unknown name, figures.NoRuns (a ValueError) when there is no run to draw."""
+    return figures.draw(name, root=results, tail=tail, config=config).pdf
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="+", help="experiment names: " + ", ".join(experiments.EXPERIMENTS))
+    ap.add_argument("--results", default="results", help="results root (default results/)")
+    ap.add_argument("--tail", type=float, default=None, help="tail percentile (default: TAIL_PERCENTILE)")
+    ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
+    a = ap.parse_args(argv)
+    try:
+        names = [experiments.get(n).name for n in a.names]   # every name checked before anything is drawn
+        for n in names:
+            fig = figures.draw(n, root=a.results, tail=a.tail, config=a.config)
+            print(figures.point_table(fig.table, fig.tail))
+            print(f"figure: {fig.pdf}")
+    except ValueError as e:
+        print(f"genFigure: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+

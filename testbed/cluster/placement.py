@@ -1,0 +1,63 @@
+"""Where each container runs and which address it gets (pure; start_containers.py acts on the plan).
+
+One container per shard, named <DEPLOYMENT>_r<region>_s<shard>, at <a.b>.<region>.<shard>; regions and shards are
+counted from 1 in names and addresses (so a.b.0.0/24 stays free for the driver and control). The deployment
+file counts from 0: deploy region = Container.region - 1, shard-in-region = Container.shard - 1.
+Hosts: round-robin over hosts.yml in (region, shard) order, or, when every host gives `cpus`, a smooth
+weighted round-robin so each host gets containers in proportion to its cpus. The driver goes on the first host.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from testbed.core.config import ExpConfig
+from testbed.cluster.hosts import Host
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    ip: str
+    host: Host
+    region: int  # from 1; 0 for the driver
+    shard: int   # from 1; 0 for the driver
+    role: str = "shard"  # shard | driver
+
+
+def host_sequence(hosts, n: int) -> list[Host]:
+    """n host picks: round-robin, or weighted by cpus when every host has cpus (ties -> earlier host)."""
+    hosts = list(hosts)
+    if not hosts:
+        raise ValueError("hosts: at least one host is needed")
+    if not all(h.cpus for h in hosts):
+        return [hosts[i % len(hosts)] for i in range(n)]
+    total, current, out = sum(h.cpus for h in hosts), [0] * len(hosts), []
+    for _ in range(n):
+        current = [c + h.cpus for c, h in zip(current, hosts)]
+        best = max(range(len(hosts)), key=lambda i: (current[i], -i))
+        current[best] -= total
+        out.append(hosts[best])
+    return out
+
+
+def plan(cfg: ExpConfig, hosts) -> list[Container]:
+    """Containers for cfg.regions x cfg.shards_per_region shards, then the driver at cfg.driver_ip."""
+    net = ipaddress.IPv4Network(cfg.subnet)
+    R, N, prefix = cfg.regions, cfg.shards_per_region, cfg.subnet_prefix
+    driver = ipaddress.IPv4Address(cfg.driver_ip)
+    picks = host_sequence(hosts, R * N)
+    out = []
+    for r in range(1, R + 1):
+        for s in range(1, N + 1):
+            ip = f"{prefix}.{r}.{s}"
+            if r > 255 or s > 254 or ipaddress.IPv4Address(ip) not in net:
+                raise ValueError(f"SUBNET={cfg.subnet}: too small for REGIONS={R} x SHARDS_PER_REGION={N} "
+                                 f"({ip} falls outside); use a /16")
+            if ipaddress.IPv4Address(ip) == driver:
+                raise ValueError(f"DRIVER_IP={cfg.driver_ip}: collides with shard container "
+                                 f"{cfg.container_name(r, s)}")
+            out.append(Container(cfg.container_name(r, s), ip, picks[(r - 1) * N + s - 1], r, s))
+    if driver not in net:
+        raise ValueError(f"DRIVER_IP={cfg.driver_ip}: outside SUBNET={cfg.subnet}")
+    out.append(Container(cfg.driver_name, str(driver), list(hosts)[0], 0, 0, "driver"))
+    return out

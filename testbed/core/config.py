@@ -1,0 +1,341 @@
+"""Load and validate exp_config.py (the experiment knobs) into a frozen ExpConfig.
+
+Every bad value raises ValueError naming the knob and its allowed range, before anything starts.
+
+Jitter rule (per direction sigma = JITTER_MS / sqrt(2), applied to cross-region links only; the smallest
+cross-region one-way delay is d = min off-diagonal RTT / 2): netem and the app transport clip negative
+samples to 0, which biases the mean upward.
+  sigma > d      -> error   (mean biased by more than 8 %, > 16 % of samples clipped)
+  sigma > d / 2  -> warning (more than 2 % of samples clipped, mean biased by < 0.5 % .. 8 %)
+The same rule covers every value of ROBUST_RTT_VAR (exp 5 uses it as JITTER_MS).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import ipaddress
+import math
+import re
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from testbed.core.paths import REPO
+
+SHAPINGS = ("auto", "netem", "app")
+DISTRIBUTIONS = ("normal", "pareto", "paretonormal")
+MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
+DEFAULT_FILE = REPO / "exp_config.py"
+
+
+@dataclass(frozen=True)
+class ExpConfig:
+    regions: int = 3
+    shards_per_region: int = 2
+    replicas: int = 3
+    scale: float = 0.01
+    tpcc_district: str = "fixed"
+    engine_processes: str = "container"
+    intra_rtt_ms: float = 5
+    inter_rtt_ms: float = 100
+    rtt_overrides: tuple = ()          # ((a, b), rtt_ms) with 1 <= a <= b <= regions, sorted
+    jitter_ms: float = 0
+    jitter_distribution: str = "normal"
+    shaping: str = "auto"
+    netem_limit: int = 100000
+    control_ports: tuple = (22, 19000)
+    deployment: str = "edge"
+    image_name: str = "edge-txn:latest"
+    network_name: str = "edge_txn"
+    subnet: str = "10.55.0.0/16"
+    overlay_mtu: int | None = 1450
+    driver_ip: str = "10.55.0.240"
+    container_cpus: object = None
+    ssh_connect_timeout_s: float = 15
+    systems: tuple = ()                # () = every protocol the engine has built (its registry)
+    n_repeat: int = 1
+    duration_s: float = 20
+    warmup_s: float = 5
+    cooldown_s: float = 2
+    tail_percentile: float = 99
+    concurrency_levels: tuple = (1, 2, 4)
+    client_process_per_shard: tuple = (1,)
+    crt_ratios: tuple = (10, 50, 90)
+    zipfs: tuple = (0.5, 0.7, 0.9)
+    scalability_n_regions: tuple = (3,)
+    robust_rtt_var: tuple = (0, 10, 20, 30)
+    fixed_client_process_per_shard: int = 1
+    fixed_concurrency: int = 1
+    protocol_options: tuple = ()      # ((protocol, ((option, value), ...)), ...); checked against the registry
+
+    def options_of(self, protocol: str) -> dict:
+        """PROTOCOL_OPTIONS of one protocol ({} when none are set)."""
+        return dict(dict(self.protocol_options).get(protocol, ()))
+
+    @property
+    def driver_name(self) -> str:
+        return f"{self.deployment}_driver"
+
+    def container_name(self, region: int, shard: int) -> str:
+        """Shard container of region and shard counted from 1: <DEPLOYMENT>_r<region>_s<shard>."""
+        return f"{self.deployment}_r{region}_s{shard}"
+
+    @property
+    def subnet_prefix(self) -> str:
+        """'10.55' for SUBNET 10.55.0.0/16: containers are <prefix>.<region>.<shard>."""
+        return ".".join(self.subnet.split("/")[0].split(".")[:2])
+
+    def as_dict(self) -> dict:
+        """Plain, YAML/JSON-friendly form (recorded with every run)."""
+        d = dataclasses.asdict(self)
+        d["rtt_overrides"] = [[a, b, v] for (a, b), v in self.rtt_overrides]
+        d["protocol_options"] = {name: dict(opts) for name, opts in self.protocol_options}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+KNOBS = {f.name.upper(): f.name for f in dataclasses.fields(ExpConfig)}
+
+
+def _shown(path: str | Path) -> str:
+    """path relative to the working directory when it lies below it (as a user would type it), else as is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _exec_config_file(path: Path) -> ModuleType:
+    """Run the config file as a module. Whatever its body raises (a syntax error, a NameError, ...) becomes one
+    ValueError 'file:line: what', the line being the innermost one of the config file itself."""
+    spec = importlib.util.spec_from_file_location(f"_exp_config_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:  # also IndentationError, TabError; the file may be one the config imports
+        text = (e.text or "").strip()
+        where = f"{_shown(e.filename or path)}:{e.lineno or '?'}"
+        raise ValueError(f"{where}: {e.msg}" + (f" ({text})" if text else "")) from None
+    except Exception as e:  # noqa: BLE001 -- anything the module body raises is a mistake in the file
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        what = str(e).strip().splitlines()
+        raise ValueError(f"{_shown(path)}:{lines[-1] if lines else '?'}: {type(e).__name__}"
+                         + (f": {what[0]}" if what else "")) from None
+    return module
+
+
+def _knobs_of(source) -> dict:
+    if source is None:
+        source = DEFAULT_FILE
+    if isinstance(source, dict):
+        return dict(source)
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(f"experiment config {path}: no such file")
+        source = _exec_config_file(path.resolve())
+    if isinstance(source, ModuleType):
+        return {k: v for k, v in vars(source).items() if re.fullmatch(r"[A-Z][A-Z0-9_]*", k)}
+    raise TypeError(f"load_exp_config: expected a module, a path or a dict, got {type(source).__name__}")
+
+
+def load_exp_config(source=None) -> ExpConfig:
+    """source: a module, a path to a .py file, a dict of KNOB -> value, or None (the top-level exp_config.py).
+    Knobs that are not set keep ExpConfig's defaults; unknown UPPER_CASE names are rejected (typos)."""
+    knobs = _knobs_of(source)
+    for name in knobs:
+        if name not in KNOBS:
+            hint = difflib.get_close_matches(name, KNOBS, n=1)
+            raise ValueError(f"{name}: unknown knob" + (f" (did you mean {hint[0]}?)" if hint else ""))
+    return validate(ExpConfig(**{KNOBS[k]: v for k, v in knobs.items()}))
+
+
+# ---------------------------------------------------------------- checks
+
+def _num(name, v, lo, hi, integer=False, lo_open=False, hi_open=False):
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    ok = ok and (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
+    if ok and integer:
+        ok = float(v).is_integer()
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        rng = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        raise ValueError(f"{name}={v!r}: must be {kind} in {rng}")
+    return int(v) if integer else v
+
+
+def _sweep(name, values, lo, hi, integer=False):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
+        raise ValueError(f"{name}={values!r}: must be a non-empty list of values in [{lo}, {hi}]")
+    return tuple(_num(f"{name} item", v, lo, hi, integer) for v in values)
+
+
+def _choice(name, v, allowed):
+    if v not in allowed:
+        raise ValueError(f"{name}={v!r}: must be one of {', '.join(allowed)}")
+    return v
+
+
+def _overrides(raw, regions) -> tuple:
+    if isinstance(raw, (list, tuple)):  # as_dict() form: [[a, b, rtt], ...]
+        try:
+            raw = {(a, b): v for a, b, v in raw}
+        except (TypeError, ValueError):
+            raise ValueError(f"RTT_OVERRIDES={raw!r}: must be a dict {{(region_a, region_b): rtt_ms}}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"RTT_OVERRIDES={raw!r}: must be a dict {{(region_a, region_b): rtt_ms}}")
+    out = {}
+    for key, v in raw.items():
+        if not (isinstance(key, tuple) and len(key) == 2
+                and all(isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= regions for r in key)):
+            raise ValueError(f"RTT_OVERRIDES key {key!r}: must be a pair (a, b) of regions in [1, {regions}]")
+        v = _num(f"RTT_OVERRIDES[{key}]", v, 0, 10000)
+        pair = tuple(sorted(key))
+        if pair in out and out[pair] != v:
+            raise ValueError(f"RTT_OVERRIDES {key}: conflicts with {pair[::-1]} ({out[pair]} vs {v}); RTT is symmetric")
+        out[pair] = v
+    return tuple(sorted(out.items()))
+
+
+def _check_jitter(name, j, cfg):
+    if cfg.regions < 2 or j == 0:
+        return
+    m = rtt_matrix(cfg)
+    one_way = min(m[a][b] for a in range(cfg.regions) for b in range(cfg.regions) if a != b) / 2
+    sigma = j / math.sqrt(2)
+    if sigma > one_way:
+        raise ValueError(f"{name}={j}: must be in [0, {one_way * math.sqrt(2):.1f}] (per-direction std-dev "
+                         f"{sigma:.1f} ms exceeds the smallest cross-region one-way delay {one_way:g} ms)")
+    if sigma > one_way / 2:
+        warnings.warn(f"{name}={j}: per-direction std-dev {sigma:.1f} ms > half the one-way delay {one_way:g} ms; "
+                      "more than 2 % of delay samples are clipped at 0", stacklevel=3)
+
+
+def validate(cfg: ExpConfig) -> ExpConfig:
+    """Check every knob; return a normalised copy (tuples, ints, sorted overrides). Raises ValueError."""
+    c = {}
+    c["regions"] = R = _num("REGIONS", cfg.regions, 1, 64, integer=True)
+    c["shards_per_region"] = _num("SHARDS_PER_REGION", cfg.shards_per_region, 1, 239, integer=True)
+    c["replicas"] = _num("REPLICAS", cfg.replicas, 3, 3, integer=True)
+    c["scale"] = _num("SCALE", cfg.scale, 0.0001, 10)
+    c["tpcc_district"] = _choice("TPCC_DISTRICT", cfg.tpcc_district, ("fixed", "uniform"))
+    c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, ("container", "split", "node"))
+    c["intra_rtt_ms"] = _num("INTRA_RTT_MS", cfg.intra_rtt_ms, 0, 10000)
+    c["inter_rtt_ms"] = _num("INTER_RTT_MS", cfg.inter_rtt_ms, 0, 10000)
+    c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)
+    c["jitter_ms"] = _num("JITTER_MS", cfg.jitter_ms, 0, 10000)
+    c["jitter_distribution"] = _choice("JITTER_DISTRIBUTION", cfg.jitter_distribution, DISTRIBUTIONS)
+    c["shaping"] = _choice("SHAPING", cfg.shaping, SHAPINGS)
+    if c["shaping"] == "app" and c["jitter_distribution"] != "normal":
+        raise ValueError(f"JITTER_DISTRIBUTION={cfg.jitter_distribution!r}: must be normal with SHAPING='app'")
+    c["netem_limit"] = _num("NETEM_LIMIT", cfg.netem_limit, 1, 10_000_000, integer=True)
+    ports = cfg.control_ports
+    if isinstance(ports, (str, bytes)) or not hasattr(ports, "__iter__"):
+        raise ValueError(f"CONTROL_PORTS={ports!r}: must be a list of ports in [1, 65535]")
+    c["control_ports"] = tuple(dict.fromkeys(_num("CONTROL_PORTS item", p, 1, 65535, True) for p in ports))
+    if not isinstance(cfg.deployment, str) or not re.fullmatch(r"[a-z][a-z0-9-]{0,23}", cfg.deployment):
+        raise ValueError(f"DEPLOYMENT={cfg.deployment!r}: must be 1-24 lower-case letters, digits or '-', "
+                         "starting with a letter")
+    for name in ("IMAGE_NAME", "NETWORK_NAME"):
+        v = getattr(cfg, name.lower())
+        if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*", v):
+            raise ValueError(f"{name}={v!r}: must be a non-empty name of letters, digits and _.:/@-")
+    cpus = cfg.container_cpus
+    if cpus is not None and cpus != "auto":
+        c["container_cpus"] = _num("CONTAINER_CPUS", cpus, 0.1, 1024)
+    c["ssh_connect_timeout_s"] = _num("SSH_CONNECT_TIMEOUT_S", cfg.ssh_connect_timeout_s, 1, 300)
+    c["overlay_mtu"] = None if cfg.overlay_mtu is None else _num("OVERLAY_MTU", cfg.overlay_mtu, 576, 9000, True)
+
+    try:
+        net = ipaddress.IPv4Network(cfg.subnet)
+    except (ValueError, TypeError):
+        raise ValueError(f"SUBNET={cfg.subnet!r}: must be an IPv4 network a.b.0.0/16 (prefix 16..23)") from None
+    if not 16 <= net.prefixlen <= 23 or str(net.network_address).split(".")[2:] != ["0", "0"]:
+        raise ValueError(f"SUBNET={cfg.subnet!r}: must be an IPv4 network a.b.0.0/p with p in [16, 23]")
+    max_regions = 2 ** (24 - net.prefixlen) - 1
+    if R > max_regions:
+        raise ValueError(f"SUBNET={cfg.subnet!r}: holds regions 1..{max_regions} (a.b.<region>.0/24), "
+                         f"REGIONS={R} needs a larger subnet (e.g. /16)")
+    try:
+        driver = ipaddress.IPv4Address(cfg.driver_ip)
+    except (ValueError, TypeError):
+        raise ValueError(f"DRIVER_IP={cfg.driver_ip!r}: must be an IPv4 address") from None
+    control_block = ipaddress.IPv4Network(f"{net.network_address}/24")
+    last = int(str(driver).split(".")[3])
+    if driver not in control_block or not 1 <= last <= 254:
+        raise ValueError(f"DRIVER_IP={cfg.driver_ip!r}: must be in {control_block} (.1 .. .254), "
+                         "the block of SUBNET no region uses")
+    c["subnet"], c["driver_ip"] = str(net), str(driver)
+
+    if isinstance(cfg.systems, str) or not hasattr(cfg.systems, "__iter__"):
+        raise ValueError(f"SYSTEMS={cfg.systems!r}: must be a list of protocol names (`txn-server --list-modes`)")
+    for s in cfg.systems:
+        if not isinstance(s, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", s):
+            raise ValueError(f"SYSTEMS item {s!r}: must be a protocol name (`txn-server --list-modes`)")
+    c["systems"] = tuple(dict.fromkeys(cfg.systems))
+    c["protocol_options"] = _protocol_options(cfg.protocol_options)
+    c["n_repeat"] = _num("N_REPEAT", cfg.n_repeat, 1, 100, integer=True)
+    c["duration_s"] = _num("DURATION_S", cfg.duration_s, 1, 3600)
+    c["warmup_s"] = _num("WARMUP_S", cfg.warmup_s, 0, 3600)
+    c["cooldown_s"] = _num("COOLDOWN_S", cfg.cooldown_s, 0, 3600)
+    if c["warmup_s"] + c["cooldown_s"] >= c["duration_s"]:
+        raise ValueError(f"WARMUP_S+COOLDOWN_S={c['warmup_s'] + c['cooldown_s']}: must be < DURATION_S="
+                         f"{c['duration_s']}")
+    c["tail_percentile"] = _num("TAIL_PERCENTILE", cfg.tail_percentile, 50, 100, lo_open=True, hi_open=True)
+
+    c["concurrency_levels"] = _sweep("CONCURRENCY_LEVELS", cfg.concurrency_levels, 1, 256, integer=True)
+    c["client_process_per_shard"] = _sweep("CLIENT_PROCESS_PER_SHARD", cfg.client_process_per_shard, 1, 16, True)
+    c["crt_ratios"] = _sweep("CRT_RATIOS", cfg.crt_ratios, 0, 100)
+    c["zipfs"] = _sweep("ZIPFS", cfg.zipfs, 0, 1)
+    # a protocol needing more regions than a point has is skipped there by the runner (its registry entry says)
+    c["scalability_n_regions"] = _sweep("SCALABILITY_N_REGIONS", cfg.scalability_n_regions, 1, R, integer=True)
+    c["robust_rtt_var"] = _sweep("ROBUST_RTT_VAR", cfg.robust_rtt_var, 0, 10000)
+    c["fixed_client_process_per_shard"] = _num("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard,
+                                               1, 16, integer=True)
+    c["fixed_concurrency"] = _num("FIXED_CONCURRENCY", cfg.fixed_concurrency, 1, 256, integer=True)
+
+    out = dataclasses.replace(cfg, **c)
+    for r, row in enumerate(rtt_matrix(out), 1):
+        classes = {(v / 2, a != r - 1) for a, v in enumerate(row)}  # (one-way delay, jittered) per destination
+        if len(classes) > MAX_DELAY_CLASSES:
+            raise ValueError(f"RTT_OVERRIDES: region {r} would need {len(classes)} distinct delay classes; "
+                             f"must be at most {MAX_DELAY_CLASSES} (prio qdisc has 16 bands)")
+    _check_jitter("JITTER_MS", out.jitter_ms, out)
+    for j in out.robust_rtt_var:
+        _check_jitter("ROBUST_RTT_VAR item", j, out)
+    return out
+
+
+def _protocol_options(raw) -> tuple:
+    """PROTOCOL_OPTIONS = {protocol: {option: value}} (or as_dict()'s nested lists) -> sorted nested tuples. Only
+    the shape is checked here; names and values are checked against the engine's registry before a sweep starts."""
+    if isinstance(raw, (list, tuple)):
+        try:
+            raw = {name: dict(opts) for name, opts in raw}
+        except (TypeError, ValueError):
+            raise ValueError(f"PROTOCOL_OPTIONS={raw!r}: must be a dict {{protocol: {{option: value}}}}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"PROTOCOL_OPTIONS={raw!r}: must be a dict {{protocol: {{option: value}}}}")
+    out = []
+    for name, opts in raw.items():
+        if not isinstance(name, str) or not isinstance(opts, dict):
+            raise ValueError(f"PROTOCOL_OPTIONS[{name!r}]={opts!r}: must be a dict {{option: value}} under a "
+                             "protocol name")
+        for k, v in opts.items():
+            if not isinstance(k, str) or not isinstance(v, (bool, int, float, str)):
+                raise ValueError(f"PROTOCOL_OPTIONS[{name!r}][{k!r}]={v!r}: must be a bool, number or string")
+        out.append((name, tuple(sorted(opts.items()))))
+    return tuple(sorted(out))
+
+
+def rtt_matrix(cfg: ExpConfig, regions: int | None = None) -> list[list[float]]:
+    """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1).
+    regions < cfg.regions gives the top-left sub-matrix (exp 4)."""
+    R = cfg.regions if regions is None else regions
+    m = [[cfg.intra_rtt_ms if a == b else cfg.inter_rtt_ms for b in range(R)] for a in range(R)]
+    for (a, b), v in cfg.rtt_overrides:
+        if a <= R and b <= R:
+            m[a - 1][b - 1] = m[b - 1][a - 1] = v
+    return m

@@ -1,0 +1,221 @@
+"""Build, validate and write deployment files (docs/deploy-schema.md) for the local backend.
+
+Modes, the processes a mode needs besides replicas and clients, its minimum number of regions and its options come
+from the engine's protocol registry (testbed/core/protocols.py); nothing here knows a protocol by name.
+"""
+from __future__ import annotations
+
+import copy
+import socket
+from pathlib import Path
+
+import yaml
+
+from testbed.core import protocols
+
+WORKLOADS = ("tpcc", "tpca")
+REPLICAS = 3
+
+DEFAULTS = dict(
+    name="local", mode=None, workload="tpcc", regions=3, shards=2, clients_per_shard=1,
+    concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
+    zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
+    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
+    protocol_options=None, district="fixed", retry_limit=20, processes="container",
+)
+# mode None: the registry's default mode (its first protocol).
+# protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
+# defaults, and the deployment file gets all of them under protocols.<mode>.
+DISTRICTS = ("fixed", "uniform")
+# processes: "container" runs every node of one shard container (its 3 replicas, its clients; in a region's first
+# container the protocol's role nodes too) in one engine process; "split" runs the container's servers in one process
+# and its clients in another; "node" one process per node (docs/efficiency.md).
+PROCESS_LAYOUTS = ("container", "split", "node")
+
+# knob -> (min, max) inclusive; every value is checked before anything starts
+RANGES = dict(
+    regions=(1, 64), shards=(1, 239), clients_per_shard=(1, 16), concurrency=(1, 256),
+    duration=(1, 3600), warmup=(0, 3600), cooldown=(0, 3600), drain_timeout=(0, 600),
+    scale=(0.0001, 10), zipf=(0, 1), payment_crt_rate=(-1, 100), intra_rtt=(0, 10000),
+    inter_rtt=(0, 10000), jitter=(0, 1000), base_port=(1024, 65000), seed=(0, 2**31 - 1),
+    retry_limit=(1, 1000000),
+)
+
+
+def validate(**knobs) -> dict:
+    """Merge knobs over DEFAULTS and check every value; raise ValueError naming the knob and range."""
+    unknown = set(knobs) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown knob(s): {', '.join(sorted(unknown))}")
+    k = {**DEFAULTS, **{n: v for n, v in knobs.items() if v is not None}}
+    for n, (lo, hi) in RANGES.items():
+        v = k[n]
+        kind = "an integer" if isinstance(DEFAULTS[n], int) else "a number"
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi
+                or (kind == "an integer" and not float(v).is_integer())):
+            raise ValueError(f"{n}={v!r}: must be {kind} in [{lo}, {hi}]")
+    registry = protocols.load()
+    if k["mode"] is None:
+        k["mode"] = registry.default_mode()
+    proto = registry.get(k["mode"])
+    if k["regions"] < proto.min_regions:
+        raise ValueError(f"regions={k['regions']}: mode {proto.name} needs regions in "
+                         f"[{proto.min_regions}, {RANGES['regions'][1]}]")
+    k["protocol_options"] = protocol_options(proto, k)
+    if k["rtt_ms"] is not None:
+        k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
+    if k["mechanism"] not in ("app", "netem", "none"):
+        raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
+    if k["processes"] not in PROCESS_LAYOUTS:
+        raise ValueError(f"processes={k['processes']!r}: must be one of {', '.join(PROCESS_LAYOUTS)}")
+    if k["district"] not in DISTRICTS:
+        raise ValueError(f"district={k['district']!r}: must be one of {', '.join(DISTRICTS)}")
+    if k["workload"] not in WORKLOADS:
+        raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
+    if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
+        raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
+    if k["warmup"] + k["cooldown"] >= k["duration"]:
+        raise ValueError(f"warmup+cooldown={k['warmup'] + k['cooldown']}: must be < duration={k['duration']}")
+    if not str(k["name"]).replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"name={k['name']!r}: must be letters, digits, '-' or '_'")
+    return k
+
+
+def protocol_options(proto: protocols.Protocol, k: dict) -> dict:
+    """Every option of proto: the protocol_options knob over the schema's defaults."""
+    given = k["protocol_options"] if k["protocol_options"] is not None else {}
+    if not isinstance(given, dict):
+        raise ValueError(f"protocol_options={given!r}: must be a mapping of option names to values")
+    return proto.check_options(given)
+
+
+def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
+    return [[intra if i == j else inter for j in range(regions)] for i in range(regions)]
+
+
+def check_rtt_matrix(m, regions: int) -> list[list[float]]:
+    """rtt_ms knob: an R x R matrix of numbers in [0, 10000] (it replaces intra_rtt/inter_rtt)."""
+    ok = isinstance(m, (list, tuple)) and len(m) == regions and all(
+        isinstance(row, (list, tuple)) and len(row) == regions for row in m)
+    if not ok:
+        raise ValueError(f"rtt_ms: must be a {regions} x {regions} matrix (regions={regions})")
+    for row in m:
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 10000:
+                raise ValueError(f"rtt_ms item {v!r}: must be a number in [0, 10000]")
+    return [[float(v) for v in row] for row in m]
+
+
+def node_list(regions: int, shards: int, clients_per_shard: int, proto: protocols.Protocol) -> list[dict]:
+    """Every process of a deployment (no host/port yet): replicas, the processes of the protocol's roles (e.g. one
+    manager per region), clients. Names as in docs/deploy-schema.md."""
+    nodes = [dict(name=f"s{r}.{s}.{i}", kind="replica", region=r, shard=s, replica=i)
+             for r in range(regions) for s in range(shards) for i in range(REPLICAS)]
+    nodes += proto.role_nodes(regions)
+    nodes += [dict(name=f"c{r}.{s}.{c}", kind="client", region=r, shard=s)
+              for r in range(regions) for s in range(shards) for c in range(clients_per_shard)]
+    return nodes
+
+
+def assign_processes(nodes: list[dict], layout: str = "container") -> None:
+    """Set every node's engine process as its shard container runs it (docs/efficiency.md). "container":
+    `shard<r>.<s>` holds the shard's replicas, its clients and, for s = 0, the region's role nodes; "split": `srv<r>.<s>`
+    the servers, `cli<r>.<s>` the clients; "node": every node alone (no `process`). Names count from 0, as the
+    deployment file does."""
+    for n in nodes:
+        if layout == "node":
+            n.pop("process", None)
+        else:
+            n["process"] = _container_process(n, layout)
+
+
+def _container_process(n: dict, layout: str) -> str:
+    """The process name of node n in its shard container under layout "container" or "split"."""
+    s = 0 if n["kind"] not in ("replica", "client") else n["shard"]
+    prefix = "shard" if layout == "container" else "cli" if n["kind"] == "client" else "srv"
+    return f"{prefix}{n['region']}.{s}"
+
+
+def split_clients(deploy: dict) -> dict:
+    """A copy of the deployment whose clients that share a process with servers get processes of their own, one
+    per container (`cli<r>.<s>`), as the "split" layout has them."""
+    d = copy.deepcopy(deploy)
+    shared = {p for p, members in processes(d["nodes"]) if len({m["kind"] == "client" for m in members}) == 2}
+    for n in d["nodes"]:
+        if n["kind"] == "client" and n.get("process") in shared:
+            n["process"] = _container_process(n, "split")
+    return d
+
+
+def processes(nodes: list[dict]) -> list[tuple[str, list[dict]]]:
+    """[(process name, its nodes)] in the order of their first nodes; a node without `process` runs alone."""
+    out: dict[str, list[dict]] = {}
+    for n in nodes:
+        out.setdefault(n.get("process") or n["name"], []).append(n)
+    return list(out.items())
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def allocate_ports(n: int, host: str, base: int) -> list[int]:
+    """n free ports counting up from base (busy ones are skipped)."""
+    ports, p = [], base
+    while len(ports) < n:
+        if p > 65535:
+            raise ValueError(f"base_port={base}: not enough free ports above it ({n} needed)")
+        if port_free(host, p):
+            ports.append(p)
+        p += 1
+    return ports
+
+
+def build_deployment(place=None, **knobs) -> dict:
+    """Deployment dict for R regions x N shards x 3 replicas (+ managers, + clients).
+    place(nodes) sets every node's host and port; default: all on knobs['host'] with free ports from base_port."""
+    k = validate(**knobs)
+    R, N, C, host = int(k["regions"]), int(k["shards"]), int(k["clients_per_shard"]), k["host"]
+    nodes = node_list(R, N, C, protocols.load().get(k["mode"]))
+    if place is None:
+        for node, port in zip(nodes, allocate_ports(len(nodes), host, int(k["base_port"]))):
+            node.update(host=host, port=port)
+    else:
+        place(nodes)
+    assign_processes(nodes, k["processes"])
+    rtt = k["rtt_ms"] or rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
+    d = {
+        "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,
+        "replicas": REPLICAS, "seed": int(k["seed"]),
+        "link": {"mechanism": k["mechanism"], "rtt_ms": rtt,
+                 "jitter_ms": float(k["jitter"])},
+        "workload": {"name": k["workload"], "scale": float(k["scale"]), "zipf": float(k["zipf"]),
+                     "payment_crt_rate": int(k["payment_crt_rate"]), "district": k["district"]},
+        "client": {"n_concurrent": int(k["concurrency"]), "duration_s": float(k["duration"]),
+                   "warmup_s": float(k["warmup"]), "cooldown_s": float(k["cooldown"]),
+                   "drain_timeout_s": float(k["drain_timeout"]),
+                   # attempts per transaction before it is given up (the artifact's 20); only protocols that
+                   # abort on conflict (TAPIR) retry
+                   "retry_limit": int(k["retry_limit"])},
+        "protocols": {k["mode"]: k["protocol_options"]},
+        "nodes": nodes,
+    }
+    return d
+
+
+def write_yaml(deploy: dict, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(deploy, sort_keys=False, default_flow_style=None, width=120)
+    path.write_text(text)
+    return path
+
+
+def load_yaml(path) -> dict:
+    return yaml.safe_load(Path(path).read_text())

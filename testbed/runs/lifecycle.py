@@ -1,0 +1,365 @@
+"""The run lifecycle both backends share: prepare -> start servers -> start clients -> drain -> collect -> check ->
+record (README.md: Results, for what a run folder holds).
+
+A backend supplies the processes (LocalRunner in testbed/runs/local.py: processes on this machine; SwarmRunner in
+testbed/runs/swarm_backend.py: processes in the containers, over SSH) through a few hooks; everything else -- the
+order of the phases, the waits and their limits, progress, the verdict, and cleanup -- lives here once:
+
+- meta.json is written when the run starts (status `running`) and rewritten on every way out: ok, failed with the
+  reason, or interrupted. A folder still saying `running` was cut off (its job was killed) and counts as failed.
+- Cleanup (Runner.teardown) runs on every path, is bounded in time, and never raises: one dead container does
+  not stop the others from being cleaned.
+- Ctrl-C, SIGTERM and SIGHUP stop the run at the next poll (testbed/core/interrupts.py); the run is recorded as
+  interrupted and Interrupted is raised (exit code 128 + signal).
+- A finished run is summarised (summary.json), checked (check.json) and given its verdict here, so every caller
+  (run_local.py, the sweep runner, the self-test) sees the same one in RunResult.status/reason and meta.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from testbed.analysis import checker, results, validate
+from testbed.core import deploy as deploylib, interrupts, rtt
+from testbed.analysis.rundirs import verdict, write_json
+from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_id
+from testbed.core.paths import REPO
+
+STEAL_WARN_PCT = 10
+PROGRESS_EVERY_S = 5.0
+
+
+# ---------------------------------------------------------------- facts about the machine
+
+def cpu_times() -> list[int] | None:
+    """The machine's aggregate CPU times from /proc/stat (user nice system idle iowait irq softirq steal ...)."""
+    try:
+        with open("/proc/stat") as f:
+            first = f.readline().split()
+        return [int(x) for x in first[1:9]] if first and first[0] == "cpu" else None
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_shares(before, after) -> dict:
+    """{busy_pct, steal_pct} of the machine's CPU time between two cpu_times() readings (steal: time the
+    hypervisor gave to other guests; a run with much of it measured a slower machine than it had)."""
+    if not before or not after:
+        return {}
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d)
+    if total <= 0:
+        return {}
+    idle = d[3] + d[4]
+    return {"busy_pct": round(100.0 * (total - idle - d[7]) / total, 1), "steal_pct": round(100.0 * d[7] / total, 1)}
+
+
+def _cmd(args) -> str:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=10, cwd=REPO).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_sha() -> str | None:
+    if os.environ.get("EDGE_TXN_GIT_SHA"):  # set by the host for runs driven from the driver container (no git)
+        return os.environ["EDGE_TXN_GIT_SHA"]
+    sha = _cmd(["git", "rev-parse", "HEAD"])
+    if not sha:
+        return None
+    return sha + ("-dirty" if _cmd(["git", "status", "--porcelain", "--untracked-files=no"]) else "")
+
+
+def tail_lines(text: str, n: int = 15) -> str:
+    lines = text.splitlines()[-n:]
+    return "\n".join("    " + x for x in lines) or "    (empty log)"
+
+
+# ---------------------------------------------------------------- what a backend provides
+
+def engine_target(node: dict) -> list[str]:
+    """The engine's arguments naming what one process runs: a process of several nodes, or one node."""
+    return ["--process", node["name"]] if node.get("nodes") else ["--name", node["name"]]
+
+
+def engine_processes(nodes: list[dict], clients: bool) -> list[dict]:
+    """The processes to start for the servers (clients=False: every process with a server, txn-server) or the
+    clients of a deployment (processes of clients only, txn-client): a node that runs alone as itself, a process of
+    several nodes as {name, host, nodes, clients} (testbed/core/deploy.py assign_processes); `clients` is true for a
+    server process that runs clients too, which start when it gets SIGUSR1 and print `DONE <process>`."""
+    out = []
+    for name, members in deploylib.processes(nodes):
+        kinds = {m["kind"] == "client" for m in members}
+        if (kinds == {True}) != clients:
+            continue
+        out.append(members[0] if len(members) == 1 and name == members[0]["name"]
+                   else {"name": name, "host": members[0]["host"], "nodes": [m["name"] for m in members],
+                         "clients": len(kinds) == 2})
+    return out
+
+
+def client_out(node: dict, clients_dir: str) -> list[str]:
+    """The engine arguments for where a server process's clients write (none for others)."""
+    return ["--client-out", clients_dir] if node.get("clients") else []
+
+
+class Proc(ABC):
+    """One engine process of a run (txn-server or txn-client)."""
+    name: str
+    argv: list
+
+    @abstractmethod
+    def poll(self) -> int | None:
+        """Exit code once it exited, else None (as the runner last saw it)."""
+
+    @abstractmethod
+    def ready(self) -> bool:
+        """True once it printed READY (servers)."""
+
+    @abstractmethod
+    def signal(self, sig) -> None:
+        """Send sig to the process (best effort)."""
+
+    @abstractmethod
+    def done(self) -> bool:
+        """True once it printed DONE (a server process whose clients finished)."""
+
+    @abstractmethod
+    def describe_exit(self) -> str:
+        """`<name> exited with code N ...; last lines of its log: ...`"""
+
+
+class Runner(ABC):
+    """The lifecycle; subclasses implement the hooks below for where the processes run."""
+    backend_name = ""
+    measures_cpu = False  # CPU seconds of the run's processes are known (children of this process)
+
+    def __init__(self, ready_timeout_s: float = 30, grace_s: float = 20, margin_s: float = 30,
+                 progress: bool = True):
+        self.ready_timeout_s, self.grace_s, self.margin_s, self.progress = ready_timeout_s, grace_s, margin_s, progress
+
+    # ---- hooks
+    @abstractmethod
+    def prepare(self, deploy: dict, cfg_path: Path, run_dir: Path) -> None:
+        """Make the run possible (binaries, connections, the deployment file in place) and stop whatever an
+        earlier run left behind (saying so). RunError when the run cannot start."""
+
+    @abstractmethod
+    def spawn(self, node: dict, role: str, cfg_path: Path, run_dir: Path, out: str, extra: list[str]) -> Proc:
+        """Start one engine process (role server|client) writing its outputs to run_dir/<out>: of the node, or,
+        when node has `nodes`, of the deployment's process named node['name'] (see engine_target)."""
+
+    def refresh(self) -> None:
+        """Called before every round of poll()/ready() checks: bring the view of the processes up to date, and
+        raise RunError when their host (a container) is gone, naming it and why."""
+
+    def collect(self, run_dir: Path) -> None:
+        """After every process exited: bring logs, dumps and records into run_dir (local ones are there)."""
+
+    @abstractmethod
+    def teardown(self, run_dir: Path, procs: list) -> list[str]:
+        """Stop every process of the run (started or not yet recorded), remove its scratch space; bounded in time,
+        never raises. Returns notes for meta.json (e.g. a container that could not be reached)."""
+
+    def describe_host_problem(self) -> str | None:
+        """A reason why processes vanished that the backend can see (e.g. a container that died), or None."""
+        return None
+
+    # ---- the lifecycle
+    def say(self, msg: str) -> None:
+        if self.progress:
+            interrupts._stderr(msg)
+
+    def run(self, deploy: dict, name: str, out_root="results", config: dict | None = None,
+            meta_extra: dict | None = None, run_id: str | None = None, probe: int = 0) -> RunResult:
+        """Run the deployment into <out_root>/<name>/<run-id>/ and return its RunResult (status ok or failed with
+        the reason). Raises RunError when the run could not finish and Interrupted when a signal stopped it; the
+        folder is recorded either way. probe > 0: an RTT self-test (clients run `txn-client --probe N`)."""
+        run_dir = Path(out_root) / name / (run_id or new_run_id())
+        if probe:  # a prober listens on its own port: clients run in processes of their own
+            deploy = deploylib.split_clients(deploy)
+        for sub in ("logs", "servers", "clients"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        cfg_path = deploylib.write_yaml(deploy, run_dir / "deploy.yml")
+        write_json(run_dir / "config.json", config if config is not None else deploy)
+        meta = {"run_id": run_dir.name, "name": name, "backend": self.backend_name, "probe": probe or None,
+                "shaping": deploy.get("link", {}).get("mechanism"), "git_sha": git_sha(),
+                "kernel": platform.release(), "hostname": platform.node(), "command_line": sys.argv,
+                "python": platform.python_version(), "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "pid": os.getpid(), **(meta_extra or {}), "status": "running"}
+        write_json(run_dir / "meta.json", meta)
+        procs: list[Proc] = []
+        res = RunResult(run_dir)
+        cpu0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
+        self._engine_cpu = self._machine1 = None
+        failure: BaseException | None = None
+        with interrupts.stop_on_signals(say=self.say) as stop:
+            try:
+                meta["processes"] = self._execute(deploy, cfg_path, run_dir, procs, probe, stop)
+                self._finish(deploy, run_dir, probe, res)
+            except RunError as e:
+                failure = e
+            except Exception as e:  # noqa: BLE001 -- a bug or an unexpected error: the run failed, say what
+                failure = RunError(f"{type(e).__name__}: {e}".splitlines()[0])
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                notes = self.teardown(run_dir, procs)
+            if failure is None and stop.requested:  # a stop that came after the last check: honour it
+                failure = Interrupted(stop.signum, stop.why)
+        if failure is not None:
+            res.status = "interrupted" if isinstance(failure, Interrupted) else "failed"
+            res.reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+        cpu1 = getattr(self, "_engine_cpu", None) or resource.getrusage(resource.RUSAGE_CHILDREN)
+        meta.update(
+            status=res.status, reason=res.reason or None, error=str(failure) if failure else None,
+            cpu_seconds=(round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3)
+                         if self.measures_cpu else None),
+            end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine_cpu=cpu_shares(machine0, self._machine1 or cpu_times()))
+        if notes:
+            meta["cleanup_notes"] = notes
+        if meta["machine_cpu"].get("steal_pct", 0) > STEAL_WARN_PCT:
+            self.say(f"warning: the hypervisor took {meta['machine_cpu']['steal_pct']:.0f} % of this machine's CPU "
+                     "time during the run (steal); its latencies carry that")
+        validate.write_manifest(run_dir)
+        if res.status == "ok" and not probe:  # what was just written must read back whole and agree with itself
+            problems = validate.validate_run(run_dir)
+            if problems:
+                res.status, res.reason = "failed", "invalid run folder: " + problems[0]
+                meta.update(status=res.status, reason=res.reason)
+        write_json(run_dir / "meta.json", meta)
+        if failure is not None:
+            failure.run_dir = run_dir
+            raise failure
+        return res
+
+    def _finish(self, deploy: dict, run_dir: Path, probe: int, res: RunResult) -> None:
+        """Summary, checker verdict and the run's status (a probe run has the measured matrix instead)."""
+        if probe:
+            res.probe = rtt.probe_matrix(run_dir, int(deploy["regions"]))
+            return
+        try:
+            res.summary = results.summarize_run(run_dir)
+        except (OSError, ValueError, KeyError) as e:
+            raise RunError(f"cannot summarize the client records: {e}") from None
+        res.check = checker.check_run(run_dir)
+        res.status, res.reason = verdict(res.check, res.summary)
+
+    def _execute(self, deploy: dict, cfg: Path, run_dir: Path, procs: list, probe: int, stop) -> dict:
+        self.prepare(deploy, cfg, run_dir)
+        nodes = deploy["nodes"]
+
+        def start(node, role, out, extra=()):
+            stop.check()
+            p = self.spawn(node, role, cfg, run_dir, out, list(extra))
+            procs.append(p)
+            return p
+
+        servers = [start(n, "server", "servers") for n in engine_processes(nodes, clients=False)]
+        self.say(f"started {len(servers)} server processes; waiting for READY")
+        t0, pending = time.monotonic(), list(servers)
+        while pending:
+            self._poll_round(stop)
+            for p in pending:
+                if p.poll() is not None:
+                    raise RunError(f"server {p.describe_exit()}")
+            pending = [p for p in pending if not p.ready()]
+            if pending and time.monotonic() - t0 > self.ready_timeout_s:
+                raise RunError(f"no READY within {self.ready_timeout_s:g}s from: "
+                               + ", ".join(p.name for p in pending[:8]) + f"; {pending[0].describe_exit()}")
+            if pending:
+                stop.sleep(0.05)
+        self.say(f"all servers READY after {time.monotonic() - t0:.1f}s")
+
+        c = deploy["client"]
+        mixed = [p for p, n in zip(servers, engine_processes(nodes, clients=False)) if n.get("clients")]
+        if probe:  # one prober per region (the first client of its first shard)
+            firsts = {}
+            for n in nodes:
+                if n["kind"] == "client":
+                    firsts.setdefault(n["region"], n)
+            clients = [start(n, "client", "clients", ["--probe", str(probe)]) for n in firsts.values()]
+            expected = 15.0
+        else:
+            for p in mixed:  # their clients start now, as the client processes do
+                p.signal(signal.SIGUSR1)
+            clients = [start(n, "client", "clients") for n in engine_processes(nodes, clients=True)]
+            expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
+        self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
+                           expected + self.margin_s, probe, stop)
+        self._drain(servers, stop)
+        self.collect(run_dir)
+        bad = [p for p in servers if p.poll() != 0]
+        if bad:
+            raise RunError(f"server {bad[0].describe_exit()}")
+        # the engine's CPU: every process of the run has exited and been reaped, and the checker (txn-replay,
+        # another child) has not started yet
+        self._engine_cpu, self._machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
+        missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica"
+                                    and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
+        if missing:
+            raise RunError(f"replicas exited without a state dump: {', '.join(missing)}")
+        return {p.name: {"argv": p.argv, "exit_code": p.poll()} for p in procs}
+
+    def _poll_round(self, stop) -> None:
+        stop.check()
+        self.refresh()
+
+    def _wait_clients(self, servers, clients, duration: float, limit: float, probe: int, stop) -> None:
+        self.say(f"clients running in {len(clients)} processes for {duration:g}s")
+        bar = None
+        if self.progress and sys.stderr.isatty() and not probe:
+            from tqdm import tqdm
+            bar = tqdm(total=round(duration), file=sys.stderr, leave=False, mininterval=1,
+                       bar_format="  run {n:.0f}/{total:.0f}s |{bar}| elapsed {elapsed}, remaining {remaining}")
+        t0, next_line = time.monotonic(), PROGRESS_EVERY_S
+
+        def finished(p) -> bool:  # a client process exits; a server process running clients says DONE, serving on
+            return p.done() if p in servers else p.poll() == 0
+        try:
+            while True:
+                self._poll_round(stop)
+                for p in servers:
+                    if p.poll() is not None:
+                        raise RunError(f"server died mid-run: {p.describe_exit()}")
+                for p in clients:
+                    if p.poll() not in (None, 0) and p not in servers:
+                        raise RunError(f"client {p.describe_exit()}")
+                if all(finished(p) for p in clients):
+                    break
+                el = time.monotonic() - t0
+                if el > limit:
+                    raise RunError(f"clients still running after {limit:g}s: "
+                                   + ", ".join(p.name for p in clients if not finished(p)))
+                if bar is not None:
+                    bar.n = min(el, bar.total)
+                    bar.refresh()
+                elif self.progress and el >= next_line and not probe:  # plain lines for logs and pipes
+                    self.say(f"  run {el:.0f}s elapsed, {max(0.0, duration - el):.0f}s of the run left (then drain)")
+                    next_line += PROGRESS_EVERY_S
+                stop.sleep(0.2)
+        finally:
+            if bar is not None:
+                bar.close()
+        self.say(f"clients finished after {time.monotonic() - t0:.1f}s; stopping servers")
+
+    def _drain(self, servers, stop) -> None:
+        for p in servers:
+            p.signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.grace_s:
+            self._poll_round(stop)
+            if all(p.poll() is not None for p in servers):
+                return
+            stop.sleep(0.1)
+        late = [p.name for p in servers if p.poll() is None]
+        raise RunError(f"servers still running {self.grace_s:g}s after SIGTERM (they drain for at most 10 s, then "
+                       f"write their state): {', '.join(late[:8])}")

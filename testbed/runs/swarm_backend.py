@@ -1,0 +1,508 @@
+"""Swarm backend: run a deployment across the containers start_containers.py brought up.
+
+It runs in the driver container (containers.yml and the deployment's private key are at /etc/edge-txn/), reaches
+every shard container over SSH (paramiko) and drives the shared run lifecycle (testbed/runs/lifecycle.py) there:
+processes run in /tmp/edge-run/<run-id>/ of their container; afterwards logs, state dumps and client records are
+copied into results/<name>/<run-id>/ of the checkout mounted in the driver, so they appear on the host.
+
+Every engine process is started by a small wrapper shell that records its pid, its own pid and, when the process
+exits, its exit status; `timeout` bounds its life to the run's longest possible length, so nothing outlives a
+run by more than a minute even if the driver itself is killed. Every SSH command has a time limit, so a
+container that dies or stops answering fails the run within seconds; the driver mounts the Docker socket of its
+host and names the container's real state (`container edge_r2_s2 exited (137)`). Before a run starts, engine
+processes that an earlier run left in any container are stopped (and said); after it, on every path, every
+process of the run is killed and its scratch folder removed, container by container in parallel.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import paramiko
+import yaml
+
+from testbed.cluster import genconfig
+from testbed.runs.backend import Backend
+from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
+from testbed.core.runtypes import RunError, RunResult
+
+DRIVER_ETC = Path("/etc/edge-txn")
+DRIVER_CONTAINERS_YML = DRIVER_ETC / "containers.yml"
+DRIVER_KEY = DRIVER_ETC / "id_ed25519"
+DOCKER_SOCKET = "/var/run/docker.sock"   # the driver's host's Docker, mounted by start_containers.py
+REMOTE_ROOT = "/tmp/edge-run"
+POLL_INTERVAL_S = 0.5   # one status command per container every half second while a run goes on
+CMD_TIMEOUT_S = 5.0     # any status/signal command; a container that does not answer in this is in trouble
+CONNECT_TIMEOUT_S = 10.0
+LIFE_SLACK_S = 60.0     # `timeout` kills an engine process this long after the run's longest possible end
+
+
+def inside_driver() -> bool:
+    """True inside the driver container of a deployment (start_containers.py installs containers.yml there)."""
+    return DRIVER_CONTAINERS_YML.is_file()
+
+
+class SshError(RuntimeError):
+    """A command or copy over SSH that failed; `why` is the short cause (e.g. `SSHException SSH session not active`)."""
+
+    def __init__(self, msg: str, why: str = ""):
+        super().__init__(msg)
+        self.why = why or msg
+
+
+class Ssh:
+    """One SSH connection to a container (root, the deployment's key); every command has a time limit."""
+
+    def __init__(self, ip: str, key_path: Path, timeout: float = CONNECT_TIMEOUT_S):
+        self.ip = ip
+        self.client = paramiko.SSHClient()
+        # fresh host keys per container start, on the deployment's private overlay: accept them
+        self.client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        try:
+            self.client.connect(ip, 22, "root", key_filename=str(key_path), timeout=timeout, banner_timeout=timeout,
+                                auth_timeout=timeout, allow_agent=False, look_for_keys=False)
+        except Exception as e:  # noqa: BLE001 -- paramiko raises many types; all mean: not reachable
+            why = f"{type(e).__name__} {e}".strip()
+            raise SshError(f"cannot ssh to {ip}: {why}", why) from None
+        self.client.get_transport().set_keepalive(2)
+        self.lock = threading.Lock()
+
+    def sh(self, cmd: str, timeout: float = CMD_TIMEOUT_S) -> tuple[int, str]:
+        """Run cmd in the container; (exit code, stdout+stderr). SshError when it takes longer than timeout or the
+        connection is gone."""
+        if not self.lock.acquire(timeout=timeout):
+            raise SshError(f"{self.ip}: connection busy for {timeout:g}s")
+        try:
+            chan = self.client.get_transport().open_session(timeout=timeout)
+            chan.settimeout(timeout)
+            chan.set_combine_stderr(True)
+            chan.exec_command(cmd)
+            t0, out = time.monotonic(), b""
+            while True:
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+                if time.monotonic() - t0 > timeout:
+                    raise TimeoutError(f"no end of output within {timeout:g}s")
+            if not chan.status_event.wait(max(0.1, timeout - (time.monotonic() - t0))):
+                raise TimeoutError(f"no exit status within {timeout:g}s")
+            rc = chan.recv_exit_status()
+            chan.close()
+            return rc, out.decode(errors="replace")
+        except (OSError, EOFError, TimeoutError, AttributeError, paramiko.SSHException) as e:
+            # AttributeError: get_transport() is None once the connection dropped
+            why = f"{type(e).__name__} {e}".strip()
+            raise SshError(f"`{cmd[:60]}` on {self.ip}: {why}", why) from None
+        finally:
+            self.lock.release()
+
+    def put(self, local: Path, remote: str, timeout: float = 30) -> None:
+        with self.lock:
+            try:
+                sftp = self.client.open_sftp()
+                sftp.get_channel().settimeout(timeout)
+                try:
+                    sftp.put(str(local), remote)
+                finally:
+                    sftp.close()
+            except (OSError, EOFError, AttributeError, paramiko.SSHException) as e:
+                why = f"{type(e).__name__} {e}".strip()
+                raise SshError(f"copying {local.name} to {self.ip}: {why}", why) from None
+
+    def get_tree(self, remote_dir: str, local_dir: Path, timeout: float = 60) -> int:
+        """Copy the files of remote_dir/{logs,servers,clients} into local_dir/...; returns the count."""
+        n = 0
+        with self.lock:
+            try:
+                sftp = self.client.open_sftp()
+                sftp.get_channel().settimeout(timeout)
+                try:
+                    for sub in ("logs", "servers", "clients"):
+                        try:
+                            names = sftp.listdir(f"{remote_dir}/{sub}")
+                        except OSError:
+                            continue
+                        (local_dir / sub).mkdir(parents=True, exist_ok=True)
+                        for f in names:
+                            if f.endswith((".pid", ".wpid", ".rc")):
+                                continue
+                            sftp.get(f"{remote_dir}/{sub}/{f}", str(local_dir / sub / f))
+                            n += 1
+                finally:
+                    sftp.close()
+            except (OSError, EOFError, AttributeError, paramiko.SSHException) as e:
+                why = f"{type(e).__name__} {e}".strip()
+                raise SshError(f"copying results from {self.ip}: {why}", why) from None
+        return n
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# the status of every process of a run in one container, one line each:
+#   RC <name> <code>             exited (its wrapper recorded the code)
+#   UP <name> <pid>              running (its wrapper is alive)
+#   LOST <name> <pid> <0|1>      its wrapper is gone without recording a code; 1: the process itself still runs
+# plus the READY lines of the servers' logs, and the DONE lines of servers that run clients.
+STATUS_SH = r"""cd {rdir}/logs 2>/dev/null || exit 0
+for f in *.wpid; do [ -e "$f" ] || continue; n=${{f%.wpid}}; w=$(cat "$f"); p=$(cat "$n.pid" 2>/dev/null)
+  if [ -s "$n.rc" ]; then echo "RC $n $(cat "$n.rc")"
+  elif kill -0 "$w" 2>/dev/null; then echo "UP $n ${{p:-0}}"
+  elif [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo "LOST $n $p 1"
+  else echo "LOST $n ${{p:-0}} 0"; fi
+done
+grep -h -e '^READY ' -e '^DONE ' *.log 2>/dev/null; true"""
+
+# engine processes in a container that do not belong to the run `keep` (none: every one): "pid command line"
+LEFTOVERS_SH = r"""for p in $(pgrep -x txn-server; pgrep -x txn-client); do
+  c=$(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null) || continue
+  case "$c" in *"{keep}"*) ;; *) echo "$p $c";; esac
+done; true"""
+
+
+class RemoteProc(Proc):
+    """A txn-server/txn-client in a container, started by a wrapper shell (see the module doc)."""
+
+    def __init__(self, runner: "SwarmRunner", conn: Ssh, container: str, name: str, argv: list[str], rdir: str,
+                 life_s: float):
+        self.runner, self.conn, self.container, self.name, self.argv, self.rdir = (
+            runner, conn, container, name, argv, rdir)
+        log = f"logs/{name}"
+        inner = (f"echo $$ > {log}.wpid; timeout {life_s:.0f} {shlex.join(argv)} > {log}.log 2>&1 & "
+                 f"echo $! > {log}.pid; wait $!; echo $? > {log}.rc.tmp; mv {log}.rc.tmp {log}.rc")
+        try:
+            rc, out = conn.sh(f"cd {rdir} || exit 1; setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 &"
+                              " echo started")
+        except SshError as e:
+            raise RunError(runner.container_problem(conn.ip, e)) from None
+        if rc != 0 or "started" not in out:
+            raise RunError(f"cannot start {name} in {container}: {out.strip() or f'exit {rc}'}")
+
+    def poll(self):
+        return self.runner.rc.get(self.name)
+
+    def ready(self) -> bool:
+        return self.name in self.runner.ready_names
+
+    def done(self) -> bool:
+        return self.name in self.runner.done_names
+
+    def signal(self, sig) -> None:
+        try:
+            # .pid is `timeout`'s, which forwards SIGTERM and SIGINT but dies of others (SIGUSR1, the clients'
+            # go): the signal goes to the engine, its child, and to `timeout` only when the engine is gone
+            self.conn.sh(f"p=$(cat {self.rdir}/logs/{self.name}.pid 2>/dev/null) && "
+                         f"{{ pkill -{int(sig)} -P $p || kill -{int(sig)} $p; }} 2>/dev/null; true")
+        except SshError:
+            pass  # the next refresh names the container's problem
+
+    def describe_exit(self) -> str:
+        code = self.poll()
+        state = "is still running" if code is None else f"exited with code {code}"
+        if code == 124:
+            state += " (killed by its life limit)"
+        try:
+            _, tail = self.conn.sh(f"tail -n 15 {self.rdir}/logs/{self.name}.log 2>/dev/null")
+        except SshError:
+            tail = "(its container does not answer)"
+        return f"{self.name} {state} in {self.container}; last lines of its log:\n{tail_lines(tail)}"
+
+
+class SwarmRunner(Runner):
+    """The lifecycle with processes in the containers."""
+    backend_name = "swarm"
+    measures_cpu = False
+
+    def __init__(self, state: dict, key_path: Path, **opts):
+        super().__init__(**opts)
+        self.state, self.key_path = state, key_path
+        self.names = {c["ip"]: c["name"] for c in state["containers"]}
+        self.conns: dict[str, Ssh] = {}
+        self.rc: dict[str, int] = {}
+        self.ready_names: set[str] = set()
+        self.done_names: set[str] = set()
+        self.rdir = ""
+        self._last_poll = 0.0
+        self._t_start = 0.0
+        self._gone: set[str] = set()   # containers found dead or unreachable during this run
+
+    # ---- connections and the containers' state
+    def conn(self, ip: str) -> Ssh:
+        if ip not in self.conns:
+            try:
+                self.conns[ip] = Ssh(ip, self.key_path)
+            except SshError as e:
+                raise RunError(self.container_problem(ip, e)) from None
+        return self.conns[ip]
+
+    def container_problem(self, ip: str, err) -> str:
+        """One line: which container, what Docker says about it (when the driver can see it), what SSH said."""
+        name = self.names.get(ip, ip)
+        why = getattr(err, "why", None) or str(err)
+        self._gone.add(ip)
+        state = docker_state(name, self._t_start)
+        if state:
+            return f"container {name} {state} (ssh: {why})"
+        return (f"container {name} ({ip}) stopped answering over SSH ({why}); its state is not visible from the "
+                "driver: look at `docker ps -a` on its host")
+
+    def _each(self, ips, fn, timeout: float) -> dict:
+        """fn(ip) for every ip in parallel, at most `timeout` seconds overall -> {ip: result or exception}."""
+        out: dict = {}
+        if not ips:
+            return out
+        pool = ThreadPoolExecutor(max_workers=min(16, len(ips)))
+        futures = {ip: pool.submit(fn, ip) for ip in ips}
+        deadline = time.monotonic() + timeout
+        for ip, f in futures.items():
+            try:
+                out[ip] = f.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as e:  # noqa: BLE001 -- reported per container by the caller
+                out[ip] = e if not isinstance(e, TimeoutError) or f.done() else SshError(f"no answer in {timeout:g}s")
+        pool.shutdown(wait=False, cancel_futures=True)
+        return out
+
+    # ---- lifecycle hooks
+    def prepare(self, deploy, cfg_path, run_dir):
+        self._t_start = time.time()
+        self._gone = set()
+        self.rdir = f"{REMOTE_ROOT}/{run_dir.name}"
+        self.rc, self.ready_names, self.done_names, self._last_poll = {}, set(), set(), 0.0
+        c = deploy["client"]
+        self._life_s = (self.ready_timeout_s + float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
+                        + self.margin_s + self.grace_s + LIFE_SLACK_S)
+        ips = sorted({n["host"] for n in deploy["nodes"]})
+
+        def setup(ip):
+            conn = self.conn(ip)
+            _, out = conn.sh(LEFTOVERS_SH.format(keep=self.rdir + "/"))
+            left = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
+            if left:
+                conn.sh("kill -9 " + " ".join(ln.split()[0] for ln in left) + " 2>/dev/null; true")
+            rc, out = conn.sh(f"rm -rf {REMOTE_ROOT}/*; mkdir -p {self.rdir}/logs {self.rdir}/servers "
+                              f"{self.rdir}/clients")
+            if rc != 0:
+                raise RunError(f"{self.names.get(ip, ip)}: cannot create {self.rdir}: {out.strip()}")
+            conn.put(cfg_path, f"{self.rdir}/deploy.yml")
+            return left
+
+        for ip, r in self._each(ips, setup, timeout=CONNECT_TIMEOUT_S + 4 * CMD_TIMEOUT_S + 30).items():
+            if isinstance(r, RunError):
+                raise r
+            if isinstance(r, Exception):
+                raise RunError(self.container_problem(ip, r))
+            if r:
+                runs = sorted({m.group(1) for ln in r for m in [re.search(r"/edge-run/([^/ ]+)/", ln)] if m})
+                self.say(f"{self.names.get(ip, ip)}: stopped {len(r)} engine process(es) an earlier run left "
+                         f"behind (run {', '.join(runs) or '?'})")
+
+    def spawn(self, node, role, cfg_path, run_dir, out, extra):
+        argv = [f"txn-{role}", "--config", f"{self.rdir}/deploy.yml", *engine_target(node),
+                "--out", f"{self.rdir}/{out}", *client_out(node, f"{self.rdir}/clients"), *extra]
+        return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]), node["name"],
+                          argv, self.rdir, self._life_s)
+
+    def refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._last_poll < POLL_INTERVAL_S:
+            return
+        self._last_poll = now
+        cmd = STATUS_SH.format(rdir=self.rdir)
+        answers = self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), timeout=CMD_TIMEOUT_S + 1)
+        for ip, r in answers.items():
+            if isinstance(r, Exception):
+                raise RunError(self.container_problem(ip, r))
+            for line in r[1].splitlines():
+                p = line.split()
+                if len(p) >= 3 and p[0] == "RC" and p[2].lstrip("-").isdigit():
+                    self.rc[p[1]] = int(p[2])
+                elif len(p) >= 2 and p[0] == "READY":
+                    self.ready_names.add(p[1])
+                elif len(p) == 2 and p[0] == "DONE":
+                    self.done_names.add(p[1])
+                elif len(p) == 4 and p[0] == "LOST":
+                    still = p[3] == "1"
+                    raise RunError(f"{p[1]} in {self.names.get(ip, ip)}: its wrapper shell is gone (killed?) without "
+                                   "recording an exit status; "
+                                   + (f"the process still runs (pid {p[2]})" if still else "the process is gone too"))
+
+    def collect(self, run_dir: Path) -> None:
+        got = self._each(list(self.conns), lambda ip: self.conns[ip].get_tree(self.rdir, run_dir), timeout=120)
+        for ip, r in got.items():
+            if isinstance(r, Exception):
+                raise RunError(self.container_problem(ip, r))
+
+    def teardown(self, run_dir: Path, procs: list) -> list[str]:
+        notes = []
+        if self.rdir:
+            # '[/]' and no other "<rdir>/" in the command keep pkill from matching this very command
+            pattern = "[/]" + self.rdir.lstrip("/") + "/"
+            cmd = (f"cd {self.rdir} 2>/dev/null && for f in logs/*.pid logs/*.wpid; do [ -e \"$f\" ] && "
+                   f"kill -9 $(cat \"$f\") 2>/dev/null; done; pkill -9 -f {shlex.quote(pattern)} 2>/dev/null; "
+                   f"cd /; rm -rf {shlex.quote(self.rdir)}; true")
+            for ip in [ip for ip in self.conns if ip in self._gone]:  # nothing of the run survives there
+                notes.append(f"{self.names.get(ip, ip)}: not cleaned (the container was gone)")
+                self._drop(ip)
+            for ip, r in self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), CMD_TIMEOUT_S + 2).items():
+                if isinstance(r, Exception):
+                    notes.append(f"{self.names.get(ip, ip)}: cleanup failed ({getattr(r, 'why', r)})")
+                    self._drop(ip)
+        _chown_like_parent(run_dir)
+        for n in notes:
+            self.say(n)
+        return notes
+
+    def _drop(self, ip: str) -> None:
+        conn = self.conns.pop(ip, None)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def close(self) -> None:
+        for ip in list(self.conns):
+            self._drop(ip)
+
+
+def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_SOCKET) -> str | None:
+    """What this host's Docker says about a container that stopped answering: `exited (137)`, `is restarting
+    (last exit 137)`, `restarted at ... (its processes are gone)`, `is paused`, `no longer exists`; None when the
+    socket is not there (a container on another host) or Docker sees nothing wrong."""
+    if not os.path.exists(socket_path):
+        return None
+    try:
+        import docker
+        from docker.errors import NotFound
+        client = docker.DockerClient(base_url=f"unix://{socket_path}", timeout=5)
+    except Exception:  # noqa: BLE001
+        return None
+    try:
+        try:
+            st = client.containers.get(name).attrs.get("State", {})
+        except NotFound:
+            return "no longer exists"
+        status, code = st.get("Status"), st.get("ExitCode")
+        if status in ("exited", "dead"):
+            return f"exited ({code})" + (" (OOM-killed)" if st.get("OOMKilled") else "")
+        if status == "restarting":
+            return f"is restarting (last exit {code})"
+        if status == "paused":
+            return "is paused"
+        started = _iso_unix(st.get("StartedAt"))
+        if since_unix and started and started > since_unix:
+            return f"restarted at {st.get('StartedAt', '?')[:19]} (its processes are gone; last exit {code})"
+        return None
+    except Exception:  # noqa: BLE001 -- Docker unreachable: nothing to add
+        return None
+    finally:
+        client.close()
+
+
+def _iso_unix(text) -> float | None:
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat(str(text)[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return None
+
+
+def _chown_like_parent(run_dir: Path) -> None:
+    """Results written by root in the driver belong to the owner of the mounted checkout, as if written there."""
+    try:
+        st = Path(run_dir).resolve().parents[2].stat()  # <checkout>/results/<name>/<run-id>
+    except (OSError, IndexError):
+        return
+    if os.geteuid() != 0 or st.st_uid == 0:
+        return
+    for root, dirs, files in os.walk(Path(run_dir).parent):
+        for x in [root, *(os.path.join(root, d) for d in dirs), *(os.path.join(root, f) for f in files)]:
+            try:
+                os.chown(x, st.st_uid, st.st_gid)
+            except OSError:
+                pass
+
+
+class SwarmBackend(Backend):
+    name = "swarm"
+
+    def __init__(self, cfg=None, containers_yml: Path = DRIVER_CONTAINERS_YML, key_path: Path = DRIVER_KEY,
+                 progress: bool = True, **runner_opts):
+        if not Path(containers_yml).is_file():
+            raise RuntimeError(f"{containers_yml}: not found; the swarm backend runs inside the driver container "
+                               "(docker exec -i <deployment>_driver ...) after start_containers.py")
+        self.state = yaml.safe_load(Path(containers_yml).read_text())
+        self.mechanism = self.state["mechanism"]
+        if cfg is None:
+            from testbed.core.config import load_exp_config
+            cfg = load_exp_config()
+        self.cfg = cfg
+        self.applied_jitter = self.state.get("jitter_ms", 0)  # RTT std-dev the tc plans carry now (netem)
+        self.runner = SwarmRunner(self.state, Path(key_path), progress=progress, **runner_opts)
+
+    @property
+    def deployment_name(self) -> str:
+        return self.state.get("deployment", "edge")
+
+    def _shard_conn(self, ip: str) -> Ssh:
+        return self.runner.conn(ip)
+
+    # registry(): Backend's. The image sets TXN_SERVER to its own txn-server, the binary the shard containers run.
+
+    def deployment(self, **knobs) -> dict:
+        return genconfig.deployment(self.state, **knobs)
+
+    def selftest_knobs(self, cfg=None) -> dict:
+        """The matrix the containers were brought up with (containers.yml), whatever exp_config says now."""
+        st = self.state
+        return dict(regions=st["regions"], shards=st["shards_per_region"], rtt_ms=st["rtt_ms"], jitter=0,
+                    concurrency=1, clients_per_shard=1, scale=st.get("scale", 0.01))
+
+    def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0) -> RunResult:
+        if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container
+            self._apply_jitter(round(deploy["link"].get("jitter_ms", 0) * math.sqrt(2), 6))
+        meta = {"backend": self.name, "deployment": self.deployment_name,
+                "containers": [c["name"] for c in self.state["containers"]], **(meta_extra or {})}
+        return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)
+
+    def _apply_jitter(self, rtt_jitter_ms: float) -> None:
+        """Re-install every shard container's tc plan with this RTT jitter (idempotent; kept for restarts)."""
+        if rtt_jitter_ms == self.applied_jitter:
+            return
+        from testbed.cluster.shaping import tc_plan_for, to_shell
+        for c in self.state["containers"]:
+            if c["role"] != "shard":
+                continue
+            script = to_shell(tc_plan_for(self.cfg, c["region"], jitter_ms=rtt_jitter_ms))
+            try:
+                rc, out = self._shard_conn(c["ip"]).sh(
+                    f"cat > {DRIVER_ETC}/tc.sh <<'EDGE_TC'\n{script}EDGE_TC\nsh {DRIVER_ETC}/tc.sh", timeout=30)
+            except SshError as e:
+                raise RunError(self.runner.container_problem(c["ip"], e)) from None
+            if rc != 0:
+                raise RunError(f"re-applying tc in {c['name']} failed: {out.strip()}")
+        self.applied_jitter = rtt_jitter_ms
+
+    def ping_matrix(self, count: int = 10) -> dict:
+        from testbed.core.rtt import ping_matrix
+        by_region: dict[int, list[str]] = {}
+        for c in self.state["containers"]:
+            if c["role"] == "shard":
+                by_region.setdefault(c["region"], []).append(c["ip"])
+        return ping_matrix(lambda r, argv: self._shard_conn(by_region[r][0]).sh(shlex.join(argv), timeout=60),
+                           by_region, self.state["regions"], count)
+
+    def close(self) -> None:
+        """Restore the jitter the deployment was brought up with (netem), then drop the SSH connections."""
+        try:
+            if self.mechanism == "netem":
+                self._apply_jitter(self.state.get("jitter_ms", 0))
+        finally:
+            self.runner.close()

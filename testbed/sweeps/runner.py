@@ -1,0 +1,391 @@
+"""The shared sweep runner behind experiments/exp*.py and run_experiments.py.
+
+For every built protocol of SYSTEMS (an unbuilt one is skipped with a message), every point of the
+experiment and every repeat: build the deployment, run it into results/<exp>/<run-id>/, and record the
+outcome (the run lifecycle records it in the run's meta.json: ok, or failed with a reason -- run error,
+inconsistent checker verdict, no commits in the window -- or interrupted). A failure never stops the sweep;
+Ctrl-C, SIGTERM or SIGHUP does, cleanly: the run under way is recorded as interrupted, nothing is left running,
+the figure is still drawn from what exists, and the exit code is 128 + the signal (130 for Ctrl-C).
+
+Resume: a run is identified by its point key (a hash of the experiment, the protocol, every deploy knob but
+the per-repeat seed, the backend and its shaping mechanism) and its repeat index. A run with the same key and
+repeat that ended ok, and whose folder still validates (testbed/analysis/rundirs.py), is reused; failed, interrupted,
+cut-off or damaged ones are run again; --fresh runs everything again (old folders stay).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.core import deploy as deploylib
+from testbed.core import experiments, interrupts, lock, protocols
+from testbed.analysis import figures
+from testbed.runs.backend import base_knobs
+from testbed.runs.backends import BACKENDS, open_backend
+from testbed.core.config import ExpConfig, load_exp_config
+from testbed.core.experiments import Experiment, Point
+from testbed.runs.jobs import job
+from testbed.analysis.rundirs import run_outcome, scan_runs
+from testbed.core.runtypes import Interrupted, RunError
+
+KEY_VERSION = 1
+NOT_MEASUREMENT = ("seed", "base_port", "host")  # knobs that place a run or vary per repeat
+EST_STARTUP_S = 8           # first guess of per-run overhead for the ETA, before a run has been timed
+
+
+def _canon(v):
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return int(v) if float(v).is_integer() else float(v)
+    if isinstance(v, dict):
+        return {str(k): _canon(x) for k, x in sorted(v.items())}
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    return str(v)
+
+
+def point_key(experiment: str, system: str, knobs: dict, backend: str, mechanism: str) -> str:
+    """Stable hash of everything that determines a point's measurement (not the per-repeat seed)."""
+    k = {n: v for n, v in deploylib.validate(**knobs).items() if n not in NOT_MEASUREMENT}
+    blob = json.dumps(_canon({"v": KEY_VERSION, "experiment": experiment, "system": system, "knobs": k,
+                              "backend": backend, "mechanism": mechanism}), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Task:
+    system: str
+    point: Point
+    repeat: int
+    knobs: dict
+    key: str
+
+
+@dataclass
+class Outcome:
+    task: Task
+    status: str                 # ok | failed
+    reason: str = ""
+    run_dir: Path | None = None
+    reused: bool = False
+    wall_s: float = 0.0
+
+
+@dataclass
+class Sweep:
+    experiment: Experiment
+    tasks: list = field(default_factory=list)
+    outcomes: list = field(default_factory=list)
+    skipped: dict = field(default_factory=dict)   # system -> why
+    skipped_points: dict = field(default_factory=dict)  # system -> {"x": [points not run], "reason": why}
+    systems: list = field(default_factory=list)   # SYSTEMS, or every built protocol when SYSTEMS is empty
+    interrupted: Interrupted | None = None   # what stopped the sweep, if anything
+
+    @property
+    def failed(self) -> list:
+        return [o for o in self.outcomes if o.status != "ok"]
+
+
+# ---------------------------------------------------------------- planning
+
+def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
+    """Every (system, point, repeat) to run, knobs validated before anything starts (ValueError). What a protocol
+    needs (its minimum number of regions, its options) comes from the engine's registry."""
+    sweep = Sweep(exp)
+    try:
+        registry = backend.registry()
+    except protocols.RegistryError as e:
+        log(f"no protocol is built ({e})")
+        registry = None
+    built = registry.names() if registry else []
+    systems = []
+    for s in cfg.systems or built:
+        if s in built:
+            systems.append(s)
+        else:
+            sweep.skipped[s] = "not built"
+            log(f"skipping {s}: not built (txn-server --list-modes lists: {', '.join(sorted(built)) or 'nothing'})")
+    sweep.systems = list(cfg.systems or built)
+    for name in sorted(set(dict(cfg.protocol_options)) - set(built)):
+        log(f"PROTOCOL_OPTIONS[{name!r}] ignored: {name} is not built")
+    for s in systems:
+        proto = registry.get(s)
+        if cfg.regions < proto.min_regions:
+            raise ValueError(f"REGIONS={cfg.regions}: {s} needs at least {proto.min_regions} regions; raise REGIONS "
+                             f"or drop {s} from SYSTEMS")
+        proto.check_options(cfg.options_of(s))
+        for p in exp.points(cfg):
+            if (p.regions or cfg.regions) < proto.min_regions:
+                log(f"skipping {s} at {p.label}: {s} needs at least {proto.min_regions} regions")
+                sk = sweep.skipped_points.setdefault(s, {"x": [], "reason": f"needs at least {proto.min_regions} regions"})
+                sk["x"].append(p.x)
+                continue
+            knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name,
+                     "protocol_options": cfg.options_of(s)}
+            key = point_key(exp.name, s, knobs, backend.name, backend.mechanism)
+            for r in range(cfg.n_repeat):
+                sweep.tasks.append(Task(s, p, r, {**knobs, "seed": r + 1}, key))
+    return sweep
+
+
+def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
+    exp = sweep.experiment
+    systems = {s: sweep.skipped.get(s, "run") for s in sweep.systems}
+    points, seen = [], set()
+    for t in sweep.tasks:
+        if t.key not in seen:
+            seen.add(t.key)
+            points.append(dict(key=t.key, system=t.system, x=t.point.x, series=t.point.series,
+                               label=t.point.label, knobs=_canon({k: v for k, v in t.knobs.items() if k != "seed"})))
+    return {"experiment": exp.name, "title": exp.title, "workload": exp.workload,
+            "x": {"name": exp.x_name, "label": exp.x_label.replace("{inter}", f"{cfg.inter_rtt_ms:g}"),
+                  "unit": exp.x_unit},
+            "systems": systems, "skipped_points": sweep.skipped_points, "n_repeat": cfg.n_repeat, "tail_percentile": cfg.tail_percentile,
+            "quick": quick, "backend": backend.name, "mechanism": backend.mechanism,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "points": points, "exp_config": cfg.as_dict()}
+
+
+def reusable_runs(exp_dir: Path) -> dict:
+    """(point_key, repeat) -> the newest run folder of that point and repeat, when that run ended ok and its
+    folder validates (a newer failed or damaged run is not papered over by an older ok one)."""
+    newest = {}
+    for run_dir, meta in scan_runs(exp_dir):   # oldest first: newer ones overwrite
+        newest[(meta["point_key"], int(meta.get("repeat", 0)))] = (run_dir, meta)
+    return {k: rd for k, (rd, meta) in newest.items() if run_outcome(rd, meta)[0] == "ok"}
+
+
+# ---------------------------------------------------------------- progress
+
+def _hms(s: float) -> str:
+    s = int(max(0, s))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class Progress:
+    """A tqdm bar on a terminal, plain lines otherwise: system, point, repeat, elapsed, ETA."""
+
+    def __init__(self, total: int, est_run_s: float, tty: bool | None = None, stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.done, self.est = total, 0, est_run_s
+        self.timed: list[float] = []
+        self.t0 = time.monotonic()
+        tty = self.stream.isatty() if tty is None else tty
+        self.bar = None
+        if tty and total:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True,
+                            bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} runs{postfix}")
+
+    def eta(self) -> float:
+        per = sum(self.timed) / len(self.timed) if self.timed else self.est
+        return (self.total - self.done) * per
+
+    def write(self, msg: str) -> None:
+        if self.bar is not None:
+            self.bar.write(msg, file=self.stream)
+        else:
+            print(msg, file=self.stream, flush=True)
+
+    def start(self, t: Task, n_repeat: int) -> None:
+        what = f"{t.system} {t.point.label} (x={t.point.x:g}) repeat {t.repeat + 1}/{n_repeat}"
+        el = time.monotonic() - self.t0
+        if self.bar is not None:
+            self.bar.set_description_str(what)
+            self.bar.set_postfix_str(f"elapsed {_hms(el)}, ETA ~{_hms(self.eta())}")
+        else:
+            self.write(f"[{self.done + 1}/{self.total}] {what}; elapsed {_hms(el)}, ETA ~{_hms(self.eta())}")
+
+    def finish(self, o: Outcome) -> None:
+        self.done += 1
+        if not o.reused:
+            self.timed.append(o.wall_s)
+        if o.reused:
+            msg = f"    reused ok run {o.run_dir}"
+        elif o.status == "ok":
+            msg = f"    ok in {o.wall_s:.0f}s: {o.run_dir}"
+        else:
+            msg = f"    FAILED in {o.wall_s:.0f}s ({o.reason})" + (f": {o.run_dir}" if o.run_dir else "")
+        self.write(msg)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"elapsed {_hms(time.monotonic() - self.t0)}, ETA ~{_hms(self.eta())}")
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ---------------------------------------------------------------- running
+
+def run_one(backend, exp: Experiment, cfg: ExpConfig, t: Task, out_root: Path, quick: bool) -> Outcome:
+    """One run of the sweep; its outcome is the one the run lifecycle recorded. Interrupted propagates."""
+    meta_extra = {"experiment": exp.name, "system": t.system,
+                  "x": {"name": exp.x_name, "value": t.point.x, "unit": exp.x_unit},
+                  "series": t.point.series, "point_label": t.point.label, "repeat": t.repeat,
+                  "n_repeat": cfg.n_repeat, "point_key": t.key, "mechanism": backend.mechanism, "quick": quick,
+                  "runner_start_unix": time.time()}
+    config = {"experiment": exp.name, "knobs": t.knobs, "exp_config": cfg.as_dict(), "quick": quick}
+    t0 = time.monotonic()
+    try:
+        deploy = backend.deployment(**t.knobs)
+        res = backend.run(deploy, exp.name, out_root=str(out_root), config=config, meta_extra=meta_extra)
+    except Interrupted:
+        raise
+    except RunError as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return Outcome(t, "failed", reason, Path(e.run_dir) if e.run_dir else None, wall_s=time.monotonic() - t0)
+    except Exception as e:  # noqa: BLE001 - a bug or an unexpected backend error fails this run only
+        reason = f"error: {type(e).__name__}: {e}".splitlines()[0]
+        traceback.print_exc(file=sys.stderr)
+        return Outcome(t, "failed", reason, None, wall_s=time.monotonic() - t0)
+    return Outcome(t, res.status, res.reason, Path(res.run_dir), wall_s=time.monotonic() - t0)
+
+
+def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fresh: bool = False,
+              quick: bool = False, log=print, tty: bool | None = None) -> Sweep:
+    """Plan, write results/<exp>/sweep.json, run (or reuse) every task. Returns the Sweep (interrupted set
+    when Ctrl-C/SIGTERM stopped it)."""
+    out_root = Path(out_root)
+    sweep = plan(exp, cfg, backend, log=log)
+    exp_dir = out_root / exp.name
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    (exp_dir / figures.MANIFEST).write_text(json.dumps(manifest(sweep, cfg, backend, quick), indent=2) + "\n")
+    reuse = {} if fresh else reusable_runs(exp_dir)
+    est = cfg.duration_s + EST_STARTUP_S
+    progress = Progress(len(sweep.tasks), est, tty=tty)
+    try:
+        with interrupts.stop_on_signals() as stop:
+            for t in sweep.tasks:
+                stop.check()
+                progress.start(t, cfg.n_repeat)
+                old = reuse.get((t.key, t.repeat))
+                if old is not None:
+                    o = Outcome(t, "ok", "", old, reused=True)
+                else:
+                    o = run_one(backend, exp, cfg, t, out_root, quick)
+                sweep.outcomes.append(o)
+                progress.finish(o)
+    except Interrupted as e:
+        sweep.interrupted = e
+        progress.write(f"{e}: stopped the sweep (the run under way is recorded as interrupted)")
+    finally:
+        progress.close()
+    return sweep
+
+
+# ---------------------------------------------------------------- command line
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--quick", action="store_true",
+                    help="preset for a 2-core machine: each sweep thinned to at most 3 points (first, middle, "
+                         f"last), one client-process count, {experiments.QUICK_DURATION_S} s runs "
+                         f"({experiments.QUICK_WARMUP_S} s warm-up, {experiments.QUICK_COOLDOWN_S} s cool-down), "
+                         "1 repeat; exp 4 sweeps 2..REGIONS regions if fewer than two counts are configured")
+    ap.add_argument("--fresh", action="store_true",
+                    help="run every point again instead of reusing ok runs of the same configuration "
+                         "(old run folders are kept, the newest run counts)")
+    ap.add_argument("--backend", default="auto", choices=BACKENDS,
+                    help="auto (default): the local Docker swarm when Docker answers (containers brought up, the "
+                         "job run in the driver container), else local processes; local; swarm")
+    ap.add_argument("--config", default=None, help="experiment config file (default: exp_config.py)")
+    ap.add_argument("--out", default="results", help="results root (default results/)")
+    ap.add_argument("--wait", action="store_true",
+                    help="when another job holds the deployment (or this results folder), wait for it to finish "
+                         "instead of refusing at once")
+
+
+def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kind="auto", out="results",
+                   log=print) -> tuple[int, Path | None]:
+    """One experiment end to end: sweep, close the backend, draw the figure, print the table and the PDF path.
+    Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad configuration, 128 + signal interrupted."""
+    exp = experiments.get(name)
+    try:
+        cfg = load_exp_config(config)
+        if quick:
+            cfg = experiments.quick_config(cfg, exp)
+        backend = open_backend(backend_kind, cfg)
+    except (ValueError, RuntimeError) as e:
+        print(f"{exp.script()}: error: {e}", file=sys.stderr)
+        return 2, None
+    t0 = time.monotonic()
+    log(f"== {exp.title}: {exp.script()}{' --quick' if quick else ''} on the {backend.describe()}")
+    try:
+        try:
+            sweep = plan(exp, cfg, backend, log=lambda *_: None)
+        except ValueError as e:
+            print(f"{exp.script()}: error: {e}", file=sys.stderr)
+            return 2, None
+        n, systems = len(sweep.tasks), list(dict.fromkeys(t.system for t in sweep.tasks))
+        log(f"   protocols {', '.join(systems) or '(none built)'}; {len({t.key for t in sweep.tasks})} points"
+            f" x {cfg.n_repeat} repeat(s) = {n} runs of {cfg.duration_s:g} s"
+            f" (~{_hms(n * (cfg.duration_s + EST_STARTUP_S))} if none is reused)")
+        sweep = run_sweep(exp, cfg, backend, out_root=out, fresh=fresh, quick=quick, log=log)
+    finally:
+        try:
+            backend.close()
+        except Exception as e:  # noqa: BLE001
+            print(f"warning: closing the backend failed: {e}", file=sys.stderr)
+    n_reused = sum(o.reused for o in sweep.outcomes)
+    code = sweep.interrupted.exit_code if sweep.interrupted else 1 if sweep.failed else 0
+    try:
+        fig = figures.draw(exp.name, root=out, tail=cfg.tail_percentile)
+    except figures.NoRuns as e:
+        log(f"\nno figure: {e}")
+        return code or 1, None
+    log("")
+    log(figures.point_table(fig.table, fig.tail))
+    log(f"\n{len(sweep.outcomes)} of {len(sweep.tasks)} runs done ({n_reused} reused, {len(sweep.failed)} failed) "
+        f"in {_hms(time.monotonic() - t0)}" + (f"; INTERRUPTED ({sweep.interrupted})" if sweep.interrupted else ""))
+    log(f"figure: {fig.pdf}  (also {fig.png.name}, {fig.csv.name})")
+    return code, fig.pdf
+
+
+def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], script: str) -> int:
+    """The command lines' common body: run on the host through the driver container (testbed/sweeps/mainjob.py), or
+    here (local backend, or inside the driver) holding the job's lock; experiments stop at the first bad
+    configuration or interrupt. Prints the figure paths."""
+    from testbed.sweeps import mainjob
+    prog = Path(script).stem
+    try:
+        where = mainjob.choose(a.backend)
+        if where == "swarm-via-driver":
+            return mainjob.run_in_driver(script, argv, a.config, wait=a.wait)
+    except (RuntimeError, ValueError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    kind = "local" if where == "local" else "swarm"
+    rc, pdfs = 0, []
+    try:
+        with job(kind, a.out, a.wait):
+            for name in names:
+                code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out)
+                if pdf:
+                    pdfs.append(pdf)
+                rc = max(rc, code)
+                if code == 2 or code > 128:  # bad configuration or interrupted: stop here
+                    break
+    except (lock.Busy, RuntimeError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    print("\nfigures:" if pdfs else "\nno figure written")
+    for p in pdfs:
+        print(f"  {p}")
+    return rc
+
+
+def main(name: str, argv=None) -> int:
+    exp = experiments.get(name)
+    ap = argparse.ArgumentParser(prog=exp.script(), description=f"{exp.title}. Sweeps {exp.x_label} for every "
+                                 "built protocol of SYSTEMS (exp_config.py), N_REPEAT times per point, into "
+                                 f"results/{exp.name}/<run-id>/, then draws results/data-{exp.name}.pdf (+ .png, "
+                                 ".csv). Re-running resumes: ok runs of the same configuration are reused.")
+    add_arguments(ap)
+    argv = sys.argv[1:] if argv is None else argv
+    return run_experiments([name], ap.parse_args(argv), argv, exp.script())
