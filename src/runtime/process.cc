@@ -105,10 +105,11 @@ struct Hosted {
 
 int run(Role role, const char* prog, int argc, char** argv) {
   std::string usage = std::string("usage: ") + prog + " --config FILE (--name NODE | --process NAME) " +
-                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR] [--client-out DIR]") + " | --list-modes [--json]";
+                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR] [--client-out DIR]") +
+                      " | --config FILE --check | --list-modes [--json]";
   std::string config, name, process, out = ".", client_out;
   int probe = 0;  // txn-client --probe N: RTT self-test instead of the workload
-  bool list_modes = false, json = false;
+  bool list_modes = false, json = false, check = false;
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
                                 {"name", required_argument, nullptr, 'n'},
                                 {"process", required_argument, nullptr, 'P'},
@@ -118,6 +119,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
                                 {"list-modes", no_argument, nullptr, 'l'},
                                 {"json", no_argument, nullptr, 'j'},
                                 {"probe", required_argument, nullptr, 'p'},
+                                {"check", no_argument, nullptr, 'k'},
                                 {nullptr, 0, nullptr, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "", opts, nullptr)) != -1;) {
@@ -134,6 +136,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
       probe = static_cast<int>(v);
     } else if (c == 'l') list_modes = true;
     else if (c == 'j') json = true;
+    else if (c == 'k') check = true;
     else throw Fatal{2, "bad argument " + std::string(argv[optind - 1]) + "\n" + usage};
   }
   if (optind < argc) throw Fatal{2, "unexpected argument " + std::string(argv[optind]) + "\n" + usage};
@@ -143,6 +146,18 @@ int run(Role role, const char* prog, int argc, char** argv) {
     if (json) std::cout << registry_json();
     else for (const auto& m : protocol_names()) std::cout << m << "\n";
     return 0;
+  }
+  if (check && (config.empty() || !name.empty() || !process.empty()))
+    throw Fatal{2, "--check goes with --config alone\n" + usage};
+  if (check) {  // validate the deployment file as a run would, start nothing
+    try {
+      const Deployment d = load_deployment(config);
+      make_workload(d);
+      std::cout << "ok: " << config << ": " << d.nodes.size() << " nodes, mode " << d.mode << "\n";
+      return 0;
+    } catch (const ConfigError& e) {
+      throw Fatal{2, e.what()};
+    }
   }
   if (config.empty() || name.empty() == process.empty())
     throw Fatal{2, "--config and one of --name, --process are required\n" + usage};

@@ -12,6 +12,7 @@ import sys
 import yaml
 
 from testbed.core import deploy as deploylib, lock
+from testbed.core.knobs import help_of
 from testbed.runs.backend import LocalBackend
 from testbed.runs.jobs import job
 from testbed.analysis.results import format_table
@@ -23,33 +24,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     d = deploylib.DEFAULTS
     ap = argparse.ArgumentParser(description="Run one deployment as local processes on 127.0.0.1 "
                                              "(results/<name>/<run-id>/).")
-    ap.add_argument("--regions", type=int, default=d["regions"], help="R, regions (default %(default)s)")
-    ap.add_argument("--shards", type=int, default=d["shards"], help="N, shards per region (default %(default)s)")
-    ap.add_argument("--clients-per-shard", type=int, default=d["clients_per_shard"], help="client processes per shard")
-    ap.add_argument("--concurrency", type=int, default=d["concurrency"], help="closed-loop coordinators per client")
-    ap.add_argument("--duration", type=float, default=d["duration"], help="client run time, s")
-    ap.add_argument("--warmup", type=float, default=d["warmup"], help="trimmed from the window start, s")
-    ap.add_argument("--cooldown", type=float, default=d["cooldown"], help="trimmed from the window end, s")
+    ap.add_argument("--regions", type=int, default=d["regions"], help=help_of("regions") + " (default %(default)s)")
+    ap.add_argument("--shards", type=int, default=d["shards"], help=help_of("shards") + " (default %(default)s)")
+    ap.add_argument("--clients-per-shard", type=int, default=d["clients_per_shard"], help=help_of("clients_per_shard") + " (default %(default)s)")
+    ap.add_argument("--concurrency", type=int, default=d["concurrency"], help=help_of("concurrency") + " (default %(default)s)")
+    ap.add_argument("--duration", type=float, default=d["duration"], help=help_of("duration") + " (default %(default)s)")
+    ap.add_argument("--warmup", type=float, default=d["warmup"], help=help_of("warmup") + " (default %(default)s)")
+    ap.add_argument("--cooldown", type=float, default=d["cooldown"], help=help_of("cooldown") + " (default %(default)s)")
     ap.add_argument("--mode", default=d["mode"], help="protocol: one of `txn-server --list-modes` (default: the "
                     "first)")
     ap.add_argument("--workload", default=d["workload"], help="tpcc|tpca")
-    ap.add_argument("--scale", type=float, default=d["scale"], help="table sizes x scale")
-    ap.add_argument("--zipf", type=float, default=d["zipf"], help="tpca zipf coefficient in [0,1]")
+    ap.add_argument("--scale", type=float, default=d["scale"], help=help_of("scale") + " (default %(default)s)")
+    ap.add_argument("--zipf", type=float, default=d["zipf"], help=help_of("zipf") + " (default %(default)s)")
     ap.add_argument("--district", default=d["district"], choices=deploylib.DISTRICTS,
                     help="tpcc: the district of a transaction, fixed per coordinator (the artifact's way) or uniform "
                          "per transaction (TPC-C 2.4.1.2: concurrent New-Orders conflict at any load)")
-    ap.add_argument("--payment-crt-rate", type=int, default=d["payment_crt_rate"],
-                    help="-1 natural, 0..100 %% of Payments forced cross-region")
-    ap.add_argument("--jitter", type=float, default=d["jitter"], help="one-way delay jitter std-dev, ms")
-    ap.add_argument("--intra-rtt", type=float, default=d["intra_rtt"], help="intra-region RTT, ms")
-    ap.add_argument("--inter-rtt", type=float, default=d["inter_rtt"], help="cross-region RTT, ms")
+    ap.add_argument("--payment-crt-rate", type=int, default=d["payment_crt_rate"], help=help_of("payment_crt_rate") + " (default %(default)s)")
+    ap.add_argument("--jitter", type=float, default=d["jitter"], help=help_of("jitter") + " (default %(default)s)")
+    ap.add_argument("--intra-rtt", type=float, default=d["intra_rtt"], help=help_of("intra_rtt") + " (default %(default)s)")
+    ap.add_argument("--inter-rtt", type=float, default=d["inter_rtt"], help=help_of("inter_rtt") + " (default %(default)s)")
     ap.add_argument("--protocol-option", dest="protocol_options", action="append", default=[], metavar="NAME=VALUE",
                     help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
     ap.add_argument("--processes", default=d["processes"], choices=deploylib.PROCESS_LAYOUTS,
                     help="engine processes: one per shard container (default), its servers and its clients apart "
                          "(split), or one per node (docs/efficiency.md)")
-    ap.add_argument("--base-port", type=int, default=d["base_port"], help="first port tried")
+    ap.add_argument("--base-port", type=int, default=d["base_port"], help=help_of("base_port") + " (default %(default)s)")
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     ap.add_argument("--out", default="results", help="results root")
     ap.add_argument("--build-dir", default=None, help="where txn-server/txn-client are (default build/)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from testbed.core import knobs as knoblib
 from testbed.core.paths import REPO
 
 SHAPINGS = ("auto", "netem", "app")
@@ -154,24 +155,6 @@ def load_exp_config(source=None) -> ExpConfig:
 
 # ---------------------------------------------------------------- checks
 
-def _num(name, v, lo, hi, integer=False, lo_open=False, hi_open=False):
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    ok = ok and (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
-    if ok and integer:
-        ok = float(v).is_integer()
-    if not ok:
-        kind = "an integer" if integer else "a number"
-        rng = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        raise ValueError(f"{name}={v!r}: must be {kind} in {rng}")
-    return int(v) if integer else v
-
-
-def _sweep(name, values, lo, hi, integer=False):
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
-        raise ValueError(f"{name}={values!r}: must be a non-empty list of values in [{lo}, {hi}]")
-    return tuple(_num(f"{name} item", v, lo, hi, integer) for v in values)
-
-
 def _choice(name, v, allowed):
     if v not in allowed:
         raise ValueError(f"{name}={v!r}: must be one of {', '.join(allowed)}")
@@ -191,7 +174,7 @@ def _overrides(raw, regions) -> tuple:
         if not (isinstance(key, tuple) and len(key) == 2
                 and all(isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= regions for r in key)):
             raise ValueError(f"RTT_OVERRIDES key {key!r}: must be a pair (a, b) of regions in [1, {regions}]")
-        v = _num(f"RTT_OVERRIDES[{key}]", v, 0, 10000)
+        v = knoblib.check("RTT_OVERRIDES", v, f"RTT_OVERRIDES[{key}]")
         pair = tuple(sorted(key))
         if pair in out and out[pair] != v:
             raise ValueError(f"RTT_OVERRIDES {key}: conflicts with {pair[::-1]} ({out[pair]} vs {v}); RTT is symmetric")
@@ -216,25 +199,25 @@ def _check_jitter(name, j, cfg):
 def validate(cfg: ExpConfig) -> ExpConfig:
     """Check every knob; return a normalised copy (tuples, ints, sorted overrides). Raises ValueError."""
     c = {}
-    c["regions"] = R = _num("REGIONS", cfg.regions, 1, 64, integer=True)
-    c["shards_per_region"] = _num("SHARDS_PER_REGION", cfg.shards_per_region, 1, 239, integer=True)
-    c["replicas"] = _num("REPLICAS", cfg.replicas, 3, 3, integer=True)
-    c["scale"] = _num("SCALE", cfg.scale, 0.0001, 10)
+    c["regions"] = R = knoblib.check("REGIONS", cfg.regions)
+    c["shards_per_region"] = knoblib.check("SHARDS_PER_REGION", cfg.shards_per_region)
+    c["replicas"] = knoblib.check("REPLICAS", cfg.replicas)
+    c["scale"] = knoblib.check("SCALE", cfg.scale)
     c["tpcc_district"] = _choice("TPCC_DISTRICT", cfg.tpcc_district, ("fixed", "uniform"))
     c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, ("container", "split", "node"))
-    c["intra_rtt_ms"] = _num("INTRA_RTT_MS", cfg.intra_rtt_ms, 0, 10000)
-    c["inter_rtt_ms"] = _num("INTER_RTT_MS", cfg.inter_rtt_ms, 0, 10000)
+    c["intra_rtt_ms"] = knoblib.check("INTRA_RTT_MS", cfg.intra_rtt_ms)
+    c["inter_rtt_ms"] = knoblib.check("INTER_RTT_MS", cfg.inter_rtt_ms)
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)
-    c["jitter_ms"] = _num("JITTER_MS", cfg.jitter_ms, 0, 10000)
+    c["jitter_ms"] = knoblib.check("JITTER_MS", cfg.jitter_ms)
     c["jitter_distribution"] = _choice("JITTER_DISTRIBUTION", cfg.jitter_distribution, DISTRIBUTIONS)
     c["shaping"] = _choice("SHAPING", cfg.shaping, SHAPINGS)
     if c["shaping"] == "app" and c["jitter_distribution"] != "normal":
         raise ValueError(f"JITTER_DISTRIBUTION={cfg.jitter_distribution!r}: must be normal with SHAPING='app'")
-    c["netem_limit"] = _num("NETEM_LIMIT", cfg.netem_limit, 1, 10_000_000, integer=True)
+    c["netem_limit"] = knoblib.check("NETEM_LIMIT", cfg.netem_limit)
     ports = cfg.control_ports
     if isinstance(ports, (str, bytes)) or not hasattr(ports, "__iter__"):
         raise ValueError(f"CONTROL_PORTS={ports!r}: must be a list of ports in [1, 65535]")
-    c["control_ports"] = tuple(dict.fromkeys(_num("CONTROL_PORTS item", p, 1, 65535, True) for p in ports))
+    c["control_ports"] = tuple(dict.fromkeys(knoblib.check("CONTROL_PORTS", p, "CONTROL_PORTS item") for p in ports))
     if not isinstance(cfg.deployment, str) or not re.fullmatch(r"[a-z][a-z0-9-]{0,23}", cfg.deployment):
         raise ValueError(f"DEPLOYMENT={cfg.deployment!r}: must be 1-24 lower-case letters, digits or '-', "
                          "starting with a letter")
@@ -244,9 +227,9 @@ def validate(cfg: ExpConfig) -> ExpConfig:
             raise ValueError(f"{name}={v!r}: must be a non-empty name of letters, digits and _.:/@-")
     cpus = cfg.container_cpus
     if cpus is not None and cpus != "auto":
-        c["container_cpus"] = _num("CONTAINER_CPUS", cpus, 0.1, 1024)
-    c["ssh_connect_timeout_s"] = _num("SSH_CONNECT_TIMEOUT_S", cfg.ssh_connect_timeout_s, 1, 300)
-    c["overlay_mtu"] = None if cfg.overlay_mtu is None else _num("OVERLAY_MTU", cfg.overlay_mtu, 576, 9000, True)
+        c["container_cpus"] = knoblib.check("CONTAINER_CPUS", cpus)
+    c["ssh_connect_timeout_s"] = knoblib.check("SSH_CONNECT_TIMEOUT_S", cfg.ssh_connect_timeout_s)
+    c["overlay_mtu"] = None if cfg.overlay_mtu is None else knoblib.check("OVERLAY_MTU", cfg.overlay_mtu)
 
     try:
         net = ipaddress.IPv4Network(cfg.subnet)
@@ -276,25 +259,24 @@ def validate(cfg: ExpConfig) -> ExpConfig:
             raise ValueError(f"SYSTEMS item {s!r}: must be a protocol name (`txn-server --list-modes`)")
     c["systems"] = tuple(dict.fromkeys(cfg.systems))
     c["protocol_options"] = _protocol_options(cfg.protocol_options)
-    c["n_repeat"] = _num("N_REPEAT", cfg.n_repeat, 1, 100, integer=True)
-    c["duration_s"] = _num("DURATION_S", cfg.duration_s, 1, 3600)
-    c["warmup_s"] = _num("WARMUP_S", cfg.warmup_s, 0, 3600)
-    c["cooldown_s"] = _num("COOLDOWN_S", cfg.cooldown_s, 0, 3600)
+    c["n_repeat"] = knoblib.check("N_REPEAT", cfg.n_repeat)
+    c["duration_s"] = knoblib.check("DURATION_S", cfg.duration_s)
+    c["warmup_s"] = knoblib.check("WARMUP_S", cfg.warmup_s)
+    c["cooldown_s"] = knoblib.check("COOLDOWN_S", cfg.cooldown_s)
     if c["warmup_s"] + c["cooldown_s"] >= c["duration_s"]:
         raise ValueError(f"WARMUP_S+COOLDOWN_S={c['warmup_s'] + c['cooldown_s']}: must be < DURATION_S="
                          f"{c['duration_s']}")
-    c["tail_percentile"] = _num("TAIL_PERCENTILE", cfg.tail_percentile, 50, 100, lo_open=True, hi_open=True)
+    c["tail_percentile"] = knoblib.check("TAIL_PERCENTILE", cfg.tail_percentile)
 
-    c["concurrency_levels"] = _sweep("CONCURRENCY_LEVELS", cfg.concurrency_levels, 1, 256, integer=True)
-    c["client_process_per_shard"] = _sweep("CLIENT_PROCESS_PER_SHARD", cfg.client_process_per_shard, 1, 16, True)
-    c["crt_ratios"] = _sweep("CRT_RATIOS", cfg.crt_ratios, 0, 100)
-    c["zipfs"] = _sweep("ZIPFS", cfg.zipfs, 0, 1)
+    c["concurrency_levels"] = knoblib.check_sweep("CONCURRENCY_LEVELS", cfg.concurrency_levels)
+    c["client_process_per_shard"] = knoblib.check_sweep("CLIENT_PROCESS_PER_SHARD", cfg.client_process_per_shard)
+    c["crt_ratios"] = knoblib.check_sweep("CRT_RATIOS", cfg.crt_ratios)
+    c["zipfs"] = knoblib.check_sweep("ZIPFS", cfg.zipfs)
     # a protocol needing more regions than a point has is skipped there by the runner (its registry entry says)
-    c["scalability_n_regions"] = _sweep("SCALABILITY_N_REGIONS", cfg.scalability_n_regions, 1, R, integer=True)
-    c["robust_rtt_var"] = _sweep("ROBUST_RTT_VAR", cfg.robust_rtt_var, 0, 10000)
-    c["fixed_client_process_per_shard"] = _num("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard,
-                                               1, 16, integer=True)
-    c["fixed_concurrency"] = _num("FIXED_CONCURRENCY", cfg.fixed_concurrency, 1, 256, integer=True)
+    c["scalability_n_regions"] = knoblib.check_sweep("SCALABILITY_N_REGIONS", cfg.scalability_n_regions, hi=R)
+    c["robust_rtt_var"] = knoblib.check_sweep("ROBUST_RTT_VAR", cfg.robust_rtt_var)
+    c["fixed_client_process_per_shard"] = knoblib.check("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard)
+    c["fixed_concurrency"] = knoblib.check("FIXED_CONCURRENCY", cfg.fixed_concurrency)
 
     out = dataclasses.replace(cfg, **c)
     for r, row in enumerate(rtt_matrix(out), 1):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.core import protocols
+from testbed.core import knobs as knoblib, protocols
 
 WORKLOADS = ("tpcc", "tpca")
 REPLICAS = 3
@@ -32,14 +32,8 @@ DISTRICTS = ("fixed", "uniform")
 # and its clients in another; "node" one process per node (docs/efficiency.md).
 PROCESS_LAYOUTS = ("container", "split", "node")
 
-# knob -> (min, max) inclusive; every value is checked before anything starts
-RANGES = dict(
-    regions=(1, 64), shards=(1, 239), clients_per_shard=(1, 16), concurrency=(1, 256),
-    duration=(1, 3600), warmup=(0, 3600), cooldown=(0, 3600), drain_timeout=(0, 600),
-    scale=(0.0001, 10), zipf=(0, 1), payment_crt_rate=(-1, 100), intra_rtt=(0, 10000),
-    inter_rtt=(0, 10000), jitter=(0, 1000), base_port=(1024, 65000), seed=(0, 2**31 - 1),
-    retry_limit=(1, 1000000),
-)
+# the numeric knobs, checked before anything starts; their ranges, units and help are in testbed/core/knobs.py
+NUMERIC = tuple(knoblib.run_knobs())
 
 
 def validate(**knobs) -> dict:
@@ -48,19 +42,15 @@ def validate(**knobs) -> dict:
     if unknown:
         raise ValueError(f"unknown knob(s): {', '.join(sorted(unknown))}")
     k = {**DEFAULTS, **{n: v for n, v in knobs.items() if v is not None}}
-    for n, (lo, hi) in RANGES.items():
-        v = k[n]
-        kind = "an integer" if isinstance(DEFAULTS[n], int) else "a number"
-        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi
-                or (kind == "an integer" and not float(v).is_integer())):
-            raise ValueError(f"{n}={v!r}: must be {kind} in [{lo}, {hi}]")
+    for n in NUMERIC:
+        k[n] = knoblib.check(n, k[n])
     registry = protocols.load()
     if k["mode"] is None:
         k["mode"] = registry.default_mode()
     proto = registry.get(k["mode"])
     if k["regions"] < proto.min_regions:
         raise ValueError(f"regions={k['regions']}: mode {proto.name} needs regions in "
-                         f"[{proto.min_regions}, {RANGES['regions'][1]}]")
+                         f"[{proto.min_regions}, {knoblib.knob('regions').hi:g}]")
     k["protocol_options"] = protocol_options(proto, k)
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
@@ -94,16 +84,12 @@ def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
 
 
 def check_rtt_matrix(m, regions: int) -> list[list[float]]:
-    """rtt_ms knob: an R x R matrix of numbers in [0, 10000] (it replaces intra_rtt/inter_rtt)."""
+    """rtt_ms knob: an R x R matrix of RTTs, each in inter_rtt's range (it replaces intra_rtt/inter_rtt)."""
     ok = isinstance(m, (list, tuple)) and len(m) == regions and all(
         isinstance(row, (list, tuple)) and len(row) == regions for row in m)
     if not ok:
         raise ValueError(f"rtt_ms: must be a {regions} x {regions} matrix (regions={regions})")
-    for row in m:
-        for v in row:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 10000:
-                raise ValueError(f"rtt_ms item {v!r}: must be a number in [0, 10000]")
-    return [[float(v) for v in row] for row in m]
+    return [[float(knoblib.check("inter_rtt", v, "rtt_ms item")) for v in row] for row in m]
 
 
 def node_list(regions: int, shards: int, clients_per_shard: int, proto: protocols.Protocol) -> list[dict]:

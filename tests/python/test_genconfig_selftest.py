@@ -68,7 +68,7 @@ def test_rtt_matrix_knob_replaces_intra_inter():
     assert d["link"]["rtt_ms"] == [[float(x) for x in row] for row in m]
     with pytest.raises(ValueError, match=r"rtt_ms: must be a 3 x 3 matrix"):
         deploy.build_deployment(regions=3, shards=1, rtt_ms=[[5, 100], [100, 5]])
-    with pytest.raises(ValueError, match=r"rtt_ms item -1"):
+    with pytest.raises(ValueError, match=r"rtt_ms item=-1: must be a number in \[0, 10000\]"):
         deploy.build_deployment(regions=2, shards=1, rtt_ms=[[5, -1], [100, 5]])
 
 
