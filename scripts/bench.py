@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.core import protocols
+from testbed.core import options, protocols
+from testbed.core.paths import REPO
 from testbed.core.deploy import PROCESS_LAYOUTS, build_deployment, processes as deploy_processes
 from testbed.runs.local import LocalRunner as LocalBackend
 from testbed.core.runtypes import RunError
@@ -82,7 +83,7 @@ def sim_floor(build_dir: Path, deploy_yml: Path) -> dict:
     network, no transport (docs/efficiency.md); {} when txn-sim is not built or fails."""
     sim = Path(build_dir) / "txn-sim"
     if not sim.is_file():
-        sim = Path(__file__).resolve().parent.parent / "build" / "txn-sim"
+        sim = REPO / "build" / "txn-sim"
     try:
         p = subprocess.run([str(sim), "--config", str(deploy_yml), "--json"], capture_output=True, text=True,
                            timeout=600)
@@ -99,13 +100,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--protocols", default="", help="comma-separated modes (default: every built protocol)")
     ap.add_argument("--duration", type=float, default=40, help="seconds per protocol (default %(default)s)")
-    ap.add_argument("--concurrency", type=int, default=1, help="closed-loop coordinators per client process")
-    ap.add_argument("--workload", default="tpcc", choices=["tpcc", "tpca"])
+    options.add_knob(ap, "concurrency", 1)
+    ap.add_argument("--workload", default="tpcc", choices=options.WORKLOADS)
     ap.add_argument("--processes", default="container", choices=PROCESS_LAYOUTS,
                     help="engine processes: one per container (default), one per container's servers and one per "
                          "its clients (split), or one per node")
-    ap.add_argument("--build-dir", type=Path, default=Path(__file__).resolve().parent.parent / "build",
-                    help="where txn-server and txn-client are (default: build/), e.g. another commit's, to compare")
+    options.add_build_dir(ap, str(REPO / "build"))
     ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",
                     help="a protocol option for that protocol's run, e.g. dast.defer_commutative=false (the "
                          "artifact's hold of a cross-region input wait); repeatable")

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from testbed.core import options
+from testbed.core.paths import REPO
 
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
 # durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it)
@@ -148,8 +149,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated mutant names, e.g. dast.no_stretch (default: all)")
     ap.add_argument("--protocols", help="comma-separated protocols whose mutants run (default: all)")
-    ap.add_argument("--build-dir", default=str(REPO / "build-mutants"))
-    ap.add_argument("--out", default=str(REPO / "results"), help="results root (run folders: mutants/...)")
+    options.add_build_dir(ap, str(REPO / "build-mutants"))
+    options.add_results_root(ap, default=str(REPO / "results"))
     ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s")
     ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
                     help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "

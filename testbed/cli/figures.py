@@ -7,7 +7,7 @@ Names: n_clients, crt_ratio, tpca, scalability, robust (or exp1..exp5).
 import argparse
 import sys
 
-from testbed.core import experiments
+from testbed.core import experiments, options
 from testbed.analysis import figures
 
 
@@ -21,9 +21,9 @@ def drawFig(name, results="results", tail=None, config=None):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="+", help="experiment names: " + ", ".join(experiments.EXPERIMENTS))
-    ap.add_argument("--results", default="results", help="results root (default results/)")
+    options.add_results_root(ap, "--results")
     ap.add_argument("--tail", type=float, default=None, help="tail percentile (default: TAIL_PERCENTILE)")
-    ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
+    options.add_config(ap)
     a = ap.parse_args(argv)
     try:
         names = [experiments.get(n).name for n in a.names]   # every name checked before anything is drawn

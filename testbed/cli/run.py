@@ -11,8 +11,7 @@ import sys
 
 import yaml
 
-from testbed.core import deploy as deploylib, lock
-from testbed.core.knobs import help_of
+from testbed.core import deploy as deploylib, lock, options
 from testbed.runs.backend import LocalBackend
 from testbed.runs.jobs import job
 from testbed.analysis.results import format_table
@@ -24,42 +23,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     d = deploylib.DEFAULTS
     ap = argparse.ArgumentParser(description="Run one deployment as local processes on 127.0.0.1 "
                                              "(results/<name>/<run-id>/).")
-    ap.add_argument("--regions", type=int, default=d["regions"], help=help_of("regions") + " (default %(default)s)")
-    ap.add_argument("--shards", type=int, default=d["shards"], help=help_of("shards") + " (default %(default)s)")
-    ap.add_argument("--clients-per-shard", type=int, default=d["clients_per_shard"], help=help_of("clients_per_shard") + " (default %(default)s)")
-    ap.add_argument("--concurrency", type=int, default=d["concurrency"], help=help_of("concurrency") + " (default %(default)s)")
-    ap.add_argument("--duration", type=float, default=d["duration"], help=help_of("duration") + " (default %(default)s)")
-    ap.add_argument("--warmup", type=float, default=d["warmup"], help=help_of("warmup") + " (default %(default)s)")
-    ap.add_argument("--cooldown", type=float, default=d["cooldown"], help=help_of("cooldown") + " (default %(default)s)")
-    ap.add_argument("--mode", default=d["mode"], help="protocol: one of `txn-server --list-modes` (default: the "
-                    "first)")
-    ap.add_argument("--workload", default=d["workload"], help="tpcc|tpca")
-    ap.add_argument("--scale", type=float, default=d["scale"], help=help_of("scale") + " (default %(default)s)")
-    ap.add_argument("--zipf", type=float, default=d["zipf"], help=help_of("zipf") + " (default %(default)s)")
+    options.add_knob(ap, "regions", d["regions"])
+    options.add_knob(ap, "shards", d["shards"])
+    options.add_knob(ap, "duration", d["duration"])
+    options.add_knob(ap, "warmup", d["warmup"])
+    options.add_knob(ap, "cooldown", d["cooldown"])
+    options.add_mode(ap)
+    options.add_load(ap, d)
+    options.add_knob(ap, "scale", d["scale"])
+    options.add_knob(ap, "zipf", d["zipf"])
     ap.add_argument("--district", default=d["district"], choices=deploylib.DISTRICTS,
                     help="tpcc: the district of a transaction, fixed per coordinator (the artifact's way) or uniform "
                          "per transaction (TPC-C 2.4.1.2: concurrent New-Orders conflict at any load)")
-    ap.add_argument("--payment-crt-rate", type=int, default=d["payment_crt_rate"], help=help_of("payment_crt_rate") + " (default %(default)s)")
-    ap.add_argument("--jitter", type=float, default=d["jitter"], help=help_of("jitter") + " (default %(default)s)")
-    ap.add_argument("--intra-rtt", type=float, default=d["intra_rtt"], help=help_of("intra_rtt") + " (default %(default)s)")
-    ap.add_argument("--inter-rtt", type=float, default=d["inter_rtt"], help=help_of("inter_rtt") + " (default %(default)s)")
+    options.add_knob(ap, "payment_crt_rate", d["payment_crt_rate"])
+    options.add_knob(ap, "jitter", d["jitter"])
+    options.add_knob(ap, "intra_rtt", d["intra_rtt"])
+    options.add_knob(ap, "inter_rtt", d["inter_rtt"])
     ap.add_argument("--protocol-option", dest="protocol_options", action="append", default=[], metavar="NAME=VALUE",
                     help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
     ap.add_argument("--processes", default=d["processes"], choices=deploylib.PROCESS_LAYOUTS,
                     help="engine processes: one per shard container (default), its servers and its clients apart "
                          "(split), or one per node (docs/efficiency.md)")
-    ap.add_argument("--base-port", type=int, default=d["base_port"], help=help_of("base_port") + " (default %(default)s)")
+    options.add_knob(ap, "base_port", d["base_port"])
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
-    ap.add_argument("--out", default="results", help="results root")
-    ap.add_argument("--build-dir", default=None, help="where txn-server/txn-client are (default build/)")
-    ap.add_argument("--backend", default="local", choices=("local", "swarm"),
-                    help="local: processes on 127.0.0.1; swarm: the containers of start_containers.py "
-                         "(on the host it is run through the driver container)")
-    ap.add_argument("--wait", action="store_true", help="swarm: wait for a job that holds the deployment instead "
-                    "of refusing at once")
-    ap.add_argument("--config", default=None, help="swarm, on the host: experiment config whose DEPLOYMENT names the "
-                    "deployment to run on (default exp_config.py)")
+    options.add_results_root(ap)
+    options.add_build_dir(ap)
+    options.add_backend(ap, default="local", choices=("local", "swarm"))
+    options.add_wait(ap)
+    options.add_config(ap, help="swarm, on the host: experiment config whose DEPLOYMENT names the deployment to run "
+                                "on (default exp_config.py)")
     return ap.parse_args(argv)
 
 

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.core import deploy as deploylib, interrupts, lock, protocols
+from testbed.core import deploy as deploylib, interrupts, lock, options, protocols
 from testbed.cluster import genconfig, swarm
 from testbed.runs.backend import base_knobs
 from testbed.core.config import load_exp_config
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
                                  "Idempotent. Writes containers.yml.")
     ap.add_argument("--down", action="store_true", help="remove every container, the network, the key pair "
                     "and the swarm if this tool created it")
-    ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
+    options.add_config(ap)
     ap.add_argument("--hosts", default=None, help="hosts file (default hosts.yml)")
     ap.add_argument("--self-test", action="store_true", help="after bring-up, measure the RTT matrix "
                     "from inside the containers and compare it with the configured one")
@@ -66,15 +66,13 @@ def genconfig_main(argv=None) -> int:
     d = deploylib.DEFAULTS
     ap = argparse.ArgumentParser(description="Write the deployment file the engine reads for the containers "
                                  "in containers.yml (see docs/deploy-schema.md).")
-    ap.add_argument("--mode", default=None, help="protocol: one of `txn-server --list-modes` (default: the first)")
-    ap.add_argument("--workload", default=d["workload"], help="tpcc|tpca")
-    ap.add_argument("--clients-per-shard", type=int, default=d["clients_per_shard"])
-    ap.add_argument("--concurrency", type=int, default=d["concurrency"], help="coordinators per client process")
+    options.add_mode(ap)
+    options.add_load(ap, d)
     ap.add_argument("--regions", type=int, default=None, help="use the first k regions (default REGIONS)")
-    ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
+    options.add_config(ap)
     ap.add_argument("--containers", default=None,
                     help="containers.yml of the deployment (default: the one of DEPLOYMENT in exp_config.py)")
-    ap.add_argument("--out", default="config/deploy.yml")
+    ap.add_argument("--out", default="config/deploy.yml", help="the deployment file to write (default %(default)s)")
     a = ap.parse_args(argv)
     try:
         cfg = load_exp_config(a.config)

@@ -5,7 +5,7 @@ from testbed.runs.backend import Backend, LocalBackend
 from testbed.core.config import ExpConfig
 from testbed.runs.swarm_backend import SwarmBackend, inside_driver
 
-BACKENDS = ("auto", "local", "swarm")
+from testbed.core.options import BACKENDS
 
 
 def open_backend(kind: str, cfg: ExpConfig, **opts) -> Backend:

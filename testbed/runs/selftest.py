@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed.core import interrupts, lock
+from testbed.core import interrupts, lock, options
 from testbed.runs.driverexec import LogWriter, exec_in_driver
 from testbed.core.rtt import compare, contention_warnings, format_matrix
 from testbed.core.runtypes import RunError
@@ -52,11 +52,10 @@ def swarm_self_test(cfg, state: dict, log=print, count: int = 20, env: dict | No
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Measure the region-pair RTT matrix and compare it with exp_config.py.")
-    ap.add_argument("--backend", default="auto", help="auto|local|swarm")
+    options.add_backend(ap)
     ap.add_argument("--count", type=int, default=20, help="probes per region pair")
-    ap.add_argument("--config", default=None, help="experiment config (default exp_config.py)")
-    ap.add_argument("--wait", action="store_true", help="wait for a job that holds the deployment instead of "
-                    "refusing at once")
+    options.add_config(ap)
+    options.add_wait(ap)
     a = ap.parse_args(argv)
     from testbed.runs.backends import open_backend
     from testbed.core.config import load_exp_config

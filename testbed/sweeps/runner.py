@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.core import deploy as deploylib
-from testbed.core import experiments, interrupts, lock, protocols
+from testbed.core import experiments, interrupts, lock, options, protocols
 from testbed.analysis import figures
 from testbed.runs.backend import base_knobs
-from testbed.runs.backends import BACKENDS, open_backend
+from testbed.runs.backends import open_backend
 from testbed.core.config import ExpConfig, load_exp_config
 from testbed.core.experiments import Experiment, Point
 from testbed.runs.jobs import job
@@ -291,14 +291,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fresh", action="store_true",
                     help="run every point again instead of reusing ok runs of the same configuration "
                          "(old run folders are kept, the newest run counts)")
-    ap.add_argument("--backend", default="auto", choices=BACKENDS,
-                    help="auto (default): the local Docker swarm when Docker answers (containers brought up, the "
-                         "job run in the driver container), else local processes; local; swarm")
-    ap.add_argument("--config", default=None, help="experiment config file (default: exp_config.py)")
-    ap.add_argument("--out", default="results", help="results root (default results/)")
-    ap.add_argument("--wait", action="store_true",
-                    help="when another job holds the deployment (or this results folder), wait for it to finish "
-                         "instead of refusing at once")
+    options.add_backend(ap)
+    options.add_config(ap)
+    options.add_results_root(ap)
+    options.add_wait(ap)
 
 
 def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kind="auto", out="results",

@@ -1,0 +1,58 @@
+"""The command-line options several commands share, defined once: the same flag means the same thing, with the
+same default and help, in run_local.py, run_experiments.py, experiments/exp*.py, start_containers.py,
+genConfig.py, genFigure.py, the self-test and the scripts."""
+from __future__ import annotations
+
+import argparse
+
+from testbed.core.deploy import WORKLOADS
+from testbed.core.knobs import help_of, knob
+
+BACKENDS = ("auto", "local", "swarm")
+
+
+def add_config(ap: argparse.ArgumentParser, help: str = "experiment config file (default exp_config.py)") -> None:
+    ap.add_argument("--config", default=None, help=help)
+
+
+def add_backend(ap: argparse.ArgumentParser, default: str = "auto", choices=BACKENDS) -> None:
+    what = {"auto": "the local Docker swarm when Docker answers (containers brought up, the job run in the driver "
+                    "container), else local processes",
+            "local": "processes on this machine",
+            "swarm": "the containers of start_containers.py (from the host, through the driver container)"}
+    ap.add_argument("--backend", default=default, choices=choices,
+                    help="; ".join(f"{c}: {what[c]}" for c in choices) + f" (default {default})")
+
+
+def add_results_root(ap: argparse.ArgumentParser, flag: str = "--out", default: str = "results") -> None:
+    ap.add_argument(flag, default=default, help=f"results root (default {default})")
+
+
+def add_wait(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--wait", action="store_true",
+                    help="when another job holds the deployment (or the results folder), wait for it to finish "
+                         "instead of refusing at once")
+
+
+def add_build_dir(ap: argparse.ArgumentParser, default=None) -> None:
+    ap.add_argument("--build-dir", default=default,
+                    help=f"where txn-server and txn-client are (default {default or 'build/'}), e.g. another "
+                         "commit's, to compare")
+
+
+def add_mode(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--mode", default=None, help="protocol: one of `txn-server --list-modes` (default: the first)")
+
+
+def add_knob(ap: argparse.ArgumentParser, name: str, default) -> None:
+    """--<name> for a single run's numeric knob (testbed/core/knobs.py): its type, range, unit and help."""
+    ap.add_argument("--" + name.replace("_", "-"), type=int if knob(name).integer else float, default=default,
+                    help=help_of(name) + " (default %(default)s)")
+
+
+def add_load(ap: argparse.ArgumentParser, defaults: dict) -> None:
+    """--workload, --clients-per-shard, --concurrency with the given defaults."""
+    ap.add_argument("--workload", default=defaults["workload"], choices=WORKLOADS,
+                    help=f"the workload (default {defaults['workload']})")
+    add_knob(ap, "clients_per_shard", defaults["clients_per_shard"])
+    add_knob(ap, "concurrency", defaults["concurrency"])
