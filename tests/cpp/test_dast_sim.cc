@@ -401,6 +401,7 @@ class Gate : public Node {
   }
   size_t held() const { return held_.size(); }
   Node* inner() { return inner_.get(); }
+  void deliver(Envelope m) { inner_->on_message(*env_, m); }  // at once, exceptions included
 
  private:
   std::unique_ptr<Node> inner_;
@@ -440,6 +441,36 @@ std::vector<uint64_t> executed_ids(const txn::dast::Replica& r) {
   return ids;
 }
 }  // namespace
+
+// A decision delivered twice (a duplicated DistExe) is rejected as malformed: an entry is decided once
+// (Replica::set_phase), and the transaction still commits from the first one.
+TEST(DastSim, ASecondDecisionIsRejected) {
+  DastCluster c(small_deployment("tpca"), {}, false);
+  NodeId client = c.d.clients().front();
+  ProbeClient* pc = c.attach_probe(client);
+  std::vector<Envelope> seen;
+  Gate* g = gate(c, c.d.replica_id(0, 1), [&](const Envelope& m) {
+    if (!m.has_dast() || !m.dast().has_dist_exe()) return false;
+    seen.push_back(m);
+    return true;
+  });
+  c.net->start();
+  c.net->run_until(50'000);
+  std::mt19937_64 rng(3);
+  TxnRequest crt = find_txn(*c.w, 0, true, rng);
+  c.net->send(client, c.d.replica_id(0, 0), submit(crt, 1));
+  ASSERT_TRUE(c.net->run_until([&] { return g->held() == 1; }, 2'000'000));
+  g->open();  // the decision, once
+  try {
+    g->deliver(seen.at(0));  // and again, before the entry has executed
+    ADD_FAILURE() << "a second DistExe was accepted";
+  } catch (const BadMessage& e) {
+    EXPECT_NE(std::string(e.what()).find("second DistExe for txn"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.size() == 1; }, 2'000'000));
+  EXPECT_TRUE(pc->replies.count(1));
+  EXPECT_EQ(executed_ids(*static_cast<txn::dast::Replica*>(g->inner())), (std::vector<uint64_t>{1}));
+}
 
 // The IRT arrives while the CRT's anticipated timestamp T_r has already passed
 // in physical time and the decision has not come: only the stretch (the clock

@@ -77,19 +77,26 @@ class Replica : public ReplicaNode {
   double rtt_estimate_us(uint32_t region) const { return rtt_.at(region).value(); }
 
  private:
+  // A transaction's phase at this replica. The only transitions (set_phase checks them):
+  //   Undecided --its decision (DistExe), rekeyed to it--> Queued       (a CRT; an IRT is Queued when stored)
+  //   Queued --its slot: first in the queue, the region's watermark past its timestamp, every piece that cannot
+  //            wait executed--> out of the queue: Deferred if a deferrable piece still waits for inputs, else done
+  //   Deferred --the waiting pieces executed--> done
+  // Done, the entry is erased.
+  enum class Phase { Undecided, Queued, Deferred };
   // Replica-side entry: a transaction ordered in this shard's queue.
   struct Entry {
     TxnRequest txn;
     TxnShape shape;
     Ts ts;
-    bool executable = false;
+    Phase phase = Phase::Queued;
     NodeId coordinator = 0;
     uint32_t output_replica = 0;
     Vars vars;                      // known variables (received outputs + own outputs)
     std::set<uint32_t> done;        // executed piece ids
     bool holds_input_wait = false;  // D is pending here until inputs arrive
-    bool slot_passed = false;       // out of the queue; deferrable pieces still wait for inputs
   };
+  static void set_phase(Entry& e, Phase to);
   // Handler/coordinator-side state.
   struct Coord {
     TxnRequest txn;
@@ -125,11 +132,14 @@ class Replica : public ReplicaNode {
   void wake_when_past(Env& env, const Ts& t);
 
   void observe(Env& env, NodeId from, const Ts& ts);
-  Entry& add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, bool executable,
+  Entry& add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
                    NodeId coordinator, uint32_t output_replica);
   void rekey(Entry& e, const Ts& ts);
   void try_execute(Env& env);
-  bool watermark_passed(Env& env, const Ts& t);
+  // The region's other timestamp issuers whose last known clock is not past t (a pure predicate).
+  std::vector<NodeId> lagging_handlers(const Ts& t) const;
+  // Asks the lagging handlers for their clocks, but not one whose answer covering t is already coming.
+  void ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging);
   bool run_pieces(Env& env, Entry& e);   // true when every local piece that cannot wait has executed
   bool local_pieces_done(const Entry& e) const;
   bool holding_input_missing(const Entry& e) const;

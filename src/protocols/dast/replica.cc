@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "check.h"
 #include "protocols/dast/dast.h"
 #include "protocols/dast/mutant.h"
 
@@ -210,15 +211,24 @@ void Replica::observe(Env& env, NodeId from, const Ts& ts) {
   clock_.observe(ts, env.now_us());
 }
 
-Replica::Entry& Replica::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, bool executable,
+void Replica::set_phase(Entry& e, Phase to) {
+  const bool allowed = (e.phase == Phase::Undecided && to == Phase::Queued) ||
+                       (e.phase == Phase::Queued && to == Phase::Deferred);
+  TXN_CHECK(allowed, "txn " + str(e.txn.txn_id()) + ": phase " + str(static_cast<int>(e.phase)) + " -> " +
+                         str(static_cast<int>(to)));
+  e.phase = to;
+}
+
+Replica::Entry& Replica::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
                                    NodeId coordinator, uint32_t output_replica) {
+  TXN_CHECK(phase == Phase::Undecided || phase == Phase::Queued, "a new entry is undecided or queued");
   const uint64_t id = txn.txn_id();
   if (entries_.count(id)) throw BadMessage("duplicate txn " + str(id));
   Entry& e = entries_[id];
   e.txn = std::move(txn);
   e.shape = std::move(shape);
   e.ts = ts;
-  e.executable = executable;
+  e.phase = phase;
   e.coordinator = coordinator;
   e.output_replica = output_replica;
   if (auto it = early_vars_.find(id); it != early_vars_.end()) {
@@ -226,8 +236,8 @@ Replica::Entry& Replica::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& t
     early_vars_.erase(it);
   }
   const QueueKey key{ts, id};
-  if (!executable) {
-    undecided_.insert(key);  // a CRT: executable once its decision arrives
+  if (phase == Phase::Undecided) {
+    undecided_.insert(key);  // a CRT: queued for execution once its decision arrives
   } else if (me_.replica == output_replica) {
     // An IRT, counted once per touched shard: queued above an undecided CRT it
     // waits for that CRT's decision (the stretch exists to make this rare).
@@ -269,7 +279,7 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
-          add_entry(TxnRequest(txn), shape, ts, true, self_, me_.replica);
+          add_entry(TxnRequest(txn), shape, ts, Phase::Queued, self_, me_.replica);
           continue;
         }
         Envelope e;
@@ -412,7 +422,7 @@ void Replica::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
     if (h != from) asked_[h].insert(ts);
   const uint64_t id = m.txn().txn_id();
   TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
-  add_entry(std::move(*m.mutable_txn()), std::move(shape), ts, true, m.handler(), m.output_replica());
+  add_entry(std::move(*m.mutable_txn()), std::move(shape), ts, Phase::Queued, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(id);
@@ -437,7 +447,7 @@ void Replica::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   }
   const uint64_t id = m.txn().txn_id();
   TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
-  add_entry(std::move(*m.mutable_txn()), std::move(shape), p, false, m.coordinator(), m.output_replica());
+  add_entry(std::move(*m.mutable_txn()), std::move(shape), p, Phase::Undecided, m.coordinator(), m.output_replica());
   clock_.add_pending(id, p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
@@ -471,11 +481,12 @@ void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   if (it == entries_.end()) throw BadMessage("DistExe for unknown txn " + str(m.txn_id()));
   Entry& e = it->second;
   Ts decision = from_proto(m.decision());
+  if (e.phase != Phase::Undecided) throw BadMessage("second DistExe for txn " + str(m.txn_id()));
   if (decision < e.ts) throw BadMessage("DistExe decision below this replica's proposal");
   clock_.remove_pending(m.txn_id());
   undecided_.erase({e.ts, m.txn_id()});
   if (!mutant::kCrtAtProposal) rekey(e, decision);
-  e.executable = true;
+  set_phase(e, Phase::Queued);
   for (NodeId h : region_handlers_) asked_[h].insert(decision);  // the manager asked them
   if (e.shape.wait_regions.count(me_.region)) {
     // Keep the region's clocks below D until the cross-region inputs are here,
@@ -526,7 +537,7 @@ void Replica::on_send_output(Env& env, const ::dast::SendOutput& m) {
   }
   Entry& e = it->second;
   for (const auto& [k, v] : m.vars()) e.vars[k] = v;
-  if (e.slot_passed) {
+  if (e.phase == Phase::Deferred) {
     // Out of the queue already: only deferrable pieces were waiting.
     run_pieces(env, e);
     if (local_pieces_done(e)) complete(env, e);
@@ -544,17 +555,20 @@ void Replica::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
 
 // ---- execution ------------------------------------------------------------------
 
-bool Replica::watermark_passed(Env& env, const Ts& t) {
-  if (mutant::kWatermarkLocal) return t < clock_.fresh(env.now_us());
-  bool passed = true;
+std::vector<NodeId> Replica::lagging_handlers(const Ts& t) const {
+  std::vector<NodeId> out;
+  if (mutant::kWatermarkLocal) return out;
+  for (NodeId s : region_handlers_)
+    if (auto it = known_clock_.find(s); it == known_clock_.end() || !(t < it->second)) out.push_back(s);
+  return out;
+}
+
+void Replica::ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging) {
   Ts mine{};
-  for (NodeId s : region_handlers_) {
-    auto it = known_clock_.find(s);
-    if (it != known_clock_.end() && t < it->second) continue;
-    passed = false;
-    // Ask the lagging peer for its clock unless an answer that covers t is coming.
+  for (NodeId s : lagging) {
     auto& asked = asked_[s];
-    if (it != known_clock_.end()) asked.erase(asked.begin(), asked.lower_bound(it->second));
+    if (auto it = known_clock_.find(s); it != known_clock_.end())
+      asked.erase(asked.begin(), asked.lower_bound(it->second));  // answered already
     if (!asked.empty() && *asked.begin() <= t) continue;
     if (mine.t == 0) mine = clock_.fresh(env.now_us());
     Envelope e;
@@ -564,21 +578,34 @@ bool Replica::watermark_passed(Env& env, const Ts& t) {
     asked.insert(t);
     env.send(s, std::move(e));
   }
-  return passed && t < clock_.fresh(env.now_us());
 }
 
+// The safety rule (docs/protocols/dast.md): the queue's first entry executes once it is decided and no timestamp
+// at or below its own can still be issued in this region: every other handler's clock is known to be past it
+// (lagging_handlers) and this site's clock is moved past it (fresh() issues a timestamp above it, so none at or
+// below it is issued here afterwards, whatever CRT is pending later).
 void Replica::try_execute(Env& env) {
   serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
   while (!queue_.empty()) {
     Entry& e = entries_.at(queue_.begin()->second);
-    if (!e.executable || !watermark_passed(env, e.ts)) {
-      wake_when_past(env, e.ts);  // our own clock may be what it waits for
+    if (e.phase == Phase::Undecided) {
+      wake_when_past(env, e.ts);
+      return;
+    }
+    TXN_CHECK(e.phase == Phase::Queued, "txn " + str(e.txn.txn_id()) + " in the queue after its slot");
+    if (const auto lagging = lagging_handlers(e.ts); !lagging.empty()) {
+      ask_clocks(env, e.ts, lagging);
+      wake_when_past(env, e.ts);
+      return;
+    }
+    if (!(e.ts < clock_.fresh(env.now_us()))) {
+      wake_when_past(env, e.ts);  // our own clock is what it waits for
       return;
     }
     if (!run_pieces(env, e)) return;
     leave_slot(env, e);
     if (local_pieces_done(e)) complete(env, e);
-    else e.slot_passed = true;  // its deferrable pieces run when their inputs arrive
+    else set_phase(e, Phase::Deferred);  // its deferrable pieces run when their inputs arrive
   }
 }
 
@@ -594,7 +621,7 @@ bool Replica::run_pieces(Env& env, Entry& e) {
       continue;
     }
     try {
-      exec_.execute(e.txn.txn_id(), p, *in, &out, e.slot_passed);
+      exec_.execute(e.txn.txn_id(), p, *in, &out, e.phase == Phase::Deferred);
     } catch (const BadMessage& err) {
       // Deterministic on every replica: the piece is skipped everywhere.
       env.log("txn " + str(e.txn.txn_id()) + " piece " + str(p.id()) + ": " + err.what());
