@@ -55,28 +55,28 @@ struct ExecRecord {
   TxnRequest txn;
 };
 
-class Replica : public ReplicaNode {
+// A DAST replica plays two roles, each a class of its own: every replica is a Site (it stores transactions in its
+// shard's timestamp order and executes them); replica 0 of a shard is also its clients' Coordinator (it issues IRT
+// timestamps, prepares and decides CRTs, answers the client). Replica, the node, owns both and routes each message
+// to its role. What they share (the deployment, the options, the outgoing queue) is their Role base.
+class Replica;
+
+struct Role {
+  Role(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
+  void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
+  const Deployment& d_;
+  const NodeId self_;
+  const NodeInfo& me_;
+  const Workload& w_;
+  const Options& opts_;
+  SelfQueue& q_;
+  std::vector<NodeId> region_sites_;     // other sites of my region
+  std::vector<NodeId> region_handlers_;  // other timestamp issuers (replica 0 of each shard)
+};
+
+// The executor role: the shard's timestamp-ordered queue, the site's clock, and the region's clocks it knows.
+class Site : public Role {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env& env) override;
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env& env, uint64_t id) override;
-  bool idle() const override;
-  const ShardExecutor& executor() const override { return exec_; }
-  // irts: IRTs queued at this replica as their output replica (one per IRT and
-  // touched shard); irts_behind_undecided_crt: those queued above a CRT whose
-  // decision had not arrived (they wait for it); counter_proposals: StoreCRTs
-  // answered above T_r.
-  std::map<std::string, int64_t> counters() const override;
-
-  // Introspection for tests.
-  const StretchClock& clock() const { return clock_; }
-  const std::vector<ExecRecord>& exec_log() const { return exec_log_; }
-  void keep_exec_log(bool on) { keep_log_ = on; }
-  uint64_t executed() const { return n_executed_; }
-  double rtt_estimate_us(uint32_t region) const { return rtt_.at(region).value(); }
-
- private:
   // A transaction's phase at this replica. The only transitions (set_phase checks them):
   //   Undecided --its decision (DistExe), rekeyed to it--> Queued       (a CRT; an IRT is Queued when stored)
   //   Queued --its slot: first in the queue, the region's watermark past its timestamp, every piece that cannot
@@ -84,6 +84,35 @@ class Replica : public ReplicaNode {
   //   Deferred --the waiting pieces executed--> done
   // Done, the entry is erased.
   enum class Phase { Undecided, Queued, Deferred };
+
+  Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
+  void on_timer(Env& env, uint64_t id);
+  void on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m);
+  void on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m);
+  void on_noti_crt(Env& env, const ::dast::NotiCRT& m);
+  void on_dist_exe(Env& env, const ::dast::DistExe& m);
+  void on_noti_commit(Env& env, const ::dast::NotiCommit& m);
+  void on_send_output(Env& env, const ::dast::SendOutput& m);
+  void on_sync(Env& env, NodeId from, const ::dast::IRSync& m);
+  void on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m);
+
+  // For this replica's own coordinator: an IRT it timestamped, stored here as it is at the shard's other
+  // replicas; the region's other handlers were asked to send their clocks past `ts` (ClockWant).
+  void store_own_irt(TxnRequest&& txn, TxnShape shape, const Ts& ts);
+  void clocks_requested(const Ts& ts);
+  void observe(Env& env, NodeId from, const Ts& ts);
+  void try_execute(Env& env);
+  StretchClock& clock() { return clock_; }
+  const StretchClock& clock() const { return clock_; }
+
+  bool idle() const { return entries_.empty(); }
+  const ShardExecutor& executor() const { return exec_; }
+  std::map<std::string, int64_t> counters() const;
+  const std::vector<ExecRecord>& exec_log() const { return exec_log_; }
+  void keep_exec_log(bool on) { keep_log_ = on; }
+  uint64_t executed() const { return n_executed_; }
+
+ private:
   // Replica-side entry: a transaction ordered in this shard's queue.
   struct Entry {
     TxnRequest txn;
@@ -97,45 +126,12 @@ class Replica : public ReplicaNode {
     bool holds_input_wait = false;  // D is pending here until inputs arrive
   };
   static void set_phase(Entry& e, Phase to);
-  // Handler/coordinator-side state.
-  struct Coord {
-    TxnRequest txn;
-    TxnShape shape;
-    NodeId client = 0;
-    bool crt = false;
-    std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> acks
-    std::map<uint32_t, std::map<uint32_t, Ts>> proposals; // CRT: shard -> replica -> proposal
-    std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time, until its first reply
-    bool decided = false;
-    Ts decision;
-    std::set<uint32_t> results;                           // shards whose outputs arrived
-    Vars outputs;
-  };
 
-  void dispatch(Env& env, Envelope& msg);
-  void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
-  void drain_local(Env& env);
-
-  void on_submit(Env& env, NodeId from, ClientSubmit& m);
-  void on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m);
-  void on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m);
-  void on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m);
-  void on_noti_crt(Env& env, const ::dast::NotiCRT& m);
-  void on_remote_prepared(Env& env, const ::dast::RemotePrepared& m);
-  void on_dist_exe(Env& env, const ::dast::DistExe& m);
-  void on_noti_commit(Env& env, const ::dast::NotiCommit& m);
-  void on_send_output(Env& env, const ::dast::SendOutput& m);
-  void on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m);
-  void on_sync(Env& env, NodeId from, const ::dast::IRSync& m);
-  void on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m);
   void serve_wants(Env& env);
   void wake_when_past(Env& env, const Ts& t);
-
-  void observe(Env& env, NodeId from, const Ts& ts);
   Entry& add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
                    NodeId coordinator, uint32_t output_replica);
   void rekey(Entry& e, const Ts& ts);
-  void try_execute(Env& env);
   // The region's other timestamp issuers whose last known clock is not past t (a pure predicate).
   std::vector<NodeId> lagging_handlers(const Ts& t) const;
   // Asks the lagging handlers for their clocks, but not one whose answer covering t is already coming.
@@ -146,18 +142,9 @@ class Replica : public ReplicaNode {
   void leave_slot(Env& env, Entry& e);
   void complete(Env& env, Entry& e);
   void inputs_arrived(Env& env, Entry& e);
-  void maybe_reply(Env& env, uint64_t txn_id);
-  double anticipate_us(const Coord& c, uint32_t region) const;
 
-  const Deployment& d_;
-  NodeId self_;
-  const NodeInfo& me_;
-  const Workload& w_;
-  const Options opts_;
   ShardExecutor exec_;
   StretchClock clock_;
-  std::vector<NodeId> region_sites_;                 // other sites of my region
-  std::vector<NodeId> region_handlers_;              // other timestamp issuers (replica 0 of each shard)
   std::unordered_map<NodeId, Ts> known_clock_;
   std::unordered_map<NodeId, std::set<Ts>> wanted_; // peers waiting for my clock to pass these
   std::unordered_map<NodeId, std::set<Ts>> asked_;  // my unanswered ClockWants per peer
@@ -171,15 +158,79 @@ class Replica : public ReplicaNode {
   std::unordered_map<uint64_t, Entry> entries_;
   std::unordered_map<uint64_t, Vars> early_vars_;    // outputs that arrived before their entry
   std::unordered_map<uint64_t, TimeUs> released_;    // release notices seen before DistExe
-  std::unordered_map<uint64_t, Coord> coords_;
-  std::vector<DelayEstimate> rtt_;                   // coordinator: RTT to each region's prepare path
-  SelfQueue self_q_;
   bool keep_log_ = false;
   std::vector<ExecRecord> exec_log_;
   uint64_t n_executed_ = 0;
   int64_t n_irts_ = 0, n_irts_behind_crt_ = 0, n_counter_proposals_ = 0;
-  TimeUs sync_interval_us_;
   TimeUs wake_at_ = 0;                               // physical time a kWantTimer is set for (0: none)
+};
+
+// The coordinator role (replica 0 of a shard): one Coord per transaction its clients submitted, until the reply.
+class Coordinator : public Role {
+ public:
+  Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q, Site& site);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
+  void on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m);
+  void on_remote_prepared(Env& env, const ::dast::RemotePrepared& m);
+  void on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m);
+  bool idle() const { return coords_.empty(); }
+  double rtt_estimate_us(uint32_t region) const { return rtt_.at(region).value(); }
+
+ private:
+  // A transaction's phase at its coordinator: an IRT is stored (acks counted) then answered; a CRT is prepared
+  // (proposals counted), decided, then answered. Answered, the Coord is erased.
+  struct Coord {
+    TxnRequest txn;
+    TxnShape shape;
+    NodeId client = 0;
+    bool crt = false;
+    std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> acks
+    std::map<uint32_t, std::map<uint32_t, Ts>> proposals; // CRT: shard -> replica -> proposal
+    std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time, until its first reply
+    bool decided = false;
+    Ts decision;
+    std::set<uint32_t> results;                           // shards whose outputs arrived
+    Vars outputs;
+  };
+  void maybe_reply(Env& env, uint64_t txn_id);
+  double anticipate_us(const Coord& c, uint32_t region) const;
+
+  Site& site_;          // this replica's own site: it stores its IRTs there too, and issues timestamps from its clock
+  StretchClock& clock_;
+  std::unordered_map<uint64_t, Coord> coords_;
+  std::vector<DelayEstimate> rtt_;                   // RTT to each region's prepare path
+};
+
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w);
+  void start(Env& env) override;
+  void on_message(Env& env, Envelope& msg) override;
+  void on_timer(Env& env, uint64_t id) override;
+  bool idle() const override { return site_.idle() && coord_.idle(); }
+  const ShardExecutor& executor() const override { return site_.executor(); }
+  // irts: IRTs queued at this replica as their output replica (one per IRT and
+  // touched shard); irts_behind_undecided_crt: those queued above a CRT whose
+  // decision had not arrived (they wait for it); counter_proposals: StoreCRTs
+  // answered above T_r.
+  std::map<std::string, int64_t> counters() const override { return site_.counters(); }
+
+  // Introspection for tests.
+  const StretchClock& clock() const { return site_.clock(); }
+  const std::vector<ExecRecord>& exec_log() const { return site_.exec_log(); }
+  void keep_exec_log(bool on) { site_.keep_exec_log(on); }
+  uint64_t executed() const { return site_.executed(); }
+  double rtt_estimate_us(uint32_t region) const { return coord_.rtt_estimate_us(region); }
+
+ private:
+  void dispatch(Env& env, Envelope& msg);
+  void drain_local(Env& env);
+
+  const Options opts_;
+  SelfQueue self_q_;
+  Site site_;
+  Coordinator coord_;
+  TimeUs sync_interval_us_;
 };
 
 class Manager : public Node {

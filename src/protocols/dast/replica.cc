@@ -1,5 +1,6 @@
-// DAST replica: handler/coordinator for its clients' transactions and a
-// timestamp-ordered executor of its shard (docs/protocols/dast.md).
+// DAST replica (docs/protocols/dast.md): the node (Replica) routes each message to one of its two roles, the Site
+// (a timestamp-ordered executor of its shard, below "replica: storing and ordering" and "execution") and, at replica
+// 0, the Coordinator of its clients' transactions ("handler / coordinator").
 #include <algorithm>
 #include <sstream>
 
@@ -68,14 +69,23 @@ TxnShape analyze(const Deployment& d, const Options& o, const TxnRequest& txn, c
   return s;
 }
 
-Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, d.node(self).shard),
-      clock_(self), self_q_(self), sync_interval_us_(static_cast<TimeUs>(opts_.sync_interval_ms * 1000)) {
+Role::Role(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
+    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(o), q_(q) {
   for (NodeId s : d.sites_of_region(me_.region)) {
     if (s == self) continue;
     region_sites_.push_back(s);
     if (d.node(s).replica == 0) region_handlers_.push_back(s);
   }
+}
+
+void Role::post(Env& env, NodeId to, Envelope msg) { q_.post(env, to, std::move(msg)); }
+
+Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
+    : Role(d, self, w, o, q), exec_(w, d.node(self).shard), clock_(self) {}
+
+Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q,
+                         Site& site)
+    : Role(d, self, w, o, q), site_(site), clock_(site.clock()) {
   const auto& rtt = d.link.rtt_ms;
   for (uint32_t r = 0; r < d.regions; ++r) {
     double prior = 100'000;
@@ -85,33 +95,38 @@ Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
   }
 }
 
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : opts_(d), self_q_(self), site_(d, self, w, opts_, self_q_), coord_(d, self, w, opts_, self_q_, site_),
+      sync_interval_us_(static_cast<TimeUs>(opts_.sync_interval_ms * 1000)) {}
+
 void Replica::start(Env& env) {
   env.set_timer(kSyncTimer, sync_interval_us_);
 }
 
-// entries_ holds the queue's entries and those whose deferrable pieces still wait.
-bool Replica::idle() const { return entries_.empty() && coords_.empty(); }
-
-std::map<std::string, int64_t> Replica::counters() const {
+std::map<std::string, int64_t> Site::counters() const {
   return {{"irts", n_irts_}, {"irts_behind_undecided_crt", n_irts_behind_crt_},
           {"counter_proposals", n_counter_proposals_}};
 }
 
 void Replica::on_timer(Env& env, uint64_t id) {
+  if (id == kSyncTimer) env.set_timer(kSyncTimer, sync_interval_us_);
+  site_.on_timer(env, id);
+  drain_local(env);
+}
+
+void Site::on_timer(Env& env, uint64_t id) {
   if (id == kWantTimer && env.now_us() >= wake_at_) wake_at_ = 0;
   if (id == kSyncTimer) {
     TimeUs now = env.mono_us();
     for (auto it = released_.begin(); it != released_.end();)
       it = now - it->second > kReleaseMemoryUs ? released_.erase(it) : std::next(it);
-    env.set_timer(kSyncTimer, sync_interval_us_);
   }
   try_execute(env);
-  drain_local(env);
 }
 
 // Clock sync on demand: a peer blocked on our clock asked for it (ClockWant);
 // answer as soon as our clock is above what it waits for.
-void Replica::serve_wants(Env& env) {
+void Site::serve_wants(Env& env) {
   if (wanted_.empty()) return;
   Ts clock = clock_.fresh(env.now_us());
   for (auto it = wanted_.begin(); it != wanted_.end();) {
@@ -132,7 +147,7 @@ void Replica::serve_wants(Env& env) {
 // Our clock passes `t` at a known physical moment unless a pending CRT
 // stretches it below t (then its resolution, a message, is what moves it):
 // look again at that moment.
-void Replica::wake_when_past(Env& env, const Ts& t) {
+void Site::wake_when_past(Env& env, const Ts& t) {
   const Ts* pending = clock_.min_pending();
   if (pending != nullptr && *pending <= t) return;
   const TimeUs now = env.now_us();
@@ -143,7 +158,7 @@ void Replica::wake_when_past(Env& env, const Ts& t) {
   env.set_timer(kWantTimer, at - now);
 }
 
-void Replica::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
+void Site::on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m) {
   // A coordinator in another region may ask on behalf of our replicas; only
   // a peer of this region may ask for itself or pass its clock.
   if (d_.node(from).region == me_.region) {
@@ -176,34 +191,32 @@ void Replica::on_message(Env& env, Envelope& msg) {
   drain_local(env);
 }
 
-void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
-
 void Replica::drain_local(Env& env) {
   self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
 void Replica::dispatch(Env& env, Envelope& msg) {
   NodeId from = msg.from();
-  if (msg.has_submit()) return on_submit(env, from, *msg.mutable_submit());
+  if (msg.has_submit()) return coord_.on_submit(env, from, *msg.mutable_submit());
   if (!msg.has_dast()) throw BadMessage("dast replica got a non-DAST message");
   auto& m = *msg.mutable_dast();
   switch (m.m_case()) {
-    case ::dast::Msg::kStoreIrt: return on_store_irt(env, from, *m.mutable_store_irt());
-    case ::dast::Msg::kStoreIrtAck: return on_store_irt_ack(env, from, m.store_irt_ack());
-    case ::dast::Msg::kStoreCrt: return on_store_crt(env, from, *m.mutable_store_crt());
-    case ::dast::Msg::kNotiCrt: return on_noti_crt(env, m.noti_crt());
-    case ::dast::Msg::kRemotePrepared: return on_remote_prepared(env, m.remote_prepared());
-    case ::dast::Msg::kDistExe: return on_dist_exe(env, m.dist_exe());
-    case ::dast::Msg::kNotiCommit: return on_noti_commit(env, m.noti_commit());
-    case ::dast::Msg::kSendOutput: return on_send_output(env, m.send_output());
-    case ::dast::Msg::kPieceResult: return on_piece_result(env, from, m.piece_result());
-    case ::dast::Msg::kIrSync: return on_sync(env, from, m.ir_sync());
-    case ::dast::Msg::kClockWant: return on_clock_want(env, from, m.clock_want());
+    case ::dast::Msg::kStoreIrt: return site_.on_store_irt(env, from, *m.mutable_store_irt());
+    case ::dast::Msg::kStoreIrtAck: return coord_.on_store_irt_ack(env, from, m.store_irt_ack());
+    case ::dast::Msg::kStoreCrt: return site_.on_store_crt(env, from, *m.mutable_store_crt());
+    case ::dast::Msg::kNotiCrt: return site_.on_noti_crt(env, m.noti_crt());
+    case ::dast::Msg::kRemotePrepared: return coord_.on_remote_prepared(env, m.remote_prepared());
+    case ::dast::Msg::kDistExe: return site_.on_dist_exe(env, m.dist_exe());
+    case ::dast::Msg::kNotiCommit: return site_.on_noti_commit(env, m.noti_commit());
+    case ::dast::Msg::kSendOutput: return site_.on_send_output(env, m.send_output());
+    case ::dast::Msg::kPieceResult: return coord_.on_piece_result(env, from, m.piece_result());
+    case ::dast::Msg::kIrSync: return site_.on_sync(env, from, m.ir_sync());
+    case ::dast::Msg::kClockWant: return site_.on_clock_want(env, from, m.clock_want());
     default: throw BadMessage("DAST message without a body or not for a replica");
   }
 }
 
-void Replica::observe(Env& env, NodeId from, const Ts& ts) {
+void Site::observe(Env& env, NodeId from, const Ts& ts) {
   if (from != self_) {
     Ts& k = known_clock_[from];
     if (k < ts) k = ts;
@@ -211,7 +224,7 @@ void Replica::observe(Env& env, NodeId from, const Ts& ts) {
   clock_.observe(ts, env.now_us());
 }
 
-void Replica::set_phase(Entry& e, Phase to) {
+void Site::set_phase(Entry& e, Phase to) {
   const bool allowed = (e.phase == Phase::Undecided && to == Phase::Queued) ||
                        (e.phase == Phase::Queued && to == Phase::Deferred);
   TXN_CHECK(allowed, "txn " + str(e.txn.txn_id()) + ": phase " + str(static_cast<int>(e.phase)) + " -> " +
@@ -219,7 +232,7 @@ void Replica::set_phase(Entry& e, Phase to) {
   e.phase = to;
 }
 
-Replica::Entry& Replica::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
+Site::Entry& Site::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
                                    NodeId coordinator, uint32_t output_replica) {
   TXN_CHECK(phase == Phase::Undecided || phase == Phase::Queued, "a new entry is undecided or queued");
   const uint64_t id = txn.txn_id();
@@ -248,7 +261,15 @@ Replica::Entry& Replica::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& t
   return e;
 }
 
-void Replica::rekey(Entry& e, const Ts& ts) {
+void Site::store_own_irt(TxnRequest&& txn, TxnShape shape, const Ts& ts) {
+  add_entry(std::move(txn), std::move(shape), ts, Phase::Queued, self_, me_.replica);
+}
+
+void Site::clocks_requested(const Ts& ts) {
+  for (NodeId h : region_handlers_) asked_[h].insert(ts);
+}
+
+void Site::rekey(Entry& e, const Ts& ts) {
   queue_.erase({e.ts, e.txn.txn_id()});
   e.ts = ts;
   queue_[{ts, e.txn.txn_id()}] = e.txn.txn_id();
@@ -256,7 +277,7 @@ void Replica::rekey(Entry& e, const Ts& ts) {
 
 // ---- handler / coordinator ---------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
+void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& req = m.txn();
   if (req.home_shard() != me_.shard)
     throw BadMessage("txn " + str(req.txn_id()) + " submitted to shard " + str(me_.shard) +
@@ -279,7 +300,7 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
-          add_entry(TxnRequest(txn), shape, ts, Phase::Queued, self_, me_.replica);
+          site_.store_own_irt(TxnRequest(txn), shape, ts);
           continue;
         }
         Envelope e;
@@ -302,10 +323,10 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
       for (uint32_t s : shape.shards)
         for (NodeId r : d_.replicas_of(s))
           if (r != h) w->add_notify(r);
-      asked_[h].insert(ts);
       post(env, h, std::move(e));
     }
-    try_execute(env);
+    site_.clocks_requested(ts);
+    site_.try_execute(env);
     return;
   }
   // Anticipation counts from the physical clock: while the region is stretched
@@ -327,7 +348,7 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   }
 }
 
-double Replica::anticipate_us(const Coord& c, uint32_t region) const {
+double Coordinator::anticipate_us(const Coord& c, uint32_t region) const {
   // The decision reaches region `region` about one slowest prepare round trip
   // plus one one-way hop after the source timestamp was taken.
   double slowest = 0;
@@ -337,15 +358,15 @@ double Replica::anticipate_us(const Coord& c, uint32_t region) const {
   return std::max(0.0, slowest + rtt_[region].value() / 2 + opts_.anticipation_margin_ms * 1000);
 }
 
-void Replica::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
-  observe(env, from, from_proto(m.clock()));
+void Coordinator::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
+  site_.observe(env, from, from_proto(m.clock()));
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;  // already answered
   it->second.acks[m.shard()]++;
   maybe_reply(env, m.txn_id());
 }
 
-void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
+void Coordinator::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) throw BadMessage("RemotePrepared for unknown txn " + str(m.txn_id()));
   Coord& c = it->second;
@@ -380,7 +401,7 @@ void Replica::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
   }
 }
 
-void Replica::on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m) {
+void Coordinator::on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;
   Coord& c = it->second;
@@ -389,7 +410,7 @@ void Replica::on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& 
   maybe_reply(env, m.txn_id());
 }
 
-void Replica::maybe_reply(Env& env, uint64_t txn_id) {
+void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   auto it = coords_.find(txn_id);
   if (it == coords_.end()) return;
   Coord& c = it->second;
@@ -411,7 +432,7 @@ void Replica::maybe_reply(Env& env, uint64_t txn_id) {
 
 // ---- replica: storing and ordering -------------------------------------------
 
-void Replica::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
+void Site::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
   Ts ts = from_proto(m.ts());
   if (d_.node(from).region != me_.region || d_.node(from).replica != 0)
     throw BadMessage("StoreIRT from " + d_.node(from).name + ", not a handler of this region");
@@ -432,7 +453,7 @@ void Replica::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
   try_execute(env);
 }
 
-void Replica::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
+void Site::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   Ts p = from_proto(m.tr());
   // Never accept a slot at or below what this site may already have ordered:
   // counter-propose just above the clock, with room below it for the IRT
@@ -458,13 +479,13 @@ void Replica::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   post(env, m.coordinator(), std::move(e));
 }
 
-void Replica::on_noti_crt(Env& env, const ::dast::NotiCRT& m) {
+void Site::on_noti_crt(Env& env, const ::dast::NotiCRT& m) {
   if (!released_.count(m.txn_id())) clock_.add_pending(m.txn_id(), from_proto(m.tr()));
 }
 
 // An input that a piece of my shard cannot run without, that no piece on my
 // shard produces, is not known yet (deferrable pieces may wait for theirs).
-bool Replica::holding_input_missing(const Entry& e) const {
+bool Site::holding_input_missing(const Entry& e) const {
   std::set<std::string> local_out;
   for (const auto& p : e.txn.pieces())
     if (p.shard() == me_.shard)
@@ -476,7 +497,7 @@ bool Replica::holding_input_missing(const Entry& e) const {
   return false;
 }
 
-void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
+void Site::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   auto it = entries_.find(m.txn_id());
   if (it == entries_.end()) throw BadMessage("DistExe for unknown txn " + str(m.txn_id()));
   Entry& e = it->second;
@@ -501,7 +522,7 @@ void Replica::on_dist_exe(Env& env, const ::dast::DistExe& m) {
   try_execute(env);
 }
 
-void Replica::inputs_arrived(Env& env, Entry& e) {
+void Site::inputs_arrived(Env& env, Entry& e) {
   e.holds_input_wait = false;
   if (released_.count(e.txn.txn_id())) clock_.remove_pending(e.txn.txn_id());
   if (me_.replica == e.output_replica) {
@@ -514,7 +535,7 @@ void Replica::inputs_arrived(Env& env, Entry& e) {
   }
 }
 
-void Replica::on_noti_commit(Env& env, const ::dast::NotiCommit& m) {
+void Site::on_noti_commit(Env& env, const ::dast::NotiCommit& m) {
   auto it = entries_.find(m.txn_id());
   bool own_wait = it != entries_.end() && it->second.holds_input_wait;
   if (m.release()) {
@@ -528,7 +549,7 @@ void Replica::on_noti_commit(Env& env, const ::dast::NotiCommit& m) {
   try_execute(env);
 }
 
-void Replica::on_send_output(Env& env, const ::dast::SendOutput& m) {
+void Site::on_send_output(Env& env, const ::dast::SendOutput& m) {
   auto it = entries_.find(m.txn_id());
   if (it == entries_.end()) {
     auto& early = early_vars_[m.txn_id()];
@@ -547,7 +568,7 @@ void Replica::on_send_output(Env& env, const ::dast::SendOutput& m) {
   try_execute(env);
 }
 
-void Replica::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
+void Site::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
   if (d_.node(from).region != me_.region) throw BadMessage("IRSync from another region");
   observe(env, from, from_proto(m.clock()));
   try_execute(env);
@@ -555,7 +576,7 @@ void Replica::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
 
 // ---- execution ------------------------------------------------------------------
 
-std::vector<NodeId> Replica::lagging_handlers(const Ts& t) const {
+std::vector<NodeId> Site::lagging_handlers(const Ts& t) const {
   std::vector<NodeId> out;
   if (mutant::kWatermarkLocal) return out;
   for (NodeId s : region_handlers_)
@@ -563,7 +584,7 @@ std::vector<NodeId> Replica::lagging_handlers(const Ts& t) const {
   return out;
 }
 
-void Replica::ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging) {
+void Site::ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging) {
   Ts mine{};
   for (NodeId s : lagging) {
     auto& asked = asked_[s];
@@ -584,7 +605,7 @@ void Replica::ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& laggi
 // at or below its own can still be issued in this region: every other handler's clock is known to be past it
 // (lagging_handlers) and this site's clock is moved past it (fresh() issues a timestamp above it, so none at or
 // below it is issued here afterwards, whatever CRT is pending later).
-void Replica::try_execute(Env& env) {
+void Site::try_execute(Env& env) {
   serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
   while (!queue_.empty()) {
     Entry& e = entries_.at(queue_.begin()->second);
@@ -609,7 +630,7 @@ void Replica::try_execute(Env& env) {
   }
 }
 
-bool Replica::run_pieces(Env& env, Entry& e) {
+bool Site::run_pieces(Env& env, Entry& e) {
   for (const auto& p : e.txn.pieces()) {
     if (p.shard() != me_.shard || e.done.count(p.id())) continue;
     Vars scratch, out;
@@ -632,7 +653,7 @@ bool Replica::run_pieces(Env& env, Entry& e) {
   return true;
 }
 
-bool Replica::local_pieces_done(const Entry& e) const {
+bool Site::local_pieces_done(const Entry& e) const {
   size_t local = 0;
   for (const auto& p : e.txn.pieces()) local += p.shard() == me_.shard;
   return e.done.size() == local;
@@ -652,7 +673,7 @@ Vars produced_on(const TxnRequest& txn, uint32_t shard, const Vars& vars) {
 
 // The entry's place in the order is done: forward the variables other shards
 // need (deferrable pieces produce none, so they are all known) and free the slot.
-void Replica::leave_slot(Env& env, Entry& e) {
+void Site::leave_slot(Env& env, Entry& e) {
   const uint64_t id = e.txn.txn_id();
   const Vars produced = produced_on(e.txn, me_.shard, e.vars);
   std::map<uint32_t, Vars> needs;
@@ -676,7 +697,7 @@ void Replica::leave_slot(Env& env, Entry& e) {
 }
 
 // Every local piece has run: the output replica reports to the coordinator.
-void Replica::complete(Env& env, Entry& e) {
+void Site::complete(Env& env, Entry& e) {
   const uint64_t id = e.txn.txn_id();
   if (me_.replica == e.output_replica) {
     Envelope r;
