@@ -9,6 +9,7 @@
 
 #include "client/handler_driver.h"
 #include "protocol.h"
+#include "role.h"
 #include "self_queue.h"
 #include "protocols/dast/clock.h"
 
@@ -61,15 +62,9 @@ struct ExecRecord {
 // to its role. What they share (the deployment, the options, the outgoing queue) is their Role base.
 class Replica;
 
-struct Role {
+struct Role : RoleContext {
   Role(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
-  void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
-  const Deployment& d_;
-  const NodeId self_;
-  const NodeInfo& me_;
-  const Workload& w_;
   const Options& opts_;
-  SelfQueue& q_;
   std::vector<NodeId> region_sites_;     // other sites of my region
   std::vector<NodeId> region_handlers_;  // other timestamp issuers (replica 0 of each shard)
 };

@@ -70,15 +70,13 @@ TxnShape analyze(const Deployment& d, const Options& o, const TxnRequest& txn, c
 }
 
 Role::Role(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
-    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(o), q_(q) {
+    : RoleContext(d, self, w, q), opts_(o) {
   for (NodeId s : d.sites_of_region(me_.region)) {
     if (s == self) continue;
     region_sites_.push_back(s);
     if (d.node(s).replica == 0) region_handlers_.push_back(s);
   }
 }
-
-void Role::post(Env& env, NodeId to, Envelope msg) { q_.post(env, to, std::move(msg)); }
 
 Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : Role(d, self, w, o, q), exec_(w, d.node(self).shard), clock_(self) {}

@@ -11,6 +11,7 @@
 
 #include "client/handler_driver.h"
 #include "protocol.h"
+#include "role.h"
 #include "self_queue.h"
 #include "shards.h"
 
@@ -25,19 +26,23 @@ struct Options {
   bool fast_path;  // commit on identical PreAccept replies; false: always take the Accept round
 };
 
-// One replica of a shard, and the coordinator of the transactions homed at its
-// shard when it is replica 0 there (the handler).
-class Replica : public ReplicaNode {
+// A Janus replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it orders
+// its shard's transactions by their dependency graph and executes them); replica 0 of a shard is also the
+// Coordinator of the transactions homed there (PreAccept, Accept when the replies differ, Commit, the reply).
+
+// The ordering and execution role.
+class Site : public RoleContext {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env&) override {}
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env&, uint64_t) override {}
-  bool idle() const override;
-  const ShardExecutor& executor() const override { return exec_; }
-  // fast_commits / slow_commits (coordinator), inquiries (sent), largest_scc_max
-  // (the largest component decided here; summed as a maximum over the run).
-  std::map<std::string, int64_t> counters() const override;
+  Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q);
+  void on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m);
+  void on_accept(Env& env, NodeId from, const ::janus::Accept& m);
+  void on_commit(Env& env, const ::janus::Commit& m);
+  void on_inquire(Env& env, NodeId from, const ::janus::Inquire& m);
+  void on_inquire_reply(Env& env, const ::janus::InquireReply& m);
+  void on_send_output(Env& env, const ::janus::SendOutput& m);
+  bool idle() const { return locals_.empty(); }
+  const ShardExecutor& executor() const { return exec_; }
+  void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
   enum class Status { Unknown, PreAccepted, Accepted, Committed };
@@ -59,36 +64,7 @@ class Replica : public ReplicaNode {
     std::set<uint32_t> done;  // executed piece ids
     uint64_t explored_at = 0; // graph version of its last unsuccessful walk (0: never walked)
   };
-  // Coordinator-side state of a transaction homed at this shard.
-  struct Coord {
-    TxnRequest txn;
-    NodeId client = 0;
-    std::vector<uint32_t> shards;
-    std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> replies;  // shard -> replica -> deps
-    std::map<uint32_t, uint32_t> accept_oks;                                    // shard -> AcceptOKs
-    std::vector<::janus::Dep> deps;  // the union of the replies: committed (fast) or accepted (slow)
-    bool accepting = false, committed = false;
-    std::set<uint32_t> results;  // shards whose output replica reported
-    Vars outputs;
-  };
 
-  void dispatch(Env& env, Envelope& msg);
-  void post(Env& env, NodeId to, Envelope msg);  // to self: queued locally, no network
-  void drain_local(Env& env);
-
-  void on_submit(Env& env, NodeId from, ClientSubmit& m);
-  void on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m);
-  void on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m);
-  void on_accept(Env& env, NodeId from, const ::janus::Accept& m);
-  void on_accept_reply(Env& env, const ::janus::AcceptReply& m);
-  void on_commit(Env& env, const ::janus::Commit& m);
-  void on_inquire(Env& env, NodeId from, const ::janus::Inquire& m);
-  void on_inquire_reply(Env& env, const ::janus::InquireReply& m);
-  void on_send_output(Env& env, const ::janus::SendOutput& m);
-  void on_piece_result(Env& env, const ::janus::PieceResult& m);
-
-  void maybe_decide(Env& env, Coord& c);
-  void commit(Env& env, Coord& c);
   Vertex& vertex(TxnId id);
   void learn(const ::janus::Dep& d);          // a dependency's shards and decided component
   void set_scc(TxnId id, const Scc& scc);
@@ -100,11 +76,6 @@ class Replica : public ReplicaNode {
   bool run_pieces(Env& env, TxnId t, Local& l); // true when every piece here has executed
   void executed(Env& env, TxnId t);
 
-  const Deployment& d_;
-  NodeId self_;
-  const NodeInfo& me_;
-  const Workload& w_;
-  const Options opts_;
   ShardExecutor exec_;
   // Per conflict key: the last transaction that wrote it and those that read it since.
   struct KeyState {
@@ -117,10 +88,67 @@ class Replica : public ReplicaNode {
   std::set<TxnId> committed_;                          // committed local transactions not executed here
   std::unordered_map<TxnId, Vars> vars_;               // values known per transaction (may precede it)
   std::unordered_map<TxnId, std::vector<NodeId>> inquirers_;  // waiting for a transaction's commit here
-  std::unordered_map<TxnId, Coord> coords_;
   uint64_t version_ = 1;  // bumped whenever the graph gains a commit, a component or an execution
+  int64_t n_inquiries_ = 0, largest_scc_ = 0;
+};
+
+// The coordinator role (replica 0 of a shard): one Coord per transaction homed there, until the reply.
+class Coordinator : public RoleContext {
+ public:
+  Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
+  void on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m);
+  void on_accept_reply(Env& env, const ::janus::AcceptReply& m);
+  void on_piece_result(Env& env, const ::janus::PieceResult& m);
+  bool idle() const { return coords_.empty(); }
+  void add_counters(std::map<std::string, int64_t>& c) const;
+
+ private:
+  // A transaction's phase at its coordinator (set_phase checks the transitions):
+  //   PreAccepting --every replica of every shard replied, the same deps per shard (fast path)--> Committed
+  //   PreAccepting --the replies differ (or fast_path off)--> Accepting --a majority of every shard--> Committed
+  // Committed, the outputs are collected; answered, the Coord is erased.
+  enum class Phase { PreAccepting, Accepting, Committed };
+  struct Coord {
+    TxnRequest txn;
+    NodeId client = 0;
+    std::vector<uint32_t> shards;
+    Phase phase = Phase::PreAccepting;
+    std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> replies;  // shard -> replica -> deps
+    std::map<uint32_t, uint32_t> accept_oks;                                    // shard -> AcceptOKs
+    std::vector<::janus::Dep> deps;  // the union of the replies: committed (fast) or accepted (slow)
+    std::set<uint32_t> results;  // shards whose output replica reported
+    Vars outputs;
+  };
+  static void set_phase(Coord& c, Phase to);
+  void maybe_decide(Env& env, Coord& c);
+  void commit(Env& env, Coord& c);
+
+  const Options& opts_;
+  std::unordered_map<TxnId, Coord> coords_;
+  int64_t n_fast_ = 0, n_slow_ = 0;
+};
+
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w);
+  void start(Env&) override {}
+  void on_message(Env& env, Envelope& msg) override;
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override { return coord_.idle() && site_.idle(); }
+  const ShardExecutor& executor() const override { return site_.executor(); }
+  // fast_commits / slow_commits (coordinator), inquiries (sent), largest_scc_max
+  // (the largest component decided here; summed as a maximum over the run).
+  std::map<std::string, int64_t> counters() const override;
+
+ private:
+  void dispatch(Env& env, Envelope& msg);
+  void drain_local(Env& env);
+
+  const Options opts_;
   SelfQueue self_q_;
-  int64_t n_fast_ = 0, n_slow_ = 0, n_inquiries_ = 0, largest_scc_ = 0;
+  Site site_;
+  Coordinator coord_;
 };
 
 }  // namespace txn::janus

@@ -1,4 +1,5 @@
-// Janus replica and coordinator (docs/protocols/janus.md).
+// Janus replica (docs/protocols/janus.md): the node (Replica) routes each message to its Coordinator role
+// (replica 0 of the home shard; "coordinator" below) or its Site role ("replica: ordering", execution).
 //
 // Ordering. A replica records, per conflict key (the pieces' read_keys and
 // write_keys), the last transaction that wrote it and those that read it
@@ -35,6 +36,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "check.h"
 #include "protocols/janus/janus.h"
 #include "protocols/janus/mutant.h"
 
@@ -62,14 +64,30 @@ void merge(std::map<TxnId, ::janus::Dep>& u, const std::vector<::janus::Dep>& de
 
 }  // namespace
 
-Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, me_.shard), self_q_(self) {}
+Site::Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q)
+    : RoleContext(d, self, w, q), exec_(w, me_.shard) {}
 
-bool Replica::idle() const { return coords_.empty() && locals_.empty(); }
+Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
+    : RoleContext(d, self, w, q), opts_(o) {}
+
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : opts_(d), self_q_(self), site_(d, self, w, self_q_), coord_(d, self, w, opts_, self_q_) {}
 
 std::map<std::string, int64_t> Replica::counters() const {
-  return {{"fast_commits", n_fast_}, {"slow_commits", n_slow_}, {"inquiries", n_inquiries_},
-          {"largest_scc_max", largest_scc_}};
+  std::map<std::string, int64_t> c;
+  coord_.add_counters(c);
+  site_.add_counters(c);
+  return c;
+}
+
+void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
+  c["fast_commits"] = n_fast_;
+  c["slow_commits"] = n_slow_;
+}
+
+void Site::add_counters(std::map<std::string, int64_t>& c) const {
+  c["inquiries"] = n_inquiries_;
+  c["largest_scc_max"] = largest_scc_;
 }
 
 // ---- plumbing --------------------------------------------------------------------------
@@ -79,40 +97,38 @@ void Replica::on_message(Env& env, Envelope& msg) {
   drain_local(env);
 }
 
-void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
-
 void Replica::drain_local(Env& env) {
   self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
 void Replica::dispatch(Env& env, Envelope& m) {
-  if (m.has_submit()) return on_submit(env, m.from(), *m.mutable_submit());
+  if (m.has_submit()) return coord_.on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_janus()) throw BadMessage("Janus replica got a message of another protocol");
   auto& j = *m.mutable_janus();
   switch (j.body_case()) {
-    case ::janus::Msg::kPreAccept: return on_pre_accept(env, m.from(), *j.mutable_pre_accept());
-    case ::janus::Msg::kPreAcceptReply: return on_pre_accept_reply(env, j.pre_accept_reply());
-    case ::janus::Msg::kAccept: return on_accept(env, m.from(), j.accept());
-    case ::janus::Msg::kAcceptReply: return on_accept_reply(env, j.accept_reply());
-    case ::janus::Msg::kCommit: return on_commit(env, j.commit());
-    case ::janus::Msg::kInquire: return on_inquire(env, m.from(), j.inquire());
-    case ::janus::Msg::kInquireReply: return on_inquire_reply(env, j.inquire_reply());
-    case ::janus::Msg::kSendOutput: return on_send_output(env, j.send_output());
-    case ::janus::Msg::kPieceResult: return on_piece_result(env, j.piece_result());
+    case ::janus::Msg::kPreAccept: return site_.on_pre_accept(env, m.from(), *j.mutable_pre_accept());
+    case ::janus::Msg::kPreAcceptReply: return coord_.on_pre_accept_reply(env, j.pre_accept_reply());
+    case ::janus::Msg::kAccept: return site_.on_accept(env, m.from(), j.accept());
+    case ::janus::Msg::kAcceptReply: return coord_.on_accept_reply(env, j.accept_reply());
+    case ::janus::Msg::kCommit: return site_.on_commit(env, j.commit());
+    case ::janus::Msg::kInquire: return site_.on_inquire(env, m.from(), j.inquire());
+    case ::janus::Msg::kInquireReply: return site_.on_inquire_reply(env, j.inquire_reply());
+    case ::janus::Msg::kSendOutput: return site_.on_send_output(env, j.send_output());
+    case ::janus::Msg::kPieceResult: return coord_.on_piece_result(env, j.piece_result());
     default: throw BadMessage("empty Janus message");
   }
 }
 
-Replica::Vertex& Replica::vertex(TxnId id) { return graph_[id]; }
+Site::Vertex& Site::vertex(TxnId id) { return graph_[id]; }
 
-void Replica::set_scc(TxnId id, const Scc& scc) {
+void Site::set_scc(TxnId id, const Scc& scc) {
   Vertex& v = vertex(id);
   if (v.scc) return;
   v.scc = scc;
   ++version_;
 }
 
-void Replica::learn(const ::janus::Dep& d) {
+void Site::learn(const ::janus::Dep& d) {
   Vertex& v = vertex(d.id());
   if (v.shards.empty() && d.shards_size() > 0) {
     v.shards.assign(d.shards().begin(), d.shards().end());
@@ -121,7 +137,7 @@ void Replica::learn(const ::janus::Dep& d) {
   if (!v.scc && d.scc_size() > 0) set_scc(d.id(), std::make_shared<const std::vector<TxnId>>(d.scc().begin(), d.scc().end()));
 }
 
-void Replica::fill_dep(TxnId id, ::janus::Dep* out) {
+void Site::fill_dep(TxnId id, ::janus::Dep* out) {
   out->set_id(id);
   auto it = graph_.find(id);
   if (it == graph_.end()) return;
@@ -132,7 +148,7 @@ void Replica::fill_dep(TxnId id, ::janus::Dep* out) {
 
 // ---- coordinator ------------------------------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
+void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& in = m.txn();
   if (me_.replica != 0 || in.home_shard() != me_.shard)
     throw BadMessage("txn " + str(in.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
@@ -152,14 +168,14 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
     }
 }
 
-void Replica::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m) {
+void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;  // decided and answered already: a late reply
   Coord& c = it->second;
   if (!std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
     throw BadMessage("PreAcceptReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " replica " +
                      str(m.replica()) + ", which it does not touch");
-  if (c.accepting || c.committed) return;
+  if (c.phase != Phase::PreAccepting) return;
   c.replies[m.shard()][m.replica()] = {m.deps().begin(), m.deps().end()};
   maybe_decide(env, c);
 }
@@ -168,7 +184,7 @@ void Replica::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m) {
 // header comment: the per-key chains need every replica's view). Fast path:
 // the replies of each shard are the same. Slow path otherwise (or with the
 // option off): Accept the union.
-void Replica::maybe_decide(Env& env, Coord& c) {
+void Coordinator::maybe_decide(Env& env, Coord& c) {
   bool agree = opts_.fast_path;
   for (uint32_t s : c.shards) {
     const auto& got = c.replies[s];
@@ -185,7 +201,7 @@ void Replica::maybe_decide(Env& env, Coord& c) {
     ++n_fast_;
     return commit(env, c);
   }
-  c.accepting = true;
+  set_phase(c, Phase::Accepting);
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
@@ -197,11 +213,11 @@ void Replica::maybe_decide(Env& env, Coord& c) {
     }
 }
 
-void Replica::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
+void Coordinator::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
   auto it = coords_.find(m.txn_id());
-  if (it == coords_.end() || it->second.committed) return;
+  if (it == coords_.end() || it->second.phase == Phase::Committed) return;
   Coord& c = it->second;
-  if (!c.accepting) throw BadMessage("AcceptReply for txn " + str(m.txn_id()) + ", which is not accepting");
+  if (c.phase != Phase::Accepting) throw BadMessage("AcceptReply for txn " + str(m.txn_id()) + ", which is not accepting");
   if (!m.ok()) throw BadMessage("Accept of txn " + str(m.txn_id()) + " refused (no recovery: one ballot)");
   ++c.accept_oks[m.shard()];
   for (uint32_t s : c.shards)
@@ -210,8 +226,16 @@ void Replica::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
   commit(env, c);
 }
 
-void Replica::commit(Env& env, Coord& c) {
-  c.committed = true;
+void Coordinator::set_phase(Coord& c, Phase to) {
+  const bool allowed = (c.phase == Phase::PreAccepting && to != Phase::PreAccepting) ||
+                       (c.phase == Phase::Accepting && to == Phase::Committed);
+  TXN_CHECK(allowed, "txn " + str(c.txn.txn_id()) + ": phase " + str(static_cast<int>(c.phase)) + " -> " +
+                         str(static_cast<int>(to)));
+  c.phase = to;
+}
+
+void Coordinator::commit(Env& env, Coord& c) {
+  set_phase(c, Phase::Committed);
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
@@ -222,11 +246,11 @@ void Replica::commit(Env& env, Coord& c) {
     }
 }
 
-void Replica::on_piece_result(Env& env, const ::janus::PieceResult& m) {
+void Coordinator::on_piece_result(Env& env, const ::janus::PieceResult& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) throw BadMessage("PieceResult for unknown txn " + str(m.txn_id()));
   Coord& c = it->second;
-  if (!c.committed || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()))
+  if (c.phase != Phase::Committed || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()))
     throw BadMessage("PieceResult for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
   for (const auto& [k, v] : m.vars()) c.outputs[k] = v;
   c.results.insert(m.shard());
@@ -241,7 +265,7 @@ void Replica::on_piece_result(Env& env, const ::janus::PieceResult& m) {
 
 // ---- replica: ordering ------------------------------------------------------------------
 
-void Replica::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
+void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   const TxnRequest& t = m.txn();
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
@@ -295,7 +319,7 @@ void Replica::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   post(env, from, std::move(e));
 }
 
-void Replica::on_accept(Env& env, NodeId from, const ::janus::Accept& m) {
+void Site::on_accept(Env& env, NodeId from, const ::janus::Accept& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Accept of txn " + str(m.txn_id()) + ", not pre-accepted here");
   if (vertex(m.txn_id()).status == Status::Committed)
@@ -318,7 +342,7 @@ void Replica::on_accept(Env& env, NodeId from, const ::janus::Accept& m) {
   post(env, from, std::move(e));
 }
 
-void Replica::on_commit(Env& env, const ::janus::Commit& m) {
+void Site::on_commit(Env& env, const ::janus::Commit& m) {
   const TxnId id = m.txn_id();
   if (!locals_.count(id)) throw BadMessage("Commit of txn " + str(id) + ", not pre-accepted here");
   Vertex& v = vertex(id);
@@ -340,7 +364,7 @@ void Replica::on_commit(Env& env, const ::janus::Commit& m) {
 
 // ---- replica: inquiries -----------------------------------------------------------------
 
-void Replica::on_inquire(Env& env, NodeId from, const ::janus::Inquire& m) {
+void Site::on_inquire(Env& env, NodeId from, const ::janus::Inquire& m) {
   // Not committed here yet (perhaps not even pre-accepted: the inquirer
   // learned that it touches this shard): answered at its commit.
   auto it = graph_.find(m.txn_id());
@@ -348,7 +372,7 @@ void Replica::on_inquire(Env& env, NodeId from, const ::janus::Inquire& m) {
   if (it != graph_.end() && it->second.status == Status::Committed) answer_inquiries(env, m.txn_id());
 }
 
-void Replica::answer_inquiries(Env& env, TxnId id) {
+void Site::answer_inquiries(Env& env, TxnId id) {
   auto q = inquirers_.find(id);
   if (q == inquirers_.end()) return;
   const Vertex& v = graph_.at(id);
@@ -365,7 +389,7 @@ void Replica::answer_inquiries(Env& env, TxnId id) {
   inquirers_.erase(q);
 }
 
-void Replica::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
+void Site::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
   Vertex& v0 = vertex(m.txn_id());
   if (v0.local) throw BadMessage("InquireReply about txn " + str(m.txn_id()) + ", which touches this shard");
   if (v0.status == Status::Committed) return;  // answered twice
@@ -388,7 +412,7 @@ void Replica::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
 // Finds t's component, or sends the Inquires that finding it needs. The walk
 // covers t's ancestors, cut at decided components and at executed local
 // transactions; the component is then what of the walked graph reaches t.
-bool Replica::decide_scc(Env& env, TxnId t) {
+bool Site::decide_scc(Env& env, TxnId t) {
   if (graph_.at(t).scc) return true;
   std::vector<TxnId> stack{t}, walked;
   std::unordered_map<TxnId, bool> seen{{t, true}};  // id -> part of the walked graph (false: cut)
@@ -451,7 +475,7 @@ bool Replica::decide_scc(Env& env, TxnId t) {
   return true;
 }
 
-bool Replica::ready(TxnId t) const {
+bool Site::ready(TxnId t) const {
   if (mutant::kNoDependencyWait) return true;
   const auto& scc = *graph_.at(t).scc;
   for (TxnId m : scc) {
@@ -468,7 +492,7 @@ bool Replica::ready(TxnId t) const {
   return true;
 }
 
-void Replica::try_execute(Env& env) {
+void Site::try_execute(Env& env) {
   for (bool progress = true; progress;) {
     progress = false;
     for (auto it = committed_.begin(); it != committed_.end();) {
@@ -490,7 +514,7 @@ void Replica::try_execute(Env& env) {
   }
 }
 
-bool Replica::run_pieces(Env& env, TxnId t, Local& l) {
+bool Site::run_pieces(Env& env, TxnId t, Local& l) {
   Vars& known = vars_[t];
   for (const auto& p : l.txn.pieces()) {
     if (p.shard() != me_.shard || l.done.count(p.id())) continue;
@@ -517,7 +541,7 @@ bool Replica::run_pieces(Env& env, TxnId t, Local& l) {
   return true;
 }
 
-void Replica::executed(Env& env, TxnId t) {
+void Site::executed(Env& env, TxnId t) {
   Local& l = locals_.at(t);
   Vertex& v = vertex(t);
   v.executed = true;
@@ -536,7 +560,7 @@ void Replica::executed(Env& env, TxnId t) {
   locals_.erase(t);
 }
 
-void Replica::on_send_output(Env& env, const ::janus::SendOutput& m) {
+void Site::on_send_output(Env& env, const ::janus::SendOutput& m) {
   auto g = graph_.find(m.txn_id());
   if (g != graph_.end() && g->second.executed) return;  // every piece here ran already
   Vars& known = vars_[m.txn_id()];
