@@ -1,4 +1,5 @@
-// TAPIR replica and coordinator (docs/protocols/tapir.md).
+// TAPIR replica (docs/protocols/tapir.md): the node (Replica) routes each message to its Coordinator role or its
+// Site role (src/core/role.h).
 //
 // Read. The coordinator (the handler of the home shard) asks one replica of
 // each shard (replica 0, the one in the shard's region nearest to it) to
@@ -29,6 +30,7 @@
 // would have made some replica of its OK majority answer ABORT or ABSTAIN.
 #include <algorithm>
 
+#include "check.h"
 #include "protocols/tapir/tapir.h"
 #include "protocols/tapir/mutant.h"
 
@@ -50,12 +52,16 @@ bool needs_other_shard(const TxnRequest& t, uint32_t shard, const Vars& known) {
 
 }  // namespace
 
+Site::Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q)
+    : RoleContext(d, self, w, q), exec_(w, me_.shard) {}
+
+Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
+    : RoleContext(d, self, w, q), opts_(o) {}
+
 Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), self_(self), me_(d.node(self)), w_(w), opts_(d), exec_(w, me_.shard), self_q_(self) {}
+    : opts_(d), self_q_(self), site_(d, self, w, self_q_), coord_(d, self, w, opts_, self_q_) {}
 
-bool Replica::idle() const { return coords_.empty() && locals_.empty(); }
-
-std::map<std::string, int64_t> Replica::counters() const {
+std::map<std::string, int64_t> Coordinator::counters() const {
   return {{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
           {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}};
 }
@@ -65,32 +71,30 @@ void Replica::on_message(Env& env, Envelope& msg) {
   drain_local(env);
 }
 
-void Replica::post(Env& env, NodeId to, Envelope msg) { self_q_.post(env, to, std::move(msg)); }
-
 void Replica::drain_local(Env& env) {
   self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
 }
 
 void Replica::dispatch(Env& env, Envelope& m) {
-  if (m.has_submit()) return on_submit(env, m.from(), *m.mutable_submit());
+  if (m.has_submit()) return coord_.on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_tapir()) throw BadMessage("TAPIR replica got a message of another protocol");
   auto& t = *m.mutable_tapir();
   switch (t.body_case()) {
-    case ::tapir::Msg::kRead: return on_read(env, m.from(), t.read());
-    case ::tapir::Msg::kReadReply: return on_read_reply(env, t.read_reply());
-    case ::tapir::Msg::kPrepare: return on_prepare(env, m.from(), *t.mutable_prepare());
-    case ::tapir::Msg::kPrepareReply: return on_prepare_reply(env, t.prepare_reply());
-    case ::tapir::Msg::kFinalize: return on_finalize(env, m.from(), t.finalize());
-    case ::tapir::Msg::kFinalizeReply: return on_finalize_reply(env, t.finalize_reply());
-    case ::tapir::Msg::kCommit: return on_commit(env, t.commit());
-    case ::tapir::Msg::kAbort: return on_abort(t.abort());
+    case ::tapir::Msg::kRead: return site_.on_read(env, m.from(), t.read());
+    case ::tapir::Msg::kReadReply: return coord_.on_read_reply(env, t.read_reply());
+    case ::tapir::Msg::kPrepare: return site_.on_prepare(env, m.from(), *t.mutable_prepare());
+    case ::tapir::Msg::kPrepareReply: return coord_.on_prepare_reply(env, t.prepare_reply());
+    case ::tapir::Msg::kFinalize: return site_.on_finalize(env, m.from(), t.finalize());
+    case ::tapir::Msg::kFinalizeReply: return coord_.on_finalize_reply(env, t.finalize_reply());
+    case ::tapir::Msg::kCommit: return site_.on_commit(env, t.commit());
+    case ::tapir::Msg::kAbort: return site_.on_abort(t.abort());
     default: throw BadMessage("empty TAPIR message");
   }
 }
 
 // ---- coordinator ------------------------------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
+void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& t = m.txn();
   if (me_.replica != 0 || t.home_shard() != me_.shard)
     throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
@@ -109,7 +113,14 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   }
 }
 
-void Replica::send_reads(Env& env, Coord& c) {
+void Coordinator::set_phase(Coord& c, Phase to) {
+  TXN_CHECK(c.phase == Phase::Reading && to == Phase::Preparing,
+            "txn " + str(c.txn.txn_id()) + ": phase " + str(static_cast<int>(c.phase)) + " -> " +
+                str(static_cast<int>(to)));
+  c.phase = to;
+}
+
+void Coordinator::send_reads(Env& env, Coord& c) {
   for (uint32_t s : c.shards) {
     if (c.read_sent.count(s) || needs_other_shard(c.txn, s, c.vars)) continue;
     c.read_sent.insert(s);
@@ -121,7 +132,7 @@ void Replica::send_reads(Env& env, Coord& c) {
   }
 }
 
-void Replica::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
+void Coordinator::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) throw BadMessage("ReadReply for unknown txn " + str(m.txn_id()));
   Coord& c = it->second;
@@ -138,7 +149,7 @@ void Replica::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
     }
     return;
   }
-  c.preparing = true;
+  set_phase(c, Phase::Preparing);
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
@@ -149,11 +160,11 @@ void Replica::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
     }
 }
 
-void Replica::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
+void Coordinator::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;  // decided already: a late reply
   Coord& c = it->second;
-  if (!c.preparing || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
+  if (c.phase != Phase::Preparing || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
     throw BadMessage("PrepareReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
   if (c.decided.count(m.shard())) return;
   c.results[m.shard()][m.replica()] = m.result();
@@ -161,7 +172,7 @@ void Replica::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
   decide_shard(env, c, m.shard());
 }
 
-void Replica::decide_shard(Env& env, Coord& c, uint32_t shard) {
+void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
   const auto& got = c.results[shard];
   const size_t n = d_.replicas, majority = n / 2 + 1;
   size_t ok = 0, abort = 0;
@@ -187,14 +198,14 @@ void Replica::decide_shard(Env& env, Coord& c, uint32_t shard) {
   }
 }
 
-void Replica::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
+void Coordinator::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;
   ++it->second.finalized[m.shard()];
   maybe_finish(env, it->second);
 }
 
-void Replica::maybe_finish(Env& env, Coord& c) {
+void Coordinator::maybe_finish(Env& env, Coord& c) {
   for (uint32_t s : c.shards) {
     auto d = c.decided.find(s);
     if (d == c.decided.end()) return;
@@ -207,7 +218,7 @@ void Replica::maybe_finish(Env& env, Coord& c) {
   finish(env, c, true);
 }
 
-void Replica::finish(Env& env, Coord& c, bool commit) {
+void Coordinator::finish(Env& env, Coord& c, bool commit) {
   const TxnId id = c.txn.txn_id();
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
@@ -240,7 +251,7 @@ void Replica::finish(Env& env, Coord& c, bool commit) {
 
 // ---- replica ----------------------------------------------------------------------------
 
-void Replica::on_read(Env& env, NodeId from, const ::tapir::Read& m) {
+void Site::on_read(Env& env, NodeId from, const ::tapir::Read& m) {
   const TxnRequest& t = m.txn();
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
@@ -263,7 +274,7 @@ void Replica::on_read(Env& env, NodeId from, const ::tapir::Read& m) {
 // its last accessor (a write-only key can stand for rows the piece reads: TPC-C
 // Stock-Level writes the coarse key stock:<w> for the stock rows it reads, which
 // New-Orders access as readers of that key while they write stock:<w>:<i>).
-std::map<std::string, uint64_t> Replica::versions_of(const TxnRequest& t) const {
+std::map<std::string, uint64_t> Site::versions_of(const TxnRequest& t) const {
   std::set<std::string> reads, writes;
   for (const auto& p : t.pieces())
     if (p.shard() == me_.shard) {
@@ -283,7 +294,7 @@ std::map<std::string, uint64_t> Replica::versions_of(const TxnRequest& t) const 
   return v;
 }
 
-bool Replica::conflicts(const Local& a, const Local& b) const {
+bool Site::conflicts(const Local& a, const Local& b) const {
   for (const auto& k : a.writes)
     if (b.writes.count(k) || b.reads.count(k)) return true;
   for (const auto& k : a.reads)
@@ -291,17 +302,17 @@ bool Replica::conflicts(const Local& a, const Local& b) const {
   return false;
 }
 
-void Replica::hold(TxnId id, Local& l) {
+void Site::hold(TxnId id, Local& l) {
   for (const auto* set : {&l.reads, &l.writes})
     for (const auto& k : *set) keys_[k].holders.insert(id);
 }
 
-void Replica::release(TxnId id, const Local& l) {
+void Site::release(TxnId id, const Local& l) {
   for (const auto* set : {&l.reads, &l.writes})
     for (const auto& k : *set) keys_[k].holders.erase(id);
 }
 
-void Replica::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
+void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
   const TxnRequest& t = m.txn();
   const TxnId id = t.txn_id();
   std::vector<uint32_t> shards = touched_shards(d_, t);
@@ -353,7 +364,7 @@ void Replica::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
   post(env, from, std::move(e));
 }
 
-void Replica::on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m) {
+void Site::on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Finalize of txn " + str(m.txn_id()) + ", not prepared here");
   if (m.result() == ::tapir::OK && !it->second.prepared && !it->second.committed) {
@@ -368,7 +379,7 @@ void Replica::on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m) {
   post(env, from, std::move(e));
 }
 
-void Replica::on_commit(Env& env, const ::tapir::Commit& m) {
+void Site::on_commit(Env& env, const ::tapir::Commit& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Commit of txn " + str(m.txn_id()) + ", not prepared here");
   Local& l = it->second;
@@ -382,7 +393,7 @@ void Replica::on_commit(Env& env, const ::tapir::Commit& m) {
   try_apply(env);
 }
 
-void Replica::on_abort(const ::tapir::Abort& m) {
+void Site::on_abort(const ::tapir::Abort& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Abort of txn " + str(m.txn_id()) + ", not prepared here");
   if (it->second.committed) throw BadMessage("Abort of txn " + str(m.txn_id()) + " after its Commit");
@@ -390,7 +401,7 @@ void Replica::on_abort(const ::tapir::Abort& m) {
   locals_.erase(it);
 }
 
-void Replica::try_apply(Env& env) {
+void Site::try_apply(Env& env) {
   for (bool progress = true; progress;) {
     progress = false;
     for (auto w = waiting_.begin(); w != waiting_.end();) {

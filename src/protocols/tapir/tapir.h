@@ -12,6 +12,7 @@
 
 #include "client/handler_driver.h"
 #include "protocol.h"
+#include "role.h"
 #include "self_queue.h"
 #include "shards.h"
 
@@ -24,20 +25,22 @@ struct Options {
   bool fast_path;  // decide a shard on 3 identical Prepare results; false: always finalize
 };
 
-class Replica : public ReplicaNode {
+// A TAPIR replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it answers
+// reads, validates and holds Prepares, applies commits in dependency order); replica 0 of a shard is also the
+// Coordinator of the transactions homed there (reads, Prepare, Finalize on the slow path, Commit or Abort, the
+// reply).
+
+// The replica role of one shard.
+class Site : public RoleContext {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env&) override {}
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env&, uint64_t) override {}
-  bool idle() const override;
-  const ShardExecutor& executor() const override { return exec_; }
-  // Coordinator: fast_prepares / slow_prepares (committed transactions whose
-  // every shard was decided on the fast path / some shard was finalized),
-  // aborts_irt / aborts_crt (aborted attempts), aborts_stale (an ABORT result:
-  // a stale read) and aborts_conflict (ABSTAIN: a conflicting transaction in
-  // the way).
-  std::map<std::string, int64_t> counters() const override;
+  Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q);
+  void on_read(Env& env, NodeId from, const ::tapir::Read& m);
+  void on_prepare(Env& env, NodeId from, ::tapir::Prepare& m);
+  void on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m);
+  void on_commit(Env& env, const ::tapir::Commit& m);
+  void on_abort(const ::tapir::Abort& m);
+  bool idle() const { return locals_.empty(); }
+  const ShardExecutor& executor() const { return exec_; }
 
  private:
   // A transaction of this shard from its Prepare to its Commit (applied) or Abort.
@@ -55,58 +58,83 @@ class Replica : public ReplicaNode {
     std::vector<TxnId> readers;       // applied since that write, reading it
     std::set<TxnId> holders;          // prepared, or committed and not applied, accessing it
   };
-  struct Coord {
-    TxnRequest txn;
-    NodeId client = 0;
-    std::vector<uint32_t> shards;
-    std::set<uint32_t> read_sent, read_done;
-    std::map<uint32_t, std::map<std::string, uint64_t>> versions;  // shard -> read versions
-    Vars vars;
-    bool preparing = false;
-    std::map<uint32_t, std::map<uint32_t, ::tapir::Result>> results;  // shard -> replica -> result
-    std::map<uint32_t, ::tapir::Result> decided;                      // shard -> its decided result
-    std::map<uint32_t, uint32_t> finalized;                           // shard -> FinalizeReplies
-    std::map<uint32_t, std::set<TxnId>> deps;  // shard -> the union of its OK replies' dependencies
-    bool slow = false;
-  };
-
-  void dispatch(Env& env, Envelope& msg);
-  void post(Env& env, NodeId to, Envelope msg);
-  void drain_local(Env& env);
-
-  void on_submit(Env& env, NodeId from, ClientSubmit& m);
-  void send_reads(Env& env, Coord& c);
-  void on_read(Env& env, NodeId from, const ::tapir::Read& m);
-  void on_read_reply(Env& env, const ::tapir::ReadReply& m);
-  void on_prepare(Env& env, NodeId from, ::tapir::Prepare& m);
-  void on_prepare_reply(Env& env, const ::tapir::PrepareReply& m);
-  void decide_shard(Env& env, Coord& c, uint32_t shard);
-  void on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m);
-  void on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m);
-  void maybe_finish(Env& env, Coord& c);
-  void finish(Env& env, Coord& c, bool commit);
-  void on_commit(Env& env, const ::tapir::Commit& m);
-  void on_abort(const ::tapir::Abort& m);
-
   std::map<std::string, uint64_t> versions_of(const TxnRequest& t) const;
   bool conflicts(const Local& a, const Local& b) const;
   void hold(TxnId id, Local& l);
   void release(TxnId id, const Local& l);
   void try_apply(Env& env);
 
-  const Deployment& d_;
-  NodeId self_;
-  const NodeInfo& me_;
-  const Workload& w_;
-  const Options opts_;
   ShardExecutor exec_;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<TxnId, Local> locals_;
   std::set<TxnId> applied_;  // transactions of this shard applied here
   std::set<TxnId> waiting_;  // committed, not applied
+};
+
+// The coordinator role (replica 0 of a shard): one Coord per transaction homed there, until the reply.
+class Coordinator : public RoleContext {
+ public:
+  Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
+  void on_read_reply(Env& env, const ::tapir::ReadReply& m);
+  void on_prepare_reply(Env& env, const ::tapir::PrepareReply& m);
+  void on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m);
+  bool idle() const { return coords_.empty(); }
+  std::map<std::string, int64_t> counters() const;
+
+ private:
+  // A transaction's phase at its coordinator (set_phase checks the transition): Reading (each shard read once
+  // the values its pieces need are known) --every shard read--> Preparing (each shard decided: OK on 3 identical
+  // results or a finalized majority, else aborted); then committed or aborted, the Coord is erased.
+  enum class Phase { Reading, Preparing };
+  struct Coord {
+    TxnRequest txn;
+    NodeId client = 0;
+    std::vector<uint32_t> shards;
+    Phase phase = Phase::Reading;
+    std::set<uint32_t> read_sent, read_done;
+    std::map<uint32_t, std::map<std::string, uint64_t>> versions;  // shard -> read versions
+    Vars vars;
+    std::map<uint32_t, std::map<uint32_t, ::tapir::Result>> results;  // shard -> replica -> result
+    std::map<uint32_t, ::tapir::Result> decided;                      // shard -> its decided result
+    std::map<uint32_t, uint32_t> finalized;                           // shard -> FinalizeReplies
+    std::map<uint32_t, std::set<TxnId>> deps;  // shard -> the union of its OK replies' dependencies
+    bool slow = false;
+  };
+  static void set_phase(Coord& c, Phase to);
+  void send_reads(Env& env, Coord& c);
+  void decide_shard(Env& env, Coord& c, uint32_t shard);
+  void maybe_finish(Env& env, Coord& c);
+  void finish(Env& env, Coord& c, bool commit);
+
+  const Options& opts_;
   std::unordered_map<TxnId, Coord> coords_;
-  SelfQueue self_q_;
   int64_t n_fast_ = 0, n_slow_ = 0, n_abort_irt_ = 0, n_abort_crt_ = 0, n_stale_ = 0, n_conflict_ = 0;
+};
+
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w);
+  void start(Env&) override {}
+  void on_message(Env& env, Envelope& msg) override;
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override { return coord_.idle() && site_.idle(); }
+  const ShardExecutor& executor() const override { return site_.executor(); }
+  // Coordinator: fast_prepares / slow_prepares (committed transactions whose
+  // every shard was decided on the fast path / some shard was finalized),
+  // aborts_irt / aborts_crt (aborted attempts), aborts_stale (an ABORT result:
+  // a stale read) and aborts_conflict (ABSTAIN: a conflicting transaction in
+  // the way).
+  std::map<std::string, int64_t> counters() const override { return coord_.counters(); }
+
+ private:
+  void dispatch(Env& env, Envelope& msg);
+  void drain_local(Env& env);
+
+  const Options opts_;
+  SelfQueue self_q_;
+  Site site_;
+  Coordinator coord_;
 };
 
 }  // namespace txn::tapir
