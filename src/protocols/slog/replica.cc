@@ -1,4 +1,5 @@
-// SLOG shard replica and handler (docs/protocols/slog.md).
+// SLOG shard replica (docs/protocols/slog.md): the node (Replica) routes each message to its Handler role or its
+// Site role (src/core/role.h).
 //
 // Routing. The handler (replica 0 of the home shard) sends a transaction whose
 // pieces all lie in its region to the region's orderer (single-home) and any
@@ -46,21 +47,30 @@ Options::Options(const Deployment& d) {
   pending_window = static_cast<uint32_t>(o.integer("pending_window"));
 }
 
-Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), self_(self), me_(d.node(self)), opts_(d), exec_(w, me_.shard), self_q_(self) {}
+Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
+    : RoleContext(d, self, w, q), opts_(o), exec_(w, me_.shard) {}
 
-bool Replica::idle() const { return coords_.empty() && log_.empty(); }
+Handler::Handler(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q) : RoleContext(d, self, w, q) {}
+
+Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
+    : opts_(d), self_q_(self), site_(d, self, w, opts_, self_q_), handler_(d, self, w, self_q_) {}
 
 std::map<std::string, int64_t> Replica::counters() const {
-  return {{"batches", n_batches_},
-          {"batch_entries", n_batch_entries_},
-          {"single_home_entries", n_single_},
-          {"multi_home_entries", n_multi_},
-          {"single_home_log_wait_us", single_wait_us_},
-          {"multi_home_log_wait_us", multi_wait_us_},
-          {"global_entries", n_global_},
-          {"blocked_entries", n_blocked_},
-          {"window_full_waits", n_window_full_}};
+  std::map<std::string, int64_t> c;
+  site_.add_counters(c);
+  handler_.add_counters(c);
+  return c;
+}
+
+void Site::add_counters(std::map<std::string, int64_t>& c) const {
+  c["batches"] = n_batches_;
+  c["batch_entries"] = n_batch_entries_;
+  c["single_home_entries"] = n_single_;
+  c["multi_home_entries"] = n_multi_;
+  c["single_home_log_wait_us"] = single_wait_us_;
+  c["multi_home_log_wait_us"] = multi_wait_us_;
+  c["blocked_entries"] = n_blocked_;
+  c["window_full_waits"] = n_window_full_;
 }
 
 void Replica::on_message(Env& env, Envelope& msg) {
@@ -69,21 +79,21 @@ void Replica::on_message(Env& env, Envelope& msg) {
 }
 
 void Replica::dispatch(Env& env, Envelope& m) {
-  if (m.has_submit()) return on_submit(env, m.from(), *m.mutable_submit());
+  if (m.has_submit()) return handler_.on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_slog()) throw BadMessage("SLOG replica got a message of another protocol");
   const auto& s = m.slog();
   switch (s.body_case()) {
-    case ::slog::Msg::kBatch: return on_batch(env, s.batch());
-    case ::slog::Msg::kSendOutput: return on_send_output(env, s.send_output());
-    case ::slog::Msg::kPieceResult: return on_piece_result(env, s.piece_result());
+    case ::slog::Msg::kBatch: return site_.on_batch(env, s.batch());
+    case ::slog::Msg::kSendOutput: return site_.on_send_output(env, s.send_output());
+    case ::slog::Msg::kPieceResult: return handler_.on_piece_result(env, s.piece_result());
     case ::slog::Msg::BODY_NOT_SET: throw BadMessage("empty SLOG message");
-    default: throw BadMessage("SLOG message for an orderer or the global log sent to replica " + me_.name);
+    default: throw BadMessage("SLOG message for an orderer or the global log sent to replica " + site_.me_.name);
   }
 }
 
 // ---- handler ----------------------------------------------------------------------------
 
-void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
+void Handler::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& t = m.txn();
   if (me_.replica != 0 || t.home_shard() != me_.shard)
     throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
@@ -114,7 +124,7 @@ void Replica::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   env.send(to, std::move(e));
 }
 
-void Replica::on_piece_result(Env& env, const ::slog::PieceResult& m) {
+void Handler::on_piece_result(Env& env, const ::slog::PieceResult& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) throw BadMessage("PieceResult for unknown txn " + str(m.txn_id()));
   Coord& c = it->second;
@@ -133,7 +143,7 @@ void Replica::on_piece_result(Env& env, const ::slog::PieceResult& m) {
 
 // ---- replica: the local log ------------------------------------------------------------
 
-void Replica::on_batch(Env& env, const ::slog::Batch& m) {
+void Site::on_batch(Env& env, const ::slog::Batch& m) {
   if (m.batch() < next_batch_ || early_.count(m.batch()))
     throw BadMessage("batch " + str(m.batch()) + " of the local log seen before at " + me_.name);
   for (const auto& e : m.entries()) {
@@ -159,7 +169,7 @@ void Replica::on_batch(Env& env, const ::slog::Batch& m) {
   try_execute(env);
 }
 
-void Replica::append(Env& env, const ::slog::Entry& e) {
+void Site::append(Env& env, const ::slog::Entry& e) {
   (void)env;
   Pending p;
   p.txn = e.txn();
@@ -181,13 +191,13 @@ void Replica::append(Env& env, const ::slog::Entry& e) {
   log_.push_back(std::move(p));
 }
 
-bool Replica::conflicts(const Pending& later, const Pending& earlier) const {
+bool Site::conflicts(const Pending& later, const Pending& earlier) const {
   if (mutant::kNoConflictWait) return false;
   return intersects(later.writes, earlier.writes) || intersects(later.writes, earlier.reads) ||
          intersects(later.reads, earlier.writes);
 }
 
-void Replica::try_execute(Env& env) {
+void Site::try_execute(Env& env) {
   for (bool progress = true; progress;) {
     progress = false;
     const size_t window = std::min<size_t>(log_.size(), opts_.pending_window);
@@ -220,7 +230,7 @@ void Replica::try_execute(Env& env) {
   }
 }
 
-bool Replica::run_pieces(Env& env, Pending& pend) {
+bool Site::run_pieces(Env& env, Pending& pend) {
   const TxnRequest& t = pend.txn;
   Vars& known = vars_[t.txn_id()];
   bool all = true;
@@ -249,14 +259,14 @@ bool Replica::run_pieces(Env& env, Pending& pend) {
         auto* so = e.mutable_slog()->mutable_send_output();
         so->set_txn_id(t.txn_id());
         *so->mutable_vars() = out;
-        self_q_.post(env, d_.replica_id(s, me_.replica), std::move(e));
+        post(env, d_.replica_id(s, me_.replica), std::move(e));
       }
     }
   }
   return all;
 }
 
-void Replica::finished(Env& env, const Pending& p) {
+void Site::finished(Env& env, const Pending& p) {
   const TxnId id = p.txn.txn_id();
   if (me_.replica == 0) {
     Envelope e;
@@ -264,12 +274,12 @@ void Replica::finished(Env& env, const Pending& p) {
     r->set_txn_id(id);
     r->set_shard(me_.shard);
     shard_outputs(p.txn, me_.shard, vars_[id], r->mutable_vars());
-    self_q_.post(env, handler_of(d_, p.txn.home_shard()), std::move(e));
+    post(env, handler_of(d_, p.txn.home_shard()), std::move(e));
   }
   vars_.erase(id);
 }
 
-void Replica::on_send_output(Env& env, const ::slog::SendOutput& m) {
+void Site::on_send_output(Env& env, const ::slog::SendOutput& m) {
   Vars& known = vars_[m.txn_id()];
   for (const auto& [k, v] : m.vars()) known[k] = v;
   bool pending = false;

@@ -14,6 +14,7 @@
 
 #include "client/handler_driver.h"
 #include "protocol.h"
+#include "role.h"
 #include "self_queue.h"
 #include "shards.h"
 
@@ -32,23 +33,19 @@ struct Options {
   uint32_t pending_window;   // a shard considers at most this many unfinished log entries at a time
 };
 
-// One replica of a shard; replica 0 is also the handler of the transactions
-// homed at its shard: it routes them to a log and answers the client.
-class Replica : public ReplicaNode {
+// A SLOG replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it executes
+// its shard's pieces in the order of its region's local log); replica 0 of a shard is also the Handler of the
+// transactions homed there (it routes each to the local or the global log and answers the client).
+
+// The replica role of one shard.
+class Site : public RoleContext {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env&) override {}
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env&, uint64_t) override {}
-  bool idle() const override;
-  const ShardExecutor& executor() const override { return exec_; }
-  // Counted at replica 0 of every shard, per log entry with a piece there:
-  // batches (non-empty for this shard) and batch_entries (their entries);
-  // single_home_entries / multi_home_entries and *_log_wait_us (submission to
-  // local-log position, summed); global_entries (multi-home transactions this
-  // handler sent to the global log); blocked_entries (entries that waited for
-  // an earlier conflicting one or beyond the window) and window_full_waits.
-  std::map<std::string, int64_t> counters() const override;
+  Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
+  void on_batch(Env& env, const ::slog::Batch& m);
+  void on_send_output(Env& env, const ::slog::SendOutput& m);
+  bool idle() const { return log_.empty(); }
+  const ShardExecutor& executor() const { return exec_; }
+  void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
   // A log entry with a piece on this shard, until every such piece has executed.
@@ -58,37 +55,65 @@ class Replica : public ReplicaNode {
     std::set<std::string> reads, writes;  // conflict keys of its pieces here
     bool counted_blocked = false;
   };
-  struct Coord {  // handler side
-    NodeId client = 0;
-    std::vector<uint32_t> shards;
-    std::set<uint32_t> results;
-    Vars outputs;
-  };
-
-  void dispatch(Env& env, Envelope& msg);
-  void on_submit(Env& env, NodeId from, ClientSubmit& m);
-  void on_batch(Env& env, const ::slog::Batch& m);
-  void on_send_output(Env& env, const ::slog::SendOutput& m);
-  void on_piece_result(Env& env, const ::slog::PieceResult& m);
   void append(Env& env, const ::slog::Entry& e);
   void try_execute(Env& env);
   bool conflicts(const Pending& later, const Pending& earlier) const;
   bool run_pieces(Env& env, Pending& p);  // true once every piece here has executed
   void finished(Env& env, const Pending& p);
 
-  const Deployment& d_;
-  NodeId self_;
-  const NodeInfo& me_;
-  const Options opts_;
+  const Options& opts_;
   ShardExecutor exec_;
-  SelfQueue self_q_;
   uint64_t next_batch_ = 1;
   std::map<uint64_t, ::slog::Batch> early_;      // batches that came before their predecessor
   std::deque<Pending> log_;                       // this shard's unfinished entries, in log order
   std::unordered_map<TxnId, Vars> vars_;          // values known per transaction (may precede its entry)
-  std::unordered_map<TxnId, Coord> coords_;
   int64_t n_batches_ = 0, n_batch_entries_ = 0, n_single_ = 0, n_multi_ = 0, single_wait_us_ = 0,
-          multi_wait_us_ = 0, n_global_ = 0, n_blocked_ = 0, n_window_full_ = 0;
+          multi_wait_us_ = 0, n_blocked_ = 0, n_window_full_ = 0;
+};
+
+// The handler role (replica 0 of a shard): one Coord per transaction homed there, from its routing to the reply.
+class Handler : public RoleContext {
+ public:
+  Handler(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q);
+  void on_submit(Env& env, NodeId from, ClientSubmit& m);
+  void on_piece_result(Env& env, const ::slog::PieceResult& m);
+  bool idle() const { return coords_.empty(); }
+  void add_counters(std::map<std::string, int64_t>& c) const { c["global_entries"] = n_global_; }
+
+ private:
+  struct Coord {
+    NodeId client = 0;
+    std::vector<uint32_t> shards;
+    std::set<uint32_t> results;
+    Vars outputs;
+  };
+  std::unordered_map<TxnId, Coord> coords_;
+  int64_t n_global_ = 0;
+};
+
+class Replica : public ReplicaNode {
+ public:
+  Replica(const Deployment& d, NodeId self, const Workload& w);
+  void start(Env&) override {}
+  void on_message(Env& env, Envelope& msg) override;
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override { return handler_.idle() && site_.idle(); }
+  const ShardExecutor& executor() const override { return site_.executor(); }
+  // Counted at replica 0 of every shard, per log entry with a piece there:
+  // batches (non-empty for this shard) and batch_entries (their entries);
+  // single_home_entries / multi_home_entries and *_log_wait_us (submission to
+  // local-log position, summed); global_entries (multi-home transactions this
+  // handler sent to the global log); blocked_entries (entries that waited for
+  // an earlier conflicting one or beyond the window) and window_full_waits.
+  std::map<std::string, int64_t> counters() const override;
+
+ private:
+  void dispatch(Env& env, Envelope& msg);
+
+  const Options opts_;
+  SelfQueue self_q_;
+  Site site_;
+  Handler handler_;
 };
 
 // The region's local log: single-home entries from the region's handlers and
