@@ -3,6 +3,7 @@
 // transactions; the node owns both and routes each message to its role (docs/adding-a-protocol.md).
 #pragma once
 #include "config.h"
+#include "protocol.h"
 #include "self_queue.h"
 #include "workload.h"
 
@@ -19,6 +20,37 @@ struct RoleContext {
   const NodeInfo& me_;
   const Workload& w_;
   SelfQueue& q_;
+};
+
+}  // namespace txn
+
+namespace txn {
+
+// A replica node of two roles: it owns them (a Site that orders and executes, a Coordinator of its clients'
+// transactions, both constructed as (deployment, self, workload, options, queue)) and the queue they send through,
+// and routes each message to one of them (route(), the protocol's). Messages a role queues to this node are routed
+// once the current one is done. Protocols with timers or roles that know each other (DAST) write their own.
+template <class Options, class Site, class Coordinator>
+class TwoRoleReplica : public ReplicaNode {
+ public:
+  TwoRoleReplica(const Deployment& d, NodeId self, const Workload& w)
+      : opts_(d), self_q_(self), site_(d, self, w, opts_, self_q_), coord_(d, self, w, opts_, self_q_) {}
+  void start(Env&) override {}
+  void on_message(Env& env, Envelope& msg) override {
+    route(env, msg);
+    self_q_.drain(env, [&](Envelope& m) { route(env, m); });
+  }
+  void on_timer(Env&, uint64_t) override {}
+  bool idle() const override { return site_.idle() && coord_.idle(); }
+  const ShardExecutor& executor() const override { return site_.executor(); }
+
+ protected:
+  virtual void route(Env& env, Envelope& msg) = 0;
+
+  const Options opts_;
+  SelfQueue self_q_;
+  Site site_;
+  Coordinator coord_;
 };
 
 }  // namespace txn

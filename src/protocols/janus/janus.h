@@ -33,7 +33,7 @@ struct Options {
 // The ordering and execution role.
 class Site : public RoleContext {
  public:
-  Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q);
+  Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
   void on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m);
   void on_accept(Env& env, NodeId from, const ::janus::Accept& m);
   void on_commit(Env& env, const ::janus::Commit& m);
@@ -129,26 +129,15 @@ class Coordinator : public RoleContext {
   int64_t n_fast_ = 0, n_slow_ = 0;
 };
 
-class Replica : public ReplicaNode {
+class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env&) override {}
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env&, uint64_t) override {}
-  bool idle() const override { return coord_.idle() && site_.idle(); }
-  const ShardExecutor& executor() const override { return site_.executor(); }
+  using TwoRoleReplica::TwoRoleReplica;
   // fast_commits / slow_commits (coordinator), inquiries (sent), largest_scc_max
   // (the largest component decided here; summed as a maximum over the run).
   std::map<std::string, int64_t> counters() const override;
 
  private:
-  void dispatch(Env& env, Envelope& msg);
-  void drain_local(Env& env);
-
-  const Options opts_;
-  SelfQueue self_q_;
-  Site site_;
-  Coordinator coord_;
+  void route(Env& env, Envelope& msg) override;
 };
 
 }  // namespace txn::janus

@@ -64,14 +64,11 @@ void merge(std::map<TxnId, ::janus::Dep>& u, const std::vector<::janus::Dep>& de
 
 }  // namespace
 
-Site::Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q)
+Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options&, SelfQueue& q)
     : RoleContext(d, self, w, q), exec_(w, me_.shard) {}
 
 Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : RoleContext(d, self, w, q), opts_(o) {}
-
-Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : opts_(d), self_q_(self), site_(d, self, w, self_q_), coord_(d, self, w, opts_, self_q_) {}
 
 std::map<std::string, int64_t> Replica::counters() const {
   std::map<std::string, int64_t> c;
@@ -92,16 +89,7 @@ void Site::add_counters(std::map<std::string, int64_t>& c) const {
 
 // ---- plumbing --------------------------------------------------------------------------
 
-void Replica::on_message(Env& env, Envelope& msg) {
-  dispatch(env, msg);
-  drain_local(env);
-}
-
-void Replica::drain_local(Env& env) {
-  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
-}
-
-void Replica::dispatch(Env& env, Envelope& m) {
+void Replica::route(Env& env, Envelope& m) {
   if (m.has_submit()) return coord_.on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_janus()) throw BadMessage("Janus replica got a message of another protocol");
   auto& j = *m.mutable_janus();

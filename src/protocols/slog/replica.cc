@@ -50,15 +50,13 @@ Options::Options(const Deployment& d) {
 Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : RoleContext(d, self, w, q), opts_(o), exec_(w, me_.shard) {}
 
-Handler::Handler(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q) : RoleContext(d, self, w, q) {}
-
-Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : opts_(d), self_q_(self), site_(d, self, w, opts_, self_q_), handler_(d, self, w, self_q_) {}
+Handler::Handler(const Deployment& d, NodeId self, const Workload& w, const Options&, SelfQueue& q)
+    : RoleContext(d, self, w, q) {}
 
 std::map<std::string, int64_t> Replica::counters() const {
   std::map<std::string, int64_t> c;
   site_.add_counters(c);
-  handler_.add_counters(c);
+  coord_.add_counters(c);
   return c;
 }
 
@@ -73,19 +71,14 @@ void Site::add_counters(std::map<std::string, int64_t>& c) const {
   c["window_full_waits"] = n_window_full_;
 }
 
-void Replica::on_message(Env& env, Envelope& msg) {
-  dispatch(env, msg);
-  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
-}
-
-void Replica::dispatch(Env& env, Envelope& m) {
-  if (m.has_submit()) return handler_.on_submit(env, m.from(), *m.mutable_submit());
+void Replica::route(Env& env, Envelope& m) {
+  if (m.has_submit()) return coord_.on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_slog()) throw BadMessage("SLOG replica got a message of another protocol");
   const auto& s = m.slog();
   switch (s.body_case()) {
     case ::slog::Msg::kBatch: return site_.on_batch(env, s.batch());
     case ::slog::Msg::kSendOutput: return site_.on_send_output(env, s.send_output());
-    case ::slog::Msg::kPieceResult: return handler_.on_piece_result(env, s.piece_result());
+    case ::slog::Msg::kPieceResult: return coord_.on_piece_result(env, s.piece_result());
     case ::slog::Msg::BODY_NOT_SET: throw BadMessage("empty SLOG message");
     default: throw BadMessage("SLOG message for an orderer or the global log sent to replica " + site_.me_.name);
   }

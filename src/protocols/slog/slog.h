@@ -74,7 +74,7 @@ class Site : public RoleContext {
 // The handler role (replica 0 of a shard): one Coord per transaction homed there, from its routing to the reply.
 class Handler : public RoleContext {
  public:
-  Handler(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q);
+  Handler(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
   void on_submit(Env& env, NodeId from, ClientSubmit& m);
   void on_piece_result(Env& env, const ::slog::PieceResult& m);
   bool idle() const { return coords_.empty(); }
@@ -91,14 +91,9 @@ class Handler : public RoleContext {
   int64_t n_global_ = 0;
 };
 
-class Replica : public ReplicaNode {
+class Replica : public TwoRoleReplica<Options, Site, Handler> {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env&) override {}
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env&, uint64_t) override {}
-  bool idle() const override { return handler_.idle() && site_.idle(); }
-  const ShardExecutor& executor() const override { return site_.executor(); }
+  using TwoRoleReplica::TwoRoleReplica;
   // Counted at replica 0 of every shard, per log entry with a piece there:
   // batches (non-empty for this shard) and batch_entries (their entries);
   // single_home_entries / multi_home_entries and *_log_wait_us (submission to
@@ -108,12 +103,7 @@ class Replica : public ReplicaNode {
   std::map<std::string, int64_t> counters() const override;
 
  private:
-  void dispatch(Env& env, Envelope& msg);
-
-  const Options opts_;
-  SelfQueue self_q_;
-  Site site_;
-  Handler handler_;
+  void route(Env& env, Envelope& msg) override;
 };
 
 // The region's local log: single-home entries from the region's handlers and

@@ -52,30 +52,18 @@ bool needs_other_shard(const TxnRequest& t, uint32_t shard, const Vars& known) {
 
 }  // namespace
 
-Site::Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q)
+Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options&, SelfQueue& q)
     : RoleContext(d, self, w, q), exec_(w, me_.shard) {}
 
 Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : RoleContext(d, self, w, q), opts_(o) {}
-
-Replica::Replica(const Deployment& d, NodeId self, const Workload& w)
-    : opts_(d), self_q_(self), site_(d, self, w, self_q_), coord_(d, self, w, opts_, self_q_) {}
 
 std::map<std::string, int64_t> Coordinator::counters() const {
   return {{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
           {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}};
 }
 
-void Replica::on_message(Env& env, Envelope& msg) {
-  dispatch(env, msg);
-  drain_local(env);
-}
-
-void Replica::drain_local(Env& env) {
-  self_q_.drain(env, [&](Envelope& m) { dispatch(env, m); });
-}
-
-void Replica::dispatch(Env& env, Envelope& m) {
+void Replica::route(Env& env, Envelope& m) {
   if (m.has_submit()) return coord_.on_submit(env, m.from(), *m.mutable_submit());
   if (!m.has_tapir()) throw BadMessage("TAPIR replica got a message of another protocol");
   auto& t = *m.mutable_tapir();

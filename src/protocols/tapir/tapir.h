@@ -33,7 +33,7 @@ struct Options {
 // The replica role of one shard.
 class Site : public RoleContext {
  public:
-  Site(const Deployment& d, NodeId self, const Workload& w, SelfQueue& q);
+  Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
   void on_read(Env& env, NodeId from, const ::tapir::Read& m);
   void on_prepare(Env& env, NodeId from, ::tapir::Prepare& m);
   void on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m);
@@ -112,14 +112,9 @@ class Coordinator : public RoleContext {
   int64_t n_fast_ = 0, n_slow_ = 0, n_abort_irt_ = 0, n_abort_crt_ = 0, n_stale_ = 0, n_conflict_ = 0;
 };
 
-class Replica : public ReplicaNode {
+class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
  public:
-  Replica(const Deployment& d, NodeId self, const Workload& w);
-  void start(Env&) override {}
-  void on_message(Env& env, Envelope& msg) override;
-  void on_timer(Env&, uint64_t) override {}
-  bool idle() const override { return coord_.idle() && site_.idle(); }
-  const ShardExecutor& executor() const override { return site_.executor(); }
+  using TwoRoleReplica::TwoRoleReplica;
   // Coordinator: fast_prepares / slow_prepares (committed transactions whose
   // every shard was decided on the fast path / some shard was finalized),
   // aborts_irt / aborts_crt (aborted attempts), aborts_stale (an ABORT result:
@@ -128,13 +123,7 @@ class Replica : public ReplicaNode {
   std::map<std::string, int64_t> counters() const override { return coord_.counters(); }
 
  private:
-  void dispatch(Env& env, Envelope& msg);
-  void drain_local(Env& env);
-
-  const Options opts_;
-  SelfQueue self_q_;
-  Site site_;
-  Coordinator coord_;
+  void route(Env& env, Envelope& msg) override;
 };
 
 }  // namespace txn::tapir
