@@ -1,5 +1,5 @@
 # Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja).
-.PHONY: setup build test main main-all demo bench image up down bench-swarm mutants clean
+.PHONY: setup build test main main-all demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
 
 setup:
 	scripts/setup.sh
@@ -41,6 +41,15 @@ down: setup
 bench-swarm: setup
 	docker/build_image.sh --if-stale
 	.venv/bin/python scripts/bench_swarm.py
+
+# A multi-host cluster on this machine: extra Docker daemons in network namespaces join the swarm; bring-up, self-test,
+# every protocol once, a host lost mid-run, teardown (docs/multi-host.md); ~4 min.
+rehearsal: setup
+	docker/build_image.sh --if-stale
+	.venv/bin/python scripts/rehearse.py
+
+rehearsal-down: setup
+	.venv/bin/python scripts/rehearse.py --down
 
 clean:
 	rm -rf build build-mutants .pytest_cache

@@ -224,6 +224,9 @@ class SwarmRunner(Runner):
         super().__init__(**opts)
         self.state, self.key_path = state, key_path
         self.names = {c["ip"]: c["name"] for c in state["containers"]}
+        self.host_of = {c["ip"]: c.get("host") for c in state["containers"]}
+        # the driver sees the Docker of its own host only (its socket is mounted there)
+        self.driver_host = next((c.get("host") for c in state["containers"] if c.get("role") == "driver"), None)
         self.conns: dict[str, Ssh] = {}
         self.rc: dict[str, int] = {}
         self.ready_names: set[str] = set()
@@ -247,6 +250,10 @@ class SwarmRunner(Runner):
         name = self.names.get(ip, ip)
         why = getattr(err, "why", None) or str(err)
         self._gone.add(ip)
+        host = self.host_of.get(ip)
+        if host is not None and host != self.driver_host:
+            return (f"container {name} ({ip}, on host {host}) stopped answering over SSH ({why}): the host may be "
+                    f"down or cut off, or the container gone; look at `docker ps -a` on {host}")
         state = docker_state(name, self._t_start)
         if state:
             return f"container {name} {state} (ssh: {why})"
@@ -348,7 +355,8 @@ class SwarmRunner(Runner):
                    f"kill -9 $(cat \"$f\") 2>/dev/null; done; pkill -9 -f {shlex.quote(pattern)} 2>/dev/null; "
                    f"cd /; rm -rf {shlex.quote(self.rdir)}; true")
             for ip in [ip for ip in self.conns if ip in self._gone]:  # nothing of the run survives there
-                notes.append(f"{self.names.get(ip, ip)}: not cleaned (the container was gone)")
+                notes.append(f"{self.names.get(ip, ip)}: not cleaned: it stopped answering (if it still runs, "
+                             "the run's processes there may too; `start_containers.py --down` removes them)")
                 self._drop(ip)
             for ip, r in self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), CMD_TIMEOUT_S + 2).items():
                 if isinstance(r, Exception):
