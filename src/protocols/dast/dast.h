@@ -172,21 +172,25 @@ class Coordinator : public Role {
   double rtt_estimate_us(uint32_t region) const { return rtt_.at(region).value(); }
 
  private:
-  // A transaction's phase at its coordinator: an IRT is stored (acks counted) then answered; a CRT is prepared
-  // (proposals counted), decided, then answered. Answered, the Coord is erased.
+  // A transaction's phase at its coordinator (set_phase checks the one transition): an Irt is stored at its
+  // shards (acks counted) and answered once 2 of 3 copies per shard are stored and its outputs are in; a CRT is
+  // Preparing (proposals counted) until every replica of every touched shard proposed, then Decided (D = the
+  // largest proposal, handed to the regions' managers) and answered once its outputs are in. Answered, the
+  // Coord is erased.
+  enum class Phase { Irt, Preparing, Decided };
   struct Coord {
     TxnRequest txn;
     TxnShape shape;
     NodeId client = 0;
-    bool crt = false;
+    Phase phase = Phase::Irt;
     std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> acks
     std::map<uint32_t, std::map<uint32_t, Ts>> proposals; // CRT: shard -> replica -> proposal
     std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time, until its first reply
-    bool decided = false;
-    Ts decision;
+    Ts decision;                                          // once Decided
     std::set<uint32_t> results;                           // shards whose outputs arrived
     Vars outputs;
   };
+  static void set_phase(Coord& c, Phase to);
   void maybe_reply(Env& env, uint64_t txn_id);
   double anticipate_us(const Coord& c, uint32_t region) const;
 

@@ -290,8 +290,9 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& txn = c.txn;
   c.shape = shape;
   c.client = from;
-  c.crt = shape.regions.size() > 1 || *shape.regions.begin() != me_.region;
-  if (!c.crt) {
+  const bool crt = shape.regions.size() > 1 || *shape.regions.begin() != me_.region;
+  c.phase = crt ? Phase::Preparing : Phase::Irt;
+  if (!crt) {
     Ts ts = clock_.fresh(env.now_us());
     Ts after = clock_.fresh(env.now_us());
     c.acks[me_.shard] = 1;  // the handler stores it itself
@@ -346,6 +347,13 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   }
 }
 
+void Coordinator::set_phase(Coord& c, Phase to) {
+  TXN_CHECK(c.phase == Phase::Preparing && to == Phase::Decided,
+            "txn " + str(c.txn.txn_id()) + ": phase " + str(static_cast<int>(c.phase)) + " -> " +
+                str(static_cast<int>(to)));
+  c.phase = to;
+}
+
 double Coordinator::anticipate_us(const Coord& c, uint32_t region) const {
   // The decision reaches region `region` about one slowest prepare round trip
   // plus one one-way hop after the source timestamp was taken.
@@ -368,7 +376,8 @@ void Coordinator::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) 
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) throw BadMessage("RemotePrepared for unknown txn " + str(m.txn_id()));
   Coord& c = it->second;
-  if (c.decided) return;
+  if (c.phase == Phase::Decided) return;  // a late proposal
+  if (c.phase != Phase::Preparing) throw BadMessage("RemotePrepared for txn " + str(m.txn_id()) + ", an IRT");
   uint32_t region = d_.region_of_shard(m.shard());
   if (auto sent = c.prepare_sent.find(region); sent != c.prepare_sent.end()) {
     rtt_[region].add(static_cast<double>(env.mono_us() - sent->second));  // first reply only
@@ -382,7 +391,7 @@ void Coordinator::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) 
   Ts decision{};
   for (auto& [s, reps] : c.proposals)
     for (auto& [r, p] : reps) decision = std::max(decision, p);
-  c.decided = true;
+  set_phase(c, Phase::Decided);
   c.decision = decision;
   // The decision goes to each touched region's manager, which hands it to every
   // site of its region at once (DistExe to the touched replicas, NotiCommit to
@@ -415,9 +424,9 @@ void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   const uint32_t majority = mutant::kOneAck ? 1 : d_.replicas / 2 + 1;
   for (uint32_t s : c.shape.shards) {
     if (!c.results.count(s)) return;
-    if (!c.crt && c.acks[s] < majority) return;
+    if (c.phase == Phase::Irt && c.acks[s] < majority) return;
   }
-  if (c.crt && !c.decided) return;
+  if (c.phase == Phase::Preparing) return;
   Envelope e;
   auto* r = e.mutable_reply();
   r->set_txn_id(txn_id);

@@ -344,7 +344,7 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
       }
     for (const auto& k : l.writes) deps.insert(keys_[k].readers.begin(), keys_[k].readers.end());
     for (TxnId x : deps) r->add_deps(x);
-    l.prepared = true;
+    set_phase(id, l, Phase::Prepared);
     hold(id, l);
   }
   l.txn = std::move(*m.mutable_txn());  // t is moved-from from here on
@@ -355,8 +355,8 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
 void Site::on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Finalize of txn " + str(m.txn_id()) + ", not prepared here");
-  if (m.result() == ::tapir::OK && !it->second.prepared && !it->second.committed) {
-    it->second.prepared = true;  // the decided result binds this replica too
+  if (m.result() == ::tapir::OK && it->second.phase == Phase::Refused) {
+    set_phase(m.txn_id(), it->second, Phase::Prepared);  // the decided result binds this replica too
     hold(m.txn_id(), it->second);
   }
   Envelope e;
@@ -371,10 +371,9 @@ void Site::on_commit(Env& env, const ::tapir::Commit& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Commit of txn " + str(m.txn_id()) + ", not prepared here");
   Local& l = it->second;
-  if (l.committed) throw BadMessage("Commit of txn " + str(m.txn_id()) + " twice");
-  if (!l.prepared && !mutant::kUnappliedNotHeld) hold(m.txn_id(), l);  // committed, not applied: holds its keys
-  l.prepared = false;
-  l.committed = true;
+  if (l.phase == Phase::Committed) throw BadMessage("Commit of txn " + str(m.txn_id()) + " twice");
+  if (l.phase == Phase::Refused && !mutant::kUnappliedNotHeld) hold(m.txn_id(), l);  // committed: holds its keys
+  set_phase(m.txn_id(), l, Phase::Committed);
   l.deps.assign(m.deps().begin(), m.deps().end());
   l.vars = m.vars();
   waiting_.insert(m.txn_id());
@@ -384,9 +383,18 @@ void Site::on_commit(Env& env, const ::tapir::Commit& m) {
 void Site::on_abort(const ::tapir::Abort& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Abort of txn " + str(m.txn_id()) + ", not prepared here");
-  if (it->second.committed) throw BadMessage("Abort of txn " + str(m.txn_id()) + " after its Commit");
+  if (it->second.phase == Phase::Committed)
+    throw BadMessage("Abort of txn " + str(m.txn_id()) + " after its Commit");
   release(m.txn_id(), it->second);
   locals_.erase(it);
+}
+
+void Site::set_phase(TxnId id, Local& l, Phase to) {
+  const bool allowed = (l.phase == Phase::Refused && to != Phase::Refused) ||
+                       (l.phase == Phase::Prepared && to == Phase::Committed);
+  TXN_CHECK(allowed, "txn " + str(id) + ": phase " + str(static_cast<int>(l.phase)) + " -> " +
+                         str(static_cast<int>(to)));
+  l.phase = to;
 }
 
 void Site::try_apply(Env& env) {

@@ -43,12 +43,16 @@ class Site : public RoleContext {
   const ShardExecutor& executor() const { return exec_; }
 
  private:
-  // A transaction of this shard from its Prepare to its Commit (applied) or Abort.
+  // A transaction of this shard from its Prepare to its Commit (applied) or Abort, in one of three phases
+  // (set_phase checks the transitions: Refused -> Prepared -> Committed, or Refused -> Committed):
+  //   Refused    its Prepare was answered ABSTAIN or ABORT here: it holds nothing
+  //   Prepared   answered OK (or Finalized OK): it holds its keys against conflicting Prepares
+  //   Committed  waits, still holding, until its dependencies are applied here; then applied and erased
+  enum class Phase { Refused, Prepared, Committed };
   struct Local {
     TxnRequest txn;
     std::set<std::string> reads, writes;  // this shard's conflict keys (a key both read and written: in writes)
-    bool prepared = false;                // holds its keys against conflicting Prepares
-    bool committed = false;               // waits to be applied
+    Phase phase = Phase::Refused;
     std::vector<TxnId> deps;
     Vars vars;
   };
@@ -59,6 +63,7 @@ class Site : public RoleContext {
     std::set<TxnId> holders;          // prepared, or committed and not applied, accessing it
   };
   std::map<std::string, uint64_t> versions_of(const TxnRequest& t) const;
+  static void set_phase(TxnId id, Local& l, Phase to);
   bool conflicts(const Local& a, const Local& b) const;
   void hold(TxnId id, Local& l);
   void release(TxnId id, const Local& l);
