@@ -26,8 +26,6 @@ from types import ModuleType
 from testbed.core import knobs as knoblib
 from testbed.core.paths import REPO
 
-SHAPINGS = ("auto", "netem", "app")
-DISTRIBUTIONS = ("normal", "pareto", "paretonormal")
 MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
 DEFAULT_FILE = REPO / "exp_config.py"
 
@@ -203,14 +201,14 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["shards_per_region"] = knoblib.check("SHARDS_PER_REGION", cfg.shards_per_region)
     c["replicas"] = knoblib.check("REPLICAS", cfg.replicas)
     c["scale"] = knoblib.check("SCALE", cfg.scale)
-    c["tpcc_district"] = _choice("TPCC_DISTRICT", cfg.tpcc_district, ("fixed", "uniform"))
-    c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, ("container", "split", "node"))
+    c["tpcc_district"] = _choice("TPCC_DISTRICT", cfg.tpcc_district, knoblib.DISTRICTS)
+    c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, knoblib.PROCESS_LAYOUTS)
     c["intra_rtt_ms"] = knoblib.check("INTRA_RTT_MS", cfg.intra_rtt_ms)
     c["inter_rtt_ms"] = knoblib.check("INTER_RTT_MS", cfg.inter_rtt_ms)
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)
     c["jitter_ms"] = knoblib.check("JITTER_MS", cfg.jitter_ms)
-    c["jitter_distribution"] = _choice("JITTER_DISTRIBUTION", cfg.jitter_distribution, DISTRIBUTIONS)
-    c["shaping"] = _choice("SHAPING", cfg.shaping, SHAPINGS)
+    c["jitter_distribution"] = _choice("JITTER_DISTRIBUTION", cfg.jitter_distribution, knoblib.DISTRIBUTIONS)
+    c["shaping"] = _choice("SHAPING", cfg.shaping, knoblib.SHAPINGS)
     if c["shaping"] == "app" and c["jitter_distribution"] != "normal":
         raise ValueError(f"JITTER_DISTRIBUTION={cfg.jitter_distribution!r}: must be normal with SHAPING='app'")
     c["netem_limit"] = knoblib.check("NETEM_LIMIT", cfg.netem_limit)

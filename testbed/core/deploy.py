@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from testbed.core import knobs as knoblib, protocols
+from testbed.core.knobs import DISTRICTS, PROCESS_LAYOUTS, WORKLOADS  # noqa: F401  (checked here; used by callers)
 
-WORKLOADS = ("tpcc", "tpca")
 REPLICAS = 3
 
 DEFAULTS = dict(
@@ -26,11 +26,9 @@ DEFAULTS = dict(
 # mode None: the registry's default mode (its first protocol).
 # protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
 # defaults, and the deployment file gets all of them under protocols.<mode>.
-DISTRICTS = ("fixed", "uniform")
 # processes: "container" runs every node of one shard container (its 3 replicas, its clients; in a region's first
 # container the protocol's role nodes too) in one engine process; "split" runs the container's servers in one process
 # and its clients in another; "node" one process per node (docs/efficiency.md).
-PROCESS_LAYOUTS = ("container", "split", "node")
 
 # the numeric knobs, checked before anything starts; their ranges, units and help are in testbed/core/knobs.py
 NUMERIC = tuple(knoblib.run_knobs())

@@ -13,6 +13,14 @@ import math
 from dataclasses import dataclass
 
 
+# The knobs that take one of a few words, and their words (checked by config.py and deploy.py alike).
+WORKLOADS = ("tpcc", "tpca")
+DISTRICTS = ("fixed", "uniform")                  # TPCC_DISTRICT / --district
+PROCESS_LAYOUTS = ("container", "split", "node")  # ENGINE_PROCESSES / --processes (docs/efficiency.md)
+SHAPINGS = ("auto", "netem", "app")               # SHAPING
+DISTRIBUTIONS = ("normal", "pareto", "paretonormal")  # JITTER_DISTRIBUTION
+
+
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 

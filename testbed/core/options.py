@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.core.deploy import WORKLOADS
-from testbed.core.knobs import help_of, knob
+from testbed.core.knobs import WORKLOADS, help_of, knob
 
 BACKENDS = ("auto", "local", "swarm")
 
