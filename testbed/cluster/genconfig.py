@@ -7,6 +7,7 @@ ports 20100, 20101, ... in the order of the deployment's node list.
 """
 from __future__ import annotations
 
+from testbed.cluster.cluster import Cluster
 from testbed.core import deploy as deploylib
 
 # The ports of a shard container's nodes (the deployment's business, not the bring-up's: containers publish none)
@@ -15,7 +16,7 @@ REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 def placer(state: dict):
     """place(nodes) for deploy.build_deployment: host = the shard container's IP, port by role."""
-    ips = {(c["region"], c["shard"]): c["ip"] for c in state["containers"] if c.get("role") == "shard"}
+    ips = Cluster(state).shard_ips()
 
     def ip_of(region0: int, shard0: int) -> str:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from testbed.cluster.cluster import Cluster
 from testbed.core import interrupts, lock, options
 from testbed.runs.driverexec import LogWriter, exec_in_driver
 from testbed.core.rtt import compare, contention_warnings, format_matrix
@@ -42,7 +43,7 @@ def run_self_test(backend, cfg, count: int = 20, out_root="results", log=print) 
 def swarm_self_test(cfg, state: dict, log=print, count: int = 20, env: dict | None = None) -> bool:
     """From the host: run the self-test inside the deployment's driver container (env: e.g. the job lock's
     token, testbed/core/lock.py). A stop request (Ctrl-C) here stops it there."""
-    driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
+    driver = Cluster(state).driver.name
     rc = exec_in_driver(driver, ["python", "-m", "testbed.runs.selftest", "--backend", "swarm", "--count", str(count)],
                         env, out=LogWriter(log), timeout_s=SWARM_TIMEOUT_S)
     if rc == 124:

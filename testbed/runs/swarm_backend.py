@@ -27,6 +27,7 @@ from pathlib import Path
 import paramiko
 import yaml
 
+from testbed.cluster.cluster import Cluster
 from testbed.cluster import genconfig
 from testbed.runs.backend import Backend
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
@@ -223,10 +224,11 @@ class SwarmRunner(Runner):
     def __init__(self, state: dict, key_path: Path, **opts):
         super().__init__(**opts)
         self.state, self.key_path = state, key_path
-        self.names = {c["ip"]: c["name"] for c in state["containers"]}
-        self.host_of = {c["ip"]: c.get("host") for c in state["containers"]}
+        cluster = Cluster(state)
+        self.names = {m.ip: m.name for m in cluster.members}
+        self.host_of = {m.ip: m.host for m in cluster.members}
         # the driver sees the Docker of its own host only (its socket is mounted there)
-        self.driver_host = next((c.get("host") for c in state["containers"] if c.get("role") == "driver"), None)
+        self.driver_host = cluster.driver.host
         self.conns: dict[str, Ssh] = {}
         self.rc: dict[str, int] = {}
         self.ready_names: set[str] = set()
@@ -457,7 +459,7 @@ class SwarmBackend(Backend):
 
     @property
     def deployment_name(self) -> str:
-        return self.state.get("deployment", "edge")
+        return Cluster(self.state).deployment
 
     def _shard_conn(self, ip: str) -> Ssh:
         return self.runner.conn(ip)
@@ -477,7 +479,7 @@ class SwarmBackend(Backend):
         if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container
             self._apply_jitter(round(deploy["link"].get("jitter_ms", 0) * math.sqrt(2), 6))
         meta = {"backend": self.name, "deployment": self.deployment_name,
-                "containers": [c["name"] for c in self.state["containers"]], **(meta_extra or {})}
+                "containers": [m.name for m in Cluster(self.state).members], **(meta_extra or {})}
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)
 
     def _apply_jitter(self, rtt_jitter_ms: float) -> None:
@@ -485,25 +487,22 @@ class SwarmBackend(Backend):
         if rtt_jitter_ms == self.applied_jitter:
             return
         from testbed.cluster.shaping import tc_plan_for, to_shell
-        for c in self.state["containers"]:
-            if c["role"] != "shard":
-                continue
-            script = to_shell(tc_plan_for(self.cfg, c["region"], jitter_ms=rtt_jitter_ms))
+        for m in Cluster(self.state).shards:
+            script = to_shell(tc_plan_for(self.cfg, m.region, jitter_ms=rtt_jitter_ms))
             try:
-                rc, out = self._shard_conn(c["ip"]).sh(
+                rc, out = self._shard_conn(m.ip).sh(
                     f"cat > {DRIVER_ETC}/tc.sh <<'EDGE_TC'\n{script}EDGE_TC\nsh {DRIVER_ETC}/tc.sh", timeout=30)
             except SshError as e:
-                raise RunError(self.runner.container_problem(c["ip"], e)) from None
+                raise RunError(self.runner.container_problem(m.ip, e)) from None
             if rc != 0:
-                raise RunError(f"re-applying tc in {c['name']} failed: {out.strip()}")
+                raise RunError(f"re-applying tc in {m.name} failed: {out.strip()}")
         self.applied_jitter = rtt_jitter_ms
 
     def ping_matrix(self, count: int = 10) -> dict:
         from testbed.core.rtt import ping_matrix
         by_region: dict[int, list[str]] = {}
-        for c in self.state["containers"]:
-            if c["role"] == "shard":
-                by_region.setdefault(c["region"], []).append(c["ip"])
+        for m in Cluster(self.state).shards:
+            by_region.setdefault(m.region, []).append(m.ip)
         return ping_matrix(lambda r, argv: self._shard_conn(by_region[r][0]).sh(shlex.join(argv), timeout=60),
                            by_region, self.state["regions"], count)
 

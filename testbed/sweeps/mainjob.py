@@ -16,6 +16,7 @@ import time
 import sys
 from pathlib import Path, PurePosixPath
 
+from testbed.cluster.cluster import Cluster
 from testbed.core import interrupts, lock
 from testbed.runs.driverexec import REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver, relay_paths
 from testbed.core.runtypes import Interrupted
@@ -135,7 +136,7 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
                 log("main job: the RTT self-test failed: the emulated network is not what exp_config.py says; "
                     "stopping")
                 return 128 + stop.signum if stop.requested else 2
-            driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
+            driver = Cluster(state).driver.name
             sha = git_sha()
             env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
             job = ["python", script, *driver_argv(strip_backend(argv), swarm.REPO), "--backend", "swarm"]
@@ -184,10 +185,11 @@ def run_job_in_driver(job_argv: list[str], config=None, wait: bool = False, log=
     if state is None:
         log(f"error: {path.name} not found: deployment is not up; `make up` brings it up")
         return 2
-    driver = next(c["name"] for c in state["containers"] if c["role"] == "driver")
+    cluster = Cluster(state)
+    driver = cluster.driver.name
     try:
         with interrupts.stop_on_signals(say=log) as stop, \
-                lock.JobLock(lock.swarm_lock_name(state.get("deployment", "edge"))).acquire(wait, say=log) as held:
+                lock.JobLock(lock.swarm_lock_name(cluster.deployment)).acquire(wait, say=log) as held:
             sha = git_sha()
             env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
             rc = exec_in_driver(driver, driver_argv(job_argv, swarm.REPO), env,

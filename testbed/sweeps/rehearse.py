@@ -19,6 +19,7 @@ import docker
 import yaml
 
 from testbed.cluster import rehearsal
+from testbed.cluster.cluster import Cluster
 from testbed.cluster.swarm import LABEL
 from testbed.core import protocols
 from testbed.core.paths import REPO
@@ -74,8 +75,8 @@ def rehearse(n_hosts: int = 2, modes=None, duration: float = 15, deployment: str
         state_file = REPO / f"containers.{deployment}.yml"
         if state_file.exists():
             per_host: dict = {}
-            for c in yaml.safe_load(state_file.read_text())["containers"]:
-                per_host[c["host"]] = per_host.get(c["host"], 0) + 1
+            for m in Cluster(yaml.safe_load(state_file.read_text())).members:
+                per_host[m.host] = per_host.get(m.host, 0) + 1
             out["steps"]["containers_per_host"] = per_host
         if rc != 0:
             return out

@@ -1,0 +1,46 @@
+"""A running deployment as objects: what containers.yml (testbed/cluster/swarm.py: up()) records, read once here
+instead of re-parsed wherever a container, its role or its host is needed. The dict stays the file's format."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Member:
+    """One container of the deployment."""
+    name: str
+    ip: str
+    host: str | None      # the hosts.yml address it runs on
+    role: str             # shard | driver
+    region: int | None    # shards: from 1
+    shard: int | None     # shards: from 1, within the region
+    id: str | None = None
+
+
+class Cluster:
+    def __init__(self, state: dict):
+        self.state = state
+        self.members = tuple(Member(c["name"], c["ip"], c.get("host"), c.get("role", "shard"), c.get("region"),
+                                    c.get("shard"), c.get("id")) for c in state["containers"])
+
+    @property
+    def deployment(self) -> str:
+        return str(self.state.get("deployment") or "edge")
+
+    @property
+    def driver(self) -> Member:
+        for m in self.members:
+            if m.role == "driver":
+                return m
+        raise ValueError(f"deployment {self.deployment}: no driver container in its containers.yml")
+
+    @property
+    def shards(self) -> tuple[Member, ...]:
+        return tuple(m for m in self.members if m.role == "shard")
+
+    def by_ip(self) -> dict[str, Member]:
+        return {m.ip: m for m in self.members}
+
+    def shard_ips(self) -> dict[tuple[int, int], str]:
+        """(region, shard), both from 1 -> the shard container's address."""
+        return {(m.region, m.shard): m.ip for m in self.shards}
