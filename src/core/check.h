@@ -2,9 +2,12 @@
 // input (that is BadMessage's): it prints the file, line, condition and `what` on stderr and aborts, in every build
 // type, so a run fails loudly (the run lifecycle records the process's signal) instead of going on wrong.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #define TXN_CHECK(cond, what)                                                                       \
   do {                                                                                              \
@@ -16,5 +19,16 @@ namespace txn {
   std::fprintf(stderr, "invariant violated at %s:%d: %s: %s\n", file, line, cond, what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+// A transaction's phase moves from `phase` to `to` only along one of `allowed` (from, to) pairs, the protocol's
+// transition table; any other move is a bug (TXN_CHECK).
+template <class Phase>
+void transition(uint64_t txn, Phase& phase, Phase to, std::initializer_list<std::pair<Phase, Phase>> allowed) {
+  bool ok = false;
+  for (const auto& [from, into] : allowed) ok = ok || (from == phase && into == to);
+  TXN_CHECK(ok, "txn " + std::to_string(txn) + ": phase " + std::to_string(static_cast<int>(phase)) + " -> " +
+                    std::to_string(static_cast<int>(to)));
+  phase = to;
 }
 }  // namespace txn

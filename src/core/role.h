@@ -1,7 +1,9 @@
-// What the roles of one protocol node share. A replica node of DAST or Janus plays two roles, each a class of its
-// own: the coordinator of the transactions its clients submit, and the site that orders and executes its shard's
-// transactions; the node owns both and routes each message to its role (docs/adding-a-protocol.md).
+// What the roles of one protocol node share. A replica node of every built protocol plays two roles, each a class
+// of its own: the coordinator of the transactions its clients submit, and the site that orders and executes its
+// shard's transactions; the node owns both and routes each message to its role (docs/adding-a-protocol.md).
 #pragma once
+#include <string>
+
 #include "config.h"
 #include "protocol.h"
 #include "self_queue.h"
@@ -14,6 +16,12 @@ struct RoleContext {
       : d_(d), self_(self), me_(d.node(self)), w_(w), q_(q) {}
   // To another node, or (to this node) queued and handled once the current message is done: no network.
   void post(Env& env, NodeId to, Envelope msg) { q_.post(env, to, std::move(msg)); }
+  // A client submits to the handler (replica 0) of its transaction's home shard: BadMessage when that is not this.
+  void check_submitted_here(const TxnRequest& t) const {
+    if (me_.replica != 0 || t.home_shard() != me_.shard)
+      throw BadMessage("txn " + std::to_string(t.txn_id()) + " submitted to " + me_.name +
+                       ", not the handler of its home shard " + std::to_string(t.home_shard()));
+  }
 
   const Deployment& d_;
   const NodeId self_;
@@ -21,10 +29,6 @@ struct RoleContext {
   const Workload& w_;
   SelfQueue& q_;
 };
-
-}  // namespace txn
-
-namespace txn {
 
 // A replica node of two roles: it owns them (a Site that orders and executes, a Coordinator of its clients'
 // transactions, both constructed as (deployment, self, workload, options, queue)) and the queue they send through,

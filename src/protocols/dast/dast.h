@@ -60,12 +60,9 @@ struct ExecRecord {
 // shard's timestamp order and executes them); replica 0 of a shard is also its clients' Coordinator (it issues IRT
 // timestamps, prepares and decides CRTs, answers the client). Replica, the node, owns both and routes each message
 // to its role. What they share (the deployment, the options, the outgoing queue) is their Role base.
-class Replica;
-
 struct Role : RoleContext {
   Role(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
   const Options& opts_;
-  std::vector<NodeId> region_sites_;     // other sites of my region
   std::vector<NodeId> region_handlers_;  // other timestamp issuers (replica 0 of each shard)
 };
 
@@ -127,10 +124,11 @@ class Site : public Role {
   Entry& add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
                    NodeId coordinator, uint32_t output_replica);
   void rekey(Entry& e, const Ts& ts);
-  // The region's other timestamp issuers whose last known clock is not past t (a pure predicate).
-  std::vector<NodeId> lagging_handlers(const Ts& t) const;
-  // Asks the lagging handlers for their clocks, but not one whose answer covering t is already coming.
-  void ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging);
+  // Every other timestamp issuer of the region is known to have a clock past t (pure predicates).
+  bool handlers_past(const Ts& t) const;
+  bool known_past(NodeId handler, const Ts& t) const;
+  // Asks each handler not known to be past t for its clock, but not one whose answer covering t is already coming.
+  void ask_clocks(Env& env, const Ts& t);
   bool run_pieces(Env& env, Entry& e);   // true when every local piece that cannot wait has executed
   bool local_pieces_done(const Entry& e) const;
   bool holding_input_missing(const Entry& e) const;

@@ -73,7 +73,6 @@ Role::Role(const Deployment& d, NodeId self, const Workload& w, const Options& o
     : RoleContext(d, self, w, q), opts_(o) {
   for (NodeId s : d.sites_of_region(me_.region)) {
     if (s == self) continue;
-    region_sites_.push_back(s);
     if (d.node(s).replica == 0) region_handlers_.push_back(s);
   }
 }
@@ -223,11 +222,7 @@ void Site::observe(Env& env, NodeId from, const Ts& ts) {
 }
 
 void Site::set_phase(Entry& e, Phase to) {
-  const bool allowed = (e.phase == Phase::Undecided && to == Phase::Queued) ||
-                       (e.phase == Phase::Queued && to == Phase::Deferred);
-  TXN_CHECK(allowed, "txn " + str(e.txn.txn_id()) + ": phase " + str(static_cast<int>(e.phase)) + " -> " +
-                         str(static_cast<int>(to)));
-  e.phase = to;
+  transition(e.txn.txn_id(), e.phase, to, {{Phase::Undecided, Phase::Queued}, {Phase::Queued, Phase::Deferred}});
 }
 
 Site::Entry& Site::add_entry(TxnRequest&& txn, TxnShape shape, const Ts& ts, Phase phase,
@@ -348,10 +343,7 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
 }
 
 void Coordinator::set_phase(Coord& c, Phase to) {
-  TXN_CHECK(c.phase == Phase::Preparing && to == Phase::Decided,
-            "txn " + str(c.txn.txn_id()) + ": phase " + str(static_cast<int>(c.phase)) + " -> " +
-                str(static_cast<int>(to)));
-  c.phase = to;
+  transition(c.txn.txn_id(), c.phase, to, {{Phase::Preparing, Phase::Decided}});
 }
 
 double Coordinator::anticipate_us(const Coord& c, uint32_t region) const {
@@ -583,17 +575,22 @@ void Site::on_sync(Env& env, NodeId from, const ::dast::IRSync& m) {
 
 // ---- execution ------------------------------------------------------------------
 
-std::vector<NodeId> Site::lagging_handlers(const Ts& t) const {
-  std::vector<NodeId> out;
-  if (mutant::kWatermarkLocal) return out;
-  for (NodeId s : region_handlers_)
-    if (auto it = known_clock_.find(s); it == known_clock_.end() || !(t < it->second)) out.push_back(s);
-  return out;
+bool Site::known_past(NodeId handler, const Ts& t) const {
+  auto it = known_clock_.find(handler);
+  return it != known_clock_.end() && t < it->second;
 }
 
-void Site::ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging) {
+bool Site::handlers_past(const Ts& t) const {
+  if (mutant::kWatermarkLocal) return true;
+  for (NodeId s : region_handlers_)
+    if (!known_past(s, t)) return false;
+  return true;
+}
+
+void Site::ask_clocks(Env& env, const Ts& t) {
   Ts mine{};
-  for (NodeId s : lagging) {
+  for (NodeId s : region_handlers_) {
+    if (known_past(s, t)) continue;
     auto& asked = asked_[s];
     if (auto it = known_clock_.find(s); it != known_clock_.end())
       asked.erase(asked.begin(), asked.lower_bound(it->second));  // answered already
@@ -610,7 +607,7 @@ void Site::ask_clocks(Env& env, const Ts& t, const std::vector<NodeId>& lagging)
 
 // The safety rule (docs/protocols/dast.md): the queue's first entry executes once it is decided and no timestamp
 // at or below its own can still be issued in this region: every other handler's clock is known to be past it
-// (lagging_handlers) and this site's clock is moved past it (fresh() issues a timestamp above it, so none at or
+// (handlers_past) and this site's clock is moved past it (fresh() issues a timestamp above it, so none at or
 // below it is issued here afterwards, whatever CRT is pending later).
 void Site::try_execute(Env& env) {
   serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
@@ -621,8 +618,8 @@ void Site::try_execute(Env& env) {
       return;
     }
     TXN_CHECK(e.phase == Phase::Queued, "txn " + str(e.txn.txn_id()) + " in the queue after its slot");
-    if (const auto lagging = lagging_handlers(e.ts); !lagging.empty()) {
-      ask_clocks(env, e.ts, lagging);
+    if (!handlers_past(e.ts)) {
+      ask_clocks(env, e.ts);
       wake_when_past(env, e.ts);
       return;
     }

@@ -138,9 +138,7 @@ void Site::fill_dep(TxnId id, ::janus::Dep* out) {
 
 void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& in = m.txn();
-  if (me_.replica != 0 || in.home_shard() != me_.shard)
-    throw BadMessage("txn " + str(in.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
-                     str(in.home_shard()));
+  check_submitted_here(in);
   std::vector<uint32_t> shards = touched_shards(d_, in);
   if (coords_.count(in.txn_id())) throw BadMessage("txn " + str(in.txn_id()) + " submitted twice");
   Coord& c = coords_[in.txn_id()];
@@ -215,11 +213,9 @@ void Coordinator::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
 }
 
 void Coordinator::set_phase(Coord& c, Phase to) {
-  const bool allowed = (c.phase == Phase::PreAccepting && to != Phase::PreAccepting) ||
-                       (c.phase == Phase::Accepting && to == Phase::Committed);
-  TXN_CHECK(allowed, "txn " + str(c.txn.txn_id()) + ": phase " + str(static_cast<int>(c.phase)) + " -> " +
-                         str(static_cast<int>(to)));
-  c.phase = to;
+  transition(c.txn.txn_id(), c.phase, to,
+             {{Phase::PreAccepting, Phase::Accepting}, {Phase::PreAccepting, Phase::Committed},
+              {Phase::Accepting, Phase::Committed}});
 }
 
 void Coordinator::commit(Env& env, Coord& c) {

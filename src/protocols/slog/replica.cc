@@ -88,9 +88,7 @@ void Replica::route(Env& env, Envelope& m) {
 
 void Handler::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& t = m.txn();
-  if (me_.replica != 0 || t.home_shard() != me_.shard)
-    throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
-                     str(t.home_shard()));
+  check_submitted_here(t);
   std::vector<uint32_t> shards = touched_shards(d_, t);
   check_inputs_produced(t);
   if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");

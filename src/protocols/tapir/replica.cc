@@ -84,9 +84,7 @@ void Replica::route(Env& env, Envelope& m) {
 
 void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   const TxnRequest& t = m.txn();
-  if (me_.replica != 0 || t.home_shard() != me_.shard)
-    throw BadMessage("txn " + str(t.txn_id()) + " submitted to " + me_.name + ", not the handler of its home shard " +
-                     str(t.home_shard()));
+  check_submitted_here(t);
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (coords_.count(t.txn_id())) throw BadMessage("txn " + str(t.txn_id()) + " submitted twice");
   Coord& c = coords_[t.txn_id()];
@@ -102,10 +100,7 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
 }
 
 void Coordinator::set_phase(Coord& c, Phase to) {
-  TXN_CHECK(c.phase == Phase::Reading && to == Phase::Preparing,
-            "txn " + str(c.txn.txn_id()) + ": phase " + str(static_cast<int>(c.phase)) + " -> " +
-                str(static_cast<int>(to)));
-  c.phase = to;
+  transition(c.txn.txn_id(), c.phase, to, {{Phase::Reading, Phase::Preparing}});
 }
 
 void Coordinator::send_reads(Env& env, Coord& c) {
@@ -390,11 +385,8 @@ void Site::on_abort(const ::tapir::Abort& m) {
 }
 
 void Site::set_phase(TxnId id, Local& l, Phase to) {
-  const bool allowed = (l.phase == Phase::Refused && to != Phase::Refused) ||
-                       (l.phase == Phase::Prepared && to == Phase::Committed);
-  TXN_CHECK(allowed, "txn " + str(id) + ": phase " + str(static_cast<int>(l.phase)) + " -> " +
-                         str(static_cast<int>(to)));
-  l.phase = to;
+  transition(id, l.phase, to,
+             {{Phase::Refused, Phase::Prepared}, {Phase::Refused, Phase::Committed}, {Phase::Prepared, Phase::Committed}});
 }
 
 void Site::try_apply(Env& env) {
