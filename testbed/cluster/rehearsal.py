@@ -211,8 +211,9 @@ _DAEMONS: dict[int, subprocess.Popen] = {}   # the daemons this process started 
 
 def _gone(pid: int) -> bool:
     """The process has exited (a zombie counts: reaped here when it is our child)."""
-    if pid in {p.pid for p in _DAEMONS.values()}:
-        return next(p for p in _DAEMONS.values() if p.pid == pid).poll() is not None
+    for p in _DAEMONS.values():
+        if p.pid == pid:
+            return p.poll() is not None
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"

@@ -449,6 +449,7 @@ class SwarmBackend(Backend):
             raise RuntimeError(f"{containers_yml}: not found; the swarm backend runs inside the driver container "
                                "(docker exec -i <deployment>_driver ...) after start_containers.py")
         self.state = yaml.safe_load(Path(containers_yml).read_text())
+        self.cluster = Cluster(self.state)
         self.mechanism = self.state["mechanism"]
         if cfg is None:
             from testbed.core.config import load_exp_config
@@ -459,7 +460,7 @@ class SwarmBackend(Backend):
 
     @property
     def deployment_name(self) -> str:
-        return Cluster(self.state).deployment
+        return self.cluster.deployment
 
     def _shard_conn(self, ip: str) -> Ssh:
         return self.runner.conn(ip)
@@ -479,7 +480,7 @@ class SwarmBackend(Backend):
         if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container
             self._apply_jitter(round(deploy["link"].get("jitter_ms", 0) * math.sqrt(2), 6))
         meta = {"backend": self.name, "deployment": self.deployment_name,
-                "containers": [m.name for m in Cluster(self.state).members], **(meta_extra or {})}
+                "containers": [m.name for m in self.cluster.members], **(meta_extra or {})}
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)
 
     def _apply_jitter(self, rtt_jitter_ms: float) -> None:
@@ -487,7 +488,7 @@ class SwarmBackend(Backend):
         if rtt_jitter_ms == self.applied_jitter:
             return
         from testbed.cluster.shaping import tc_plan_for, to_shell
-        for m in Cluster(self.state).shards:
+        for m in self.cluster.shards:
             script = to_shell(tc_plan_for(self.cfg, m.region, jitter_ms=rtt_jitter_ms))
             try:
                 rc, out = self._shard_conn(m.ip).sh(
@@ -501,7 +502,7 @@ class SwarmBackend(Backend):
     def ping_matrix(self, count: int = 10) -> dict:
         from testbed.core.rtt import ping_matrix
         by_region: dict[int, list[str]] = {}
-        for m in Cluster(self.state).shards:
+        for m in self.cluster.shards:
             by_region.setdefault(m.region, []).append(m.ip)
         return ping_matrix(lambda r, argv: self._shard_conn(by_region[r][0]).sh(shlex.join(argv), timeout=60),
                            by_region, self.state["regions"], count)

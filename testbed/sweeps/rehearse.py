@@ -13,12 +13,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import docker
-import yaml
 
-from testbed.cluster import rehearsal
+from testbed.cluster import rehearsal, swarm
 from testbed.cluster.cluster import Cluster
 from testbed.cluster.swarm import LABEL
 from testbed.core import protocols
@@ -72,12 +72,9 @@ def rehearse(n_hosts: int = 2, modes=None, duration: float = 15, deployment: str
         out["steps"]["rtt_table"] = table.group(0).rstrip() if table else None
         m = re.search(r"(\d+) containers up in ([\d.]+)s", text)
         out["steps"]["containers"] = int(m.group(1)) if m else None
-        state_file = REPO / f"containers.{deployment}.yml"
-        if state_file.exists():
-            per_host: dict = {}
-            for m in Cluster(yaml.safe_load(state_file.read_text())).members:
-                per_host[m.host] = per_host.get(m.host, 0) + 1
-            out["steps"]["containers_per_host"] = per_host
+        state = swarm.load_state(swarm.state_paths(deployment)[1])
+        if state:
+            out["steps"]["containers_per_host"] = dict(Counter(m.host for m in Cluster(state).members))
         if rc != 0:
             return out
         for mode in modes:
