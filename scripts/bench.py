@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.core import options, protocols
+from testbed.core import knobs, options, protocols
 from testbed.core.paths import REPO
-from testbed.core.deploy import PROCESS_LAYOUTS, build_deployment, processes as deploy_processes
+from testbed.core.deploy import build_deployment, processes as deploy_processes
 from testbed.runs.local import LocalRunner as LocalBackend
 from testbed.core.runtypes import RunError
 from testbed.analysis.results import format_table
@@ -101,10 +101,8 @@ def main() -> int:
     ap.add_argument("--protocols", default="", help="comma-separated modes (default: every built protocol)")
     ap.add_argument("--duration", type=float, default=40, help="seconds per protocol (default %(default)s)")
     options.add_knob(ap, "concurrency", 1)
-    ap.add_argument("--workload", default="tpcc", choices=options.WORKLOADS)
-    ap.add_argument("--processes", default="container", choices=PROCESS_LAYOUTS,
-                    help="engine processes: one per container (default), one per container's servers and one per "
-                         "its clients (split), or one per node")
+    options.add_choice(ap, "workload", knobs.default("workload"))
+    options.add_choice(ap, "processes", knobs.default("processes"))
     options.add_build_dir(ap, str(REPO / "build"))
     ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",
                     help="a protocol option for that protocol's run, e.g. dast.defer_commutative=false (the "

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from testbed.cluster import swarm
+from testbed.core import knobs
 from testbed.core.config import load_exp_config
 from testbed.cluster.hosts import load_hosts
 
@@ -21,7 +22,7 @@ from testbed.cluster.hosts import load_hosts
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="3x2,6x4", help="comma-separated RxN (default %(default)s)")
-    ap.add_argument("--image", default="edge-txn:latest")
+    ap.add_argument("--image", default=knobs.default("IMAGE_NAME"))
     a = ap.parse_args()
     hosts = load_hosts()
     rows = []

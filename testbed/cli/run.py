@@ -32,9 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     options.add_load(ap, d)
     options.add_knob(ap, "scale", d["scale"])
     options.add_knob(ap, "zipf", d["zipf"])
-    ap.add_argument("--district", default=d["district"], choices=deploylib.DISTRICTS,
-                    help="tpcc: the district of a transaction, fixed per coordinator (the artifact's way) or uniform "
-                         "per transaction (TPC-C 2.4.1.2: concurrent New-Orders conflict at any load)")
+    options.add_choice(ap, "district", d["district"])
     options.add_knob(ap, "payment_crt_rate", d["payment_crt_rate"])
     options.add_knob(ap, "jitter", d["jitter"])
     options.add_knob(ap, "intra_rtt", d["intra_rtt"])
@@ -42,9 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--protocol-option", dest="protocol_options", action="append", default=[], metavar="NAME=VALUE",
                     help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
-    ap.add_argument("--processes", default=d["processes"], choices=deploylib.PROCESS_LAYOUTS,
-                    help="engine processes: one per shard container (default), its servers and its clients apart "
-                         "(split), or one per node (docs/efficiency.md)")
+    options.add_choice(ap, "processes", d["processes"])
     options.add_knob(ap, "base_port", d["base_port"])
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     options.add_results_root(ap)

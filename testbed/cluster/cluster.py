@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed.core import knobs
+
 
 @dataclass(frozen=True)
 class Member:
@@ -25,7 +27,7 @@ class Cluster:
 
     @property
     def deployment(self) -> str:
-        return str(self.state.get("deployment") or "edge")
+        return str(self.state.get("deployment") or knobs.default("DEPLOYMENT"))
 
     @property
     def driver(self) -> Member:

@@ -22,6 +22,8 @@ from pathlib import Path
 import docker
 import yaml
 
+from testbed.core import knobs
+
 ROOT = Path("/run/edge-rehearsal")         # sockets, pid files, exec roots, STATE
 DATA = Path("/var/lib/edge-rehearsal")     # the daemons' data roots (images, containers)
 STATE = ROOT / "state.json"
@@ -111,7 +113,7 @@ def busy() -> str | None:
     return None
 
 
-def up(n: int = 2, image: str = "edge-txn:latest", hosts_file: Path | None = None, log=print) -> list[FakeHost]:
+def up(n: int = 2, image: str = knobs.default("IMAGE_NAME"), hosts_file: Path | None = None, log=print) -> list[FakeHost]:
     """n extra daemons joined to this machine's swarm (created, with its address on the bridge, if there is none),
     each with `image` loaded. Returns them; writes hosts_file if given. RehearsalError names what failed; what was
     made until then is recorded, so down() removes it."""

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.core import lock
+from testbed.core import knobs, lock
 from testbed.cluster import shaping
 from testbed.core.config import ExpConfig, rtt_matrix
 from testbed.cluster.hosts import Host
@@ -59,7 +59,7 @@ def state_paths(deployment: str, repo: Path = REPO) -> tuple[Path, Path]:
     """(key folder, containers.yml) of a deployment in a checkout. The default deployment keeps the well-known
     containers.yml (genConfig.py reads it); any other gets containers.<name>.yml, so a second deployment (the
     tests' own, say) never touches the first one's files."""
-    yml = repo / ("containers.yml" if deployment == "edge" else f"containers.{deployment}.yml")
+    yml = repo / ("containers.yml" if deployment == knobs.default("DEPLOYMENT") else f"containers.{deployment}.yml")
     return repo / ".edge-txn" / deployment, yml
 
 

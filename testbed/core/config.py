@@ -30,45 +30,50 @@ MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped t
 DEFAULT_FILE = REPO / "exp_config.py"
 
 
+_default = knoblib.default
+
+
 @dataclass(frozen=True)
 class ExpConfig:
-    regions: int = 3
-    shards_per_region: int = 2
-    replicas: int = 3
-    scale: float = 0.01
-    tpcc_district: str = "fixed"
-    engine_processes: str = "container"
-    intra_rtt_ms: float = 5
-    inter_rtt_ms: float = 100
-    rtt_overrides: tuple = ()          # ((a, b), rtt_ms) with 1 <= a <= b <= regions, sorted
-    jitter_ms: float = 0
-    jitter_distribution: str = "normal"
-    shaping: str = "auto"
-    netem_limit: int = 100000
-    control_ports: tuple = (22, 19000)
-    deployment: str = "edge"
-    image_name: str = "edge-txn:latest"
-    network_name: str = "edge_txn"
-    subnet: str = "10.55.0.0/16"
-    overlay_mtu: int | None = 1450
-    driver_ip: str = "10.55.0.240"
-    container_cpus: object = None
-    ssh_connect_timeout_s: float = 15
-    systems: tuple = ()                # () = every protocol the engine has built (its registry)
-    n_repeat: int = 1
-    duration_s: float = 20
-    warmup_s: float = 5
-    cooldown_s: float = 2
-    tail_percentile: float = 99
-    concurrency_levels: tuple = (1, 2, 4)
-    client_process_per_shard: tuple = (1,)
-    crt_ratios: tuple = (10, 50, 90)
-    zipfs: tuple = (0.5, 0.7, 0.9)
-    scalability_n_regions: tuple = (3,)
-    robust_rtt_var: tuple = (0, 10, 20, 30)
-    fixed_client_process_per_shard: int = 1
-    fixed_concurrency: int = 1
-    protocol_options: tuple = ()      # ((protocol, ((option, value), ...)), ...); checked against the registry
+    """exp_config.py, checked; a setting the file leaves out has the default of testbed/core/knobs.py."""
+    regions: int = _default("REGIONS")
+    shards_per_region: int = _default("SHARDS_PER_REGION")
+    replicas: int = _default("REPLICAS")
+    scale: float = _default("SCALE")
+    tpcc_district: str = _default("TPCC_DISTRICT")
+    engine_processes: str = _default("ENGINE_PROCESSES")
+    intra_rtt_ms: float = _default("INTRA_RTT_MS")
+    inter_rtt_ms: float = _default("INTER_RTT_MS")
+    rtt_overrides: tuple = _default("RTT_OVERRIDES")   # ((a, b), rtt_ms) with 1 <= a <= b <= regions, sorted
+    jitter_ms: float = _default("JITTER_MS")
+    jitter_distribution: str = _default("JITTER_DISTRIBUTION")
+    shaping: str = _default("SHAPING")
+    netem_limit: int = _default("NETEM_LIMIT")
+    control_ports: tuple = _default("CONTROL_PORTS")
+    deployment: str = _default("DEPLOYMENT")
+    image_name: str = _default("IMAGE_NAME")
+    network_name: str = _default("NETWORK_NAME")
+    subnet: str = _default("SUBNET")
+    overlay_mtu: int | None = _default("OVERLAY_MTU")
+    driver_ip: str = _default("DRIVER_IP")
+    container_cpus: object = _default("CONTAINER_CPUS")
+    ssh_connect_timeout_s: float = _default("SSH_CONNECT_TIMEOUT_S")
+    systems: tuple = _default("SYSTEMS")   # () = every protocol the engine has built (its registry)
+    n_repeat: int = _default("N_REPEAT")
+    duration_s: float = _default("DURATION_S")
+    warmup_s: float = _default("WARMUP_S")
+    cooldown_s: float = _default("COOLDOWN_S")
+    tail_percentile: float = _default("TAIL_PERCENTILE")
+    concurrency_levels: tuple = _default("CONCURRENCY_LEVELS")
+    client_process_per_shard: tuple = _default("CLIENT_PROCESS_PER_SHARD")
+    crt_ratios: tuple = _default("CRT_RATIOS")
+    zipfs: tuple = _default("ZIPFS")
+    scalability_n_regions: tuple = _default("SCALABILITY_N_REGIONS")
+    robust_rtt_var: tuple = _default("ROBUST_RTT_VAR")
+    fixed_client_process_per_shard: int = _default("FIXED_CLIENT_PROCESS_PER_SHARD")
+    fixed_concurrency: int = _default("FIXED_CONCURRENCY")
+    protocol_options: tuple = _default("PROTOCOL_OPTIONS")   # ((protocol, ((option, value), ...)), ...), checked
+    # against the registry
 
     def options_of(self, protocol: str) -> dict:
         """PROTOCOL_OPTIONS of one protocol ({} when none are set)."""
@@ -153,12 +158,6 @@ def load_exp_config(source=None) -> ExpConfig:
 
 # ---------------------------------------------------------------- checks
 
-def _choice(name, v, allowed):
-    if v not in allowed:
-        raise ValueError(f"{name}={v!r}: must be one of {', '.join(allowed)}")
-    return v
-
-
 def _overrides(raw, regions) -> tuple:
     if isinstance(raw, (list, tuple)):  # as_dict() form: [[a, b, rtt], ...]
         try:
@@ -201,14 +200,14 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["shards_per_region"] = knoblib.check("SHARDS_PER_REGION", cfg.shards_per_region)
     c["replicas"] = knoblib.check("REPLICAS", cfg.replicas)
     c["scale"] = knoblib.check("SCALE", cfg.scale)
-    c["tpcc_district"] = _choice("TPCC_DISTRICT", cfg.tpcc_district, knoblib.DISTRICTS)
-    c["engine_processes"] = _choice("ENGINE_PROCESSES", cfg.engine_processes, knoblib.PROCESS_LAYOUTS)
+    c["tpcc_district"] = knoblib.knob("TPCC_DISTRICT").check(cfg.tpcc_district, "TPCC_DISTRICT")
+    c["engine_processes"] = knoblib.knob("ENGINE_PROCESSES").check(cfg.engine_processes, "ENGINE_PROCESSES")
     c["intra_rtt_ms"] = knoblib.check("INTRA_RTT_MS", cfg.intra_rtt_ms)
     c["inter_rtt_ms"] = knoblib.check("INTER_RTT_MS", cfg.inter_rtt_ms)
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)
     c["jitter_ms"] = knoblib.check("JITTER_MS", cfg.jitter_ms)
-    c["jitter_distribution"] = _choice("JITTER_DISTRIBUTION", cfg.jitter_distribution, knoblib.DISTRIBUTIONS)
-    c["shaping"] = _choice("SHAPING", cfg.shaping, knoblib.SHAPINGS)
+    c["jitter_distribution"] = knoblib.knob("JITTER_DISTRIBUTION").check(cfg.jitter_distribution, "JITTER_DISTRIBUTION")
+    c["shaping"] = knoblib.knob("SHAPING").check(cfg.shaping, "SHAPING")
     if c["shaping"] == "app" and c["jitter_distribution"] != "normal":
         raise ValueError(f"JITTER_DISTRIBUTION={cfg.jitter_distribution!r}: must be normal with SHAPING='app'")
     c["netem_limit"] = knoblib.check("NETEM_LIMIT", cfg.netem_limit)

@@ -12,23 +12,13 @@ from pathlib import Path
 import yaml
 
 from testbed.core import knobs as knoblib, protocols
-from testbed.core.knobs import DISTRICTS, PROCESS_LAYOUTS, WORKLOADS  # noqa: F401  (checked here; used by callers)
 
-REPLICAS = 3
+REPLICAS = knoblib.default("REPLICAS")
 
-DEFAULTS = dict(
-    name="local", mode=None, workload="tpcc", regions=3, shards=2, clients_per_shard=1,
-    concurrency=2, duration=10.0, warmup=2.0, cooldown=1.0, drain_timeout=10.0, scale=0.01,
-    zipf=0.5, payment_crt_rate=-1, intra_rtt=5.0, inter_rtt=100.0, jitter=0.0,
-    host="127.0.0.1", base_port=20000, seed=1, rtt_ms=None, mechanism="app",
-    protocol_options=None, district="fixed", retry_limit=20, processes="container",
-)
-# mode None: the registry's default mode (its first protocol).
-# protocol_options: {option: value} for the mode's protocol, checked against its schema; unset options keep their
-# defaults, and the deployment file gets all of them under protocols.<mode>.
-# processes: "container" runs every node of one shard container (its 3 replicas, its clients; in a region's first
-# container the protocol's role nodes too) in one engine process; "split" runs the container's servers in one process
-# and its clients in another; "node" one process per node (docs/efficiency.md).
+# every knob of a single run and its default (testbed/core/knobs.py); mode None: the registry's default mode (its
+# first protocol); protocol_options: {option: value} for the mode's protocol, checked against its schema; unset
+# options keep their defaults, and the deployment file gets all of them under protocols.<mode>
+DEFAULTS = knoblib.run_defaults()
 
 # the numeric knobs, checked before anything starts; their ranges, units and help are in testbed/core/knobs.py
 NUMERIC = tuple(knoblib.run_knobs())
@@ -52,14 +42,8 @@ def validate(**knobs) -> dict:
     k["protocol_options"] = protocol_options(proto, k)
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
-    if k["mechanism"] not in ("app", "netem", "none"):
-        raise ValueError(f"mechanism={k['mechanism']!r}: must be one of app, netem, none")
-    if k["processes"] not in PROCESS_LAYOUTS:
-        raise ValueError(f"processes={k['processes']!r}: must be one of {', '.join(PROCESS_LAYOUTS)}")
-    if k["district"] not in DISTRICTS:
-        raise ValueError(f"district={k['district']!r}: must be one of {', '.join(DISTRICTS)}")
-    if k["workload"] not in WORKLOADS:
-        raise ValueError(f"workload={k['workload']!r}: must be one of {', '.join(WORKLOADS)}")
+    for n in ("mechanism", "processes", "district", "workload"):
+        k[n] = knoblib.knob(n).check(k[n])
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:

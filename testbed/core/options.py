@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.core.knobs import WORKLOADS, help_of, knob
+from testbed.core.knobs import help_of, knob
 
 BACKENDS = ("auto", "local", "swarm")
 
@@ -49,9 +49,14 @@ def add_knob(ap: argparse.ArgumentParser, name: str, default) -> None:
                     help=help_of(name) + " (default %(default)s)")
 
 
+def add_choice(ap: argparse.ArgumentParser, name: str, default) -> None:
+    """--<name> for a knob that takes one of a few words (testbed/core/knobs.py): its words and help."""
+    ap.add_argument("--" + name.replace("_", "-"), default=default, choices=knob(name).words,
+                    help=help_of(name) + " (default %(default)s)")
+
+
 def add_load(ap: argparse.ArgumentParser, defaults: dict) -> None:
     """--workload, --clients-per-shard, --concurrency with the given defaults."""
-    ap.add_argument("--workload", default=defaults["workload"], choices=WORKLOADS,
-                    help=f"the workload (default {defaults['workload']})")
+    add_choice(ap, "workload", defaults["workload"])
     add_knob(ap, "clients_per_shard", defaults["clients_per_shard"])
     add_knob(ap, "concurrency", defaults["concurrency"])

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from testbed.core import interrupts, lock
+from testbed.core import interrupts, knobs, lock
 from testbed.runs.swarm_backend import DRIVER_CONTAINERS_YML, inside_driver
 
 
 def deployment_in_driver() -> str:
     state = yaml.safe_load(DRIVER_CONTAINERS_YML.read_text()) or {}
-    return str(state.get("deployment") or "edge")
+    return str(state.get("deployment") or knobs.default("DEPLOYMENT"))
 
 
 def lock_name(kind: str, out_root) -> str:

@@ -21,7 +21,7 @@ import docker
 from testbed.cluster import rehearsal, swarm
 from testbed.cluster.cluster import Cluster
 from testbed.cluster.swarm import LABEL
-from testbed.core import protocols
+from testbed.core import knobs, protocols
 from testbed.core.paths import REPO
 
 
@@ -54,7 +54,7 @@ def _left_on(url: str, deployment: str) -> list[str]:
 
 
 def rehearse(n_hosts: int = 2, modes=None, duration: float = 15, deployment: str = "rehearsal",
-             image: str = "edge-txn:latest", subnet_b: int = 57, lose_host: bool = True, log=print) -> dict:
+             image: str = knobs.default("IMAGE_NAME"), subnet_b: int = 57, lose_host: bool = True, log=print) -> dict:
     """The whole rehearsal; returns its facts (and raises nothing for a failed step: the summary says it)."""
     folder = REPO / "results" / deployment
     cfg = _config(deployment, image, folder, subnet_b)

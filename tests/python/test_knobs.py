@@ -18,6 +18,23 @@ def test_every_name_is_a_knob_somewhere():
             assert (n in fields) if n.isupper() else (n in deploy.DEFAULTS), n
 
 
+def test_every_setting_and_run_knob_has_its_default_in_the_schema_only():
+    fields = dataclasses.fields(config.ExpConfig)
+    assert {f.name.upper() for f in fields} == {n for k in knobs.SCHEMA for n in k.names if n.isupper()}
+    assert set(deploy.DEFAULTS) == {n for k in knobs.SCHEMA for n in k.names if n.islower()}
+    for f in fields:   # ExpConfig writes no default of its own
+        assert f.default == knobs.default(f.name.upper()), f.name
+    assert deploy.DEFAULTS == knobs.run_defaults() and deploy.REPLICAS == knobs.default("REPLICAS")
+
+
+def test_a_word_knob_names_its_words():
+    assert knobs.knob("district").check("uniform") == "uniform"
+    with pytest.raises(ValueError, match=r"^TPCC_DISTRICT='zone': must be one of fixed, uniform$"):
+        config.load_exp_config({"TPCC_DISTRICT": "zone"})
+    with pytest.raises(ValueError, match=r"^processes='pod': must be one of container, split, node$"):
+        deploy.validate(processes="pod")
+
+
 def test_every_numeric_setting_and_run_knob_has_a_range():
     numeric = {n for n, v in deploy.DEFAULTS.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     assert numeric == set(knobs.run_knobs())
