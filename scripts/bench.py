@@ -22,6 +22,7 @@ from testbed.core.paths import REPO
 from testbed.core.deploy import build_deployment, processes as deploy_processes
 from testbed.runs.local import LocalRunner as LocalBackend
 from testbed.core.runtypes import RunError
+from testbed.core.tables import text_table
 from testbed.analysis.results import format_table
 
 # Uncontended floors in intra-region (d) and cross-region (D) round trips: (IRT, CRT). DAST: IRT 2d, CRT 2D
@@ -127,17 +128,18 @@ def main() -> int:
     print()
     if ok:
         print(f"{ok[0]['shape']}; RTT {ok[0]['intra']:g} ms in a region, {ok[0]['inter']:g} ms across")
-    print(f"{'protocol':9} {'IRT p50':>8} {'IRT p99':>8} {'floor':>6} {'CRT p50':>8} {'CRT p99':>8} {'floor':>6} "
-          f"{'retries':>8} {'gave up':>8} {'txn/CPU s':>10} {'floor':>7} {'CPU s':>6} {'host %':>6}  verdict")
+    head = ["protocol", "IRT p50", "IRT p99", "floor", "CRT p50", "CRT p99", "floor", "retries", "gave up",
+            "txn/CPU s", "floor", "CPU s", "host %", "verdict"]
+    table = []
     for r in rows:
-        if "failed" in r:
-            print(f"{r['mode']:9} FAILED: {r['failed']}")
+        if "failed" in r:  # no numbers: the reason goes where the verdict would
+            table.append([r["mode"]] + [""] * 12 + [f"FAILED: {r['failed']}"])
             continue
-        print(f"{r['mode']:9} {fmt(r['irt_p50']):>8} {fmt(r['irt_p99']):>8} {fmt(r['irt_floor']):>6} "
-              f"{fmt(r['crt_p50']):>8} {fmt(r['crt_p99']):>8} {fmt(r['crt_floor']):>6} {r['retries']:>8.3f} "
-              f"{r['given_up']:>8} {fmt(r['per_cpu_s']):>10} {fmt(r['floor_per_cpu_s'], '.0f'):>7} {r['cpu_s']:>6.1f} "
-              f"{fmt(r['host_busy'], '.0f'):>6}  "
-              f"{r['verdict']}")
+        table.append([r["mode"], fmt(r["irt_p50"]), fmt(r["irt_p99"]), fmt(r["irt_floor"]), fmt(r["crt_p50"]),
+                      fmt(r["crt_p99"]), fmt(r["crt_floor"]), f"{r['retries']:.3f}", str(r["given_up"]),
+                      fmt(r["per_cpu_s"]), fmt(r["floor_per_cpu_s"], ".0f"), f"{r['cpu_s']:.1f}",
+                      fmt(r["host_busy"], ".0f"), r["verdict"]])
+    print(text_table(head, table, left=(0, 13)))
     for r in ok:
         t = TARGETS_MS.get(r["mode"])
         if t:

@@ -17,6 +17,7 @@ from testbed.cluster import swarm
 from testbed.core import knobs
 from testbed.core.config import load_exp_config
 from testbed.cluster.hosts import load_hosts
+from testbed.core.tables import text_table
 
 
 def main() -> int:
@@ -48,9 +49,10 @@ def main() -> int:
         rows.append((f"{R}x{N}", len(state["containers"]), state["mechanism"], t_up, t_again, t_down))
         print(f"{R}x{N}: {len(state['containers'])} containers up in {t_up:.1f}s, again (idempotent) "
               f"{t_again:.1f}s, down in {t_down:.1f}s", flush=True)
-    print("\nsize  containers  shaping  bring-up_s  again_s  teardown_s")
-    for size, n, mech, up, again, down in rows:
-        print(f"{size:>4}  {n:>10}  {mech:>7}  {up:>10.1f}  {again:>7.1f}  {down:>10.1f}")
+    print()
+    print(text_table(["size", "containers", "shaping", "bring-up_s", "again_s", "teardown_s"],
+                     [(size, str(n), mech, f"{up:.1f}", f"{again:.1f}", f"{down:.1f}")
+                      for size, n, mech, up, again, down in rows]))
     return 0
 
 

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from tabulate import tabulate
+
 from testbed.core import options
 from testbed.core.paths import REPO
 
@@ -194,12 +196,8 @@ def main(argv=None) -> int:
         print(f"[{name}] sim: {sim}; end-to-end: {e} ({time.monotonic() - t0:.0f} s; log {log})", file=sys.stderr,
               flush=True)
     head = ("mutant", "breaks", "sim tests (C++)", f"end-to-end checker ({a.profile} run)", "verdict")
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        print(line(r))
+    # a markdown table; cells as given (no number parsing)
+    print(tabulate(rows, head, tablefmt="github", disable_numparse=True))
     for name, what, _ in MUTANTS:
         if name in chosen:
             print(f"  {name}: {what}")

@@ -28,6 +28,7 @@ import pandas as pd
 
 from testbed.analysis import results as resultslib
 from testbed.analysis.rundirs import read_json, run_outcome, run_start, scan_runs
+from testbed.core.tables import text_table
 
 MANIFEST = "sweep.json"
 SYSTEM_ORDER = ("dast", "janus", "tapir", "slog")
@@ -451,6 +452,5 @@ def point_table(agg: pd.DataFrame, tail: float) -> str:
         rows.append([name, _xfmt(r.x), f"{r.repeats_ok}/{r.repeats_failed}",
                      _fmt(r.throughput_tps_median), _fmt(r.irt_p50_ms_median), _fmt(r.irt_tail_ms_median),
                      _fmt(r.crt_p50_ms_median), _fmt(r.crt_tail_ms_median), note[:70]])
-    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(cols)]
-    line = lambda r: "  ".join(v.ljust(w) if i in (0, 8) else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
-    return "\n".join([line(cols) + "   (latencies in ms)", line(["-" * w for w in widths])] + [line(r) for r in rows])
+    head, rest = text_table(cols, rows, left=(0, 8)).split("\n", 1)
+    return f"{head}   (latencies in ms)\n{rest}"  # the unit on the header line

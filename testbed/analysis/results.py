@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from testbed.core.tables import text_table
+
 PERCENTILES = (50, 90, 95, 99, 99.9)
 CLASSES = ("IRT", "CRT", "all")
 COLUMNS = ["txn_id", "type", "type_name", "class", "start_us", "latency_us", "attempts", "status"]
@@ -120,14 +122,12 @@ def format_table(summary: dict) -> str:
         s = summary["classes"][c]
         rows.append([c, str(s["committed"]), f(s["throughput_tps"])]
                     + [f(s[f"p{p:g}_ms"]) for p in PERCENTILES] + [f(s["mean_attempts"], 2), str(s["given_up"])])
-    widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
-    line = lambda r: "  ".join(x.rjust(w) for x, w in zip(r, widths))
     w = summary["window_s"]
     head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
     tail = []
     if summary.get("counters"):
         tail = ["counters (whole run): " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counters"].items()))]
-    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows] + tail)
+    return "\n".join([head, text_table(cols, rows)] + tail)
 
 
 def window_of_run(run_dir) -> tuple[float, float]:

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import docker
 import yaml
+from tenacity import stop_after_delay, stop_before_delay
+
+from testbed.core.polling import poll
 
 from testbed.core import knobs
 
@@ -200,11 +203,9 @@ def _start_host(h: FakeHost, driver: str, manager: str, state: dict, log) -> Non
                       "--data-root", str(data_root), "--exec-root", str(exec_root), "-H", h.url,
                       "--pidfile", str(ROOT / f"{h.name}.pid"), "--storage-driver", driver],
                      stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if _run("docker", "-H", h.url, "version", check=False).returncode == 0:
-            return
-        time.sleep(0.5)
+    answers = lambda: _run("docker", "-H", h.url, "version", check=False).returncode == 0
+    if poll(answers, stop_before_delay(60), 0.5):  # no ask starts later than 60 s
+        return
     raise RehearsalError(f"{h.name}: dockerd did not answer within 60 s; its log: {ROOT / (h.name + '.log')}")
 
 
@@ -249,10 +250,7 @@ def down(log=print) -> list[str]:
             try:
                 pid = int(pid_file.read_text())
                 os.kill(pid, signal.SIGTERM)
-                deadline = time.monotonic() + 30
-                while not _gone(pid) and time.monotonic() < deadline:
-                    time.sleep(0.3)
-                if not _gone(pid):
+                if not poll(lambda: _gone(pid), stop_after_delay(30), 0.3):  # a last look once 30 s are up
                     left.append(f"{h.name}: dockerd (pid {pid}) still running 30 s after SIGTERM")
             except (ProcessLookupError, ValueError):
                 pass

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from tenacity import Retrying, stop_after_delay, stop_before_delay, wait_fixed
 
 from testbed.core import knobs, lock
 from testbed.cluster import shaping
@@ -39,6 +40,7 @@ from testbed.core.config import ExpConfig, rtt_matrix
 from testbed.cluster.hosts import Host
 from testbed.cluster.placement import Container, plan
 from testbed.core.paths import REPO
+from testbed.core.polling import poll
 
 LABEL = "edge-txn.deployment"
 STATE_ROOT = REPO / ".edge-txn"
@@ -558,18 +560,18 @@ def _sshd_up(ct) -> bool:
 
 def _wait_up(started: dict, timeout_s: float, log=None) -> None:
     """Every container running and its sshd up; SwarmError with the logs of the first that died."""
-    t0, pending = time.monotonic(), dict(started)
-    while pending:
+    pending = dict(started)
+
+    def all_up() -> bool:  # one look at those not up yet; a death raises at once (not retried)
         for name, ct in list(pending.items()):
             ct.reload()
             if _has_died(ct):
                 raise _died(name, ct)
             if ct.status == "running" and _sshd_up(ct):
                 del pending[name]
-        if pending and time.monotonic() - t0 > timeout_s:
-            raise SwarmError(f"containers not up after {timeout_s:g}s: {', '.join(sorted(pending)[:8])}")
-        if pending:
-            time.sleep(0.3)
+        return not pending
+    if not poll(all_up, stop_after_delay(timeout_s), 0.3):
+        raise SwarmError(f"containers not up after {timeout_s:g}s: {', '.join(sorted(pending)[:8])}")
 
 
 def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, state_dir: Path | None = None,
@@ -706,21 +708,16 @@ def _remove_network(manager, name: str, deployment: str, timeout_s: float = 60) 
     """Remove the deployment's overlay; None when done (or not there), else why not (Docker's last word)."""
     for net in manager.networks.list(names=[name]):
         if (net.attrs.get("Labels") or {}).get(LABEL) == deployment:
-            t0, last = time.monotonic(), None
-            while time.monotonic() - t0 < timeout_s:  # endpoints of just-removed containers linger a while
-                try:
-                    net.remove()
-                    break
-                except Exception as e:  # noqa: BLE001 -- retried, then reported
-                    last = _short(e)
-                    time.sleep(0.5)
-            else:
-                return last
-            # a swarm network leaves the manager at once but this node's list a moment later
-            while time.monotonic() - t0 < timeout_s:
-                if not any(n.id == net.id for n in manager.networks.list(names=[name])):
-                    return None
-                time.sleep(0.2)
+            t0 = time.monotonic()
+            try:  # endpoints of just-removed containers linger a while: any error is retried, the last reported
+                Retrying(stop=stop_before_delay(timeout_s), wait=wait_fixed(0.5), reraise=True)(net.remove)
+            except Exception as e:  # noqa: BLE001 -- reported
+                return _short(e)
+            # a swarm network leaves the manager at once but this node's list a moment later; both steps share
+            # the one timeout
+            unlisted = lambda: not any(n.id == net.id for n in manager.networks.list(names=[name]))
+            if poll(unlisted, stop_before_delay(timeout_s - (time.monotonic() - t0)), 0.2):
+                return None
             return "still listed on this node"
     return None
 

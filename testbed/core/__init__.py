@@ -1,1 +1,1 @@
-"""Core: the knobs (exp_config.py), protocols' registry, deployment files, run types, interrupts, the deployment lock, RTT matrices. Imports nothing else of testbed."""
+"""Core: the knobs (exp_config.py), protocols' registry, deployment files, run types, interrupts, the deployment lock, RTT matrices, text tables, polling. Imports nothing else of testbed."""

@@ -22,7 +22,6 @@ import signal
 import stat
 import sys
 import threading
-import time
 from contextlib import contextmanager
 
 from testbed.core.runtypes import Interrupted
@@ -149,14 +148,3 @@ def watch_stdin(stop: Stop, fd: int = 0) -> threading.Thread:
     t = threading.Thread(target=loop, name="stdin-watch", daemon=True)
     t.start()
     return t
-
-
-def wait_until(pred, timeout_s: float, stop: Stop | None = None, step_s: float = 0.1) -> bool:
-    """Poll pred() until it is true (-> True) or timeout_s passed (-> False); a stop request raises."""
-    t0 = time.monotonic()
-    while True:
-        if pred():
-            return True
-        if time.monotonic() - t0 >= timeout_s:
-            return False
-        (stop or current()).sleep(step_s)

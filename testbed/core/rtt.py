@@ -15,6 +15,8 @@ import re
 import statistics
 from pathlib import Path
 
+from tabulate import tabulate
+
 ABS_TOL_MS = 3.0
 REL_TOL = 0.10
 
@@ -72,10 +74,9 @@ def format_matrix(measured: dict, configured) -> str:
     head = "RTT ms, measured (minimum of the probes)/configured (row: from region, column: to region)"
     cells = [[f"{'-' if measured['rtt_ms'][a][b] is None else format(measured['rtt_ms'][a][b], '.1f')}/"
               f"{configured[a][b]:g}" for b in range(R)] for a in range(R)]
-    w = max(len(c) for row in cells for c in row)
-    lines = [head, "      " + " ".join(f"r{b + 1}".rjust(w) for b in range(R))]
-    lines += [f"  r{a + 1}".ljust(6) + " ".join(c.rjust(w) for c in cells[a]) for a in range(R)]
-    return "\n".join(lines)
+    names = [f"r{i + 1}" for i in range(R)]
+    return head + "\n" + tabulate(cells, names, showindex=names, tablefmt="plain", disable_numparse=True,
+                                   colalign=["left"] + ["right"] * R)
 
 
 _PING = re.compile(r"time=([\d.]+) ms")

@@ -28,11 +28,14 @@ import traceback
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from tenacity import stop_before_delay
+
 from testbed.analysis import checker, results, validate
 from testbed.core import deploy as deploylib, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_id
 from testbed.core.paths import REPO
+from testbed.core.polling import poll
 
 STEAL_WARN_PCT = 10
 PROGRESS_EVERY_S = 5.0
@@ -354,12 +357,12 @@ class Runner(ABC):
     def _drain(self, servers, stop) -> None:
         for p in servers:
             p.signal(signal.SIGTERM)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < self.grace_s:
+
+        def all_exited() -> bool:  # a stop request raises out of the round or the sleep
             self._poll_round(stop)
-            if all(p.poll() is not None for p in servers):
-                return
-            stop.sleep(0.1)
+            return all(p.poll() is not None for p in servers)
+        if poll(all_exited, stop_before_delay(self.grace_s), 0.1, sleep=stop.sleep):
+            return
         late = [p.name for p in servers if p.poll() is None]
         raise RunError(f"servers still running {self.grace_s:g}s after SIGTERM (they drain for at most 10 s, then "
                        f"write their state): {', '.join(late[:8])}")

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import sys
 from pathlib import Path, PurePosixPath
+
+from tenacity import stop_after_delay
 
 from testbed.cluster.cluster import Cluster
 from testbed.core import interrupts, lock
 from testbed.runs.driverexec import REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver, relay_paths
+from testbed.core.polling import poll
 from testbed.core.runtypes import Interrupted
 from testbed.runs.swarm_backend import inside_driver
 
@@ -160,11 +162,8 @@ def _after_bad_exit(driver: str, hosts, state: dict, log, rc: int = 1, settle_s:
     by a signal (rc >= 128), `docker stop` may end the exec before Docker marks the container exited: its state
     is then asked again for up to `settle_s`."""
     from testbed.cluster import swarm
-    where = container_state(driver)
-    deadline = time.monotonic() + (settle_s if rc >= 128 else 0)
-    while where == "running" and time.monotonic() < deadline:
-        time.sleep(0.2)
-        where = container_state(driver)
+    where = poll(lambda: container_state(driver), stop_after_delay(settle_s if rc >= 128 else 0), 0.2,
+                 done=lambda state: state != "running")
     if where and where != "running":
         log(f"the driver container {driver} {where} during the job: its run was cut off (recorded as failed); "
             "the next `make main` (or `make up`) replaces the driver")
