@@ -45,7 +45,13 @@ class Site : public RoleContext {
   void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
-  enum class Status { Unknown, PreAccepted, Accepted, Committed };
+  // A transaction's status at this replica (set_status checks the transitions):
+  //   Unknown --its PreAccept--> PreAccepted --its Accept (slow path)--> Accepted --its Commit--> Committed
+  //   PreAccepted --its Commit (fast path)--> Committed --every piece here executed--> Executed
+  //   Unknown --an InquireReply (another shard's, asked about as an ancestor)--> Committed
+  // Unknown: met only as a dependency so far. Only this shard's transactions are PreAccepted, Accepted or
+  // Executed here; another shard's is Unknown until it is known to be committed.
+  enum class Status { Unknown, PreAccepted, Accepted, Committed, Executed };
   // What this replica knows of a transaction: its own (it touches this shard)
   // or one met as a dependency.
   struct Vertex {
@@ -54,7 +60,6 @@ class Site : public RoleContext {
     std::vector<TxnId> deps;       // final once Committed
     Scc scc;                       // decided component (global truth), or null
     bool local = false;            // touches this shard
-    bool executed = false;         // local: every piece here has executed
     bool inquired = false;
   };
   // A local transaction until it has executed here.
@@ -66,6 +71,7 @@ class Site : public RoleContext {
   };
 
   Vertex& vertex(TxnId id);
+  static void set_status(TxnId id, Vertex& v, Status to);
   void learn(const ::janus::Dep& d);          // a dependency's shards and decided component
   void set_scc(TxnId id, const Scc& scc);
   void fill_dep(TxnId id, ::janus::Dep* out);  // as this replica knows it

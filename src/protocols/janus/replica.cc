@@ -109,6 +109,13 @@ void Replica::route(Env& env, Envelope& m) {
 
 Site::Vertex& Site::vertex(TxnId id) { return graph_[id]; }
 
+void Site::set_status(TxnId id, Vertex& v, Status to) {
+  transition(id, v.status, to,
+             {{Status::Unknown, Status::PreAccepted}, {Status::PreAccepted, Status::Accepted},
+              {Status::PreAccepted, Status::Committed}, {Status::Accepted, Status::Committed},
+              {Status::Unknown, Status::Committed}, {Status::Committed, Status::Executed}});
+}
+
 void Site::set_scc(TxnId id, const Scc& scc) {
   Vertex& v = vertex(id);
   if (v.scc) return;
@@ -286,7 +293,7 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   deps.erase(id);
 
   Vertex& v = vertex(id);
-  v.status = Status::PreAccepted;
+  set_status(id, v, Status::PreAccepted);
   v.shards = shards;
   v.local = true;
   v.deps.assign(deps.begin(), deps.end());
@@ -306,15 +313,16 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
 void Site::on_accept(Env& env, NodeId from, const ::janus::Accept& m) {
   auto it = locals_.find(m.txn_id());
   if (it == locals_.end()) throw BadMessage("Accept of txn " + str(m.txn_id()) + ", not pre-accepted here");
-  if (vertex(m.txn_id()).status == Status::Committed)
-    throw BadMessage("Accept of txn " + str(m.txn_id()) + " after its commit");
+  const Status s = vertex(m.txn_id()).status;
+  if (s == Status::Committed) throw BadMessage("Accept of txn " + str(m.txn_id()) + " after its commit");
+  if (s == Status::Accepted) throw BadMessage("Accept of txn " + str(m.txn_id()) + " twice (one ballot)");
   std::vector<TxnId> deps;
   for (const auto& d : m.deps()) {
     learn(d);
     deps.push_back(d.id());
   }
   Vertex& v = vertex(m.txn_id());  // learn() may have grown the graph
-  v.status = Status::Accepted;
+  set_status(m.txn_id(), v, Status::Accepted);
   v.deps = std::move(deps);
   Envelope e;
   auto* r = e.mutable_janus()->mutable_accept_reply();
@@ -339,7 +347,7 @@ void Site::on_commit(Env& env, const ::janus::Commit& m) {
   }
   Vertex& w = vertex(id);  // learn() may have grown the graph
   w.deps = std::move(deps);
-  w.status = Status::Committed;
+  set_status(id, w, Status::Committed);
   ++version_;
   committed_.insert(id);
   answer_inquiries(env, id);
@@ -353,7 +361,8 @@ void Site::on_inquire(Env& env, NodeId from, const ::janus::Inquire& m) {
   // learned that it touches this shard): answered at its commit.
   auto it = graph_.find(m.txn_id());
   inquirers_[m.txn_id()].push_back(from);
-  if (it != graph_.end() && it->second.status == Status::Committed) answer_inquiries(env, m.txn_id());
+  if (it != graph_.end() && (it->second.status == Status::Committed || it->second.status == Status::Executed))
+    answer_inquiries(env, m.txn_id());
 }
 
 void Site::answer_inquiries(Env& env, TxnId id) {
@@ -385,7 +394,7 @@ void Site::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
   Vertex& v = vertex(m.txn_id());
   if (v.shards.empty()) v.shards.assign(m.shards().begin(), m.shards().end());
   v.deps = std::move(deps);
-  v.status = Status::Committed;
+  set_status(m.txn_id(), v, Status::Committed);
   if (m.scc_size() > 0) set_scc(m.txn_id(), std::make_shared<const std::vector<TxnId>>(m.scc().begin(), m.scc().end()));
   ++version_;
   try_execute(env);
@@ -414,7 +423,7 @@ bool Site::decide_scc(Env& env, TxnId t) {
         seen[x] = false;
         continue;
       }
-      if (v.local && v.executed) {
+      if (v.status == Status::Executed) {
         seen[x] = false;
         continue;
       }
@@ -466,11 +475,11 @@ bool Site::ready(TxnId t) const {
     auto it = graph_.find(m);
     if (it == graph_.end()) continue;
     const Vertex& v = it->second;
-    if (!mutant::kNoComponentOrder && m < t && v.local && !v.executed) return false;
+    if (!mutant::kNoComponentOrder && m < t && v.local && v.status != Status::Executed) return false;
     for (TxnId p : v.deps) {
       if (std::binary_search(scc.begin(), scc.end(), p)) continue;
       const Vertex& d = graph_.at(p);
-      if (!mutant::kNoExternalWait && d.local && !d.executed) return false;
+      if (!mutant::kNoExternalWait && d.local && d.status != Status::Executed) return false;
     }
   }
   return true;
@@ -528,7 +537,7 @@ bool Site::run_pieces(Env& env, TxnId t, Local& l) {
 void Site::executed(Env& env, TxnId t) {
   Local& l = locals_.at(t);
   Vertex& v = vertex(t);
-  v.executed = true;
+  set_status(t, v, Status::Executed);
   ++version_;
   if (me_.replica == 0) {
     Envelope e;
@@ -546,7 +555,7 @@ void Site::executed(Env& env, TxnId t) {
 
 void Site::on_send_output(Env& env, const ::janus::SendOutput& m) {
   auto g = graph_.find(m.txn_id());
-  if (g != graph_.end() && g->second.executed) return;  // every piece here ran already
+  if (g != graph_.end() && g->second.status == Status::Executed) return;  // every piece here ran already
   Vars& known = vars_[m.txn_id()];
   for (const auto& [k, v] : m.vars()) known[k] = v;
   if (committed_.count(m.txn_id())) try_execute(env);

@@ -24,6 +24,7 @@
 // are not held either. (With a window, the earliest is also within it.)
 #include <algorithm>
 
+#include "check.h"
 #include "protocols/slog/mutant.h"
 #include "protocols/slog/slog.h"
 
@@ -188,6 +189,16 @@ bool Site::conflicts(const Pending& later, const Pending& earlier) const {
          intersects(later.reads, earlier.writes);
 }
 
+void Site::set_phase(Pending& p, Phase to) {
+  transition(p.txn.txn_id(), p.phase, to,
+             {{Phase::Logged, Phase::Blocked}, {Phase::Logged, Phase::Running}, {Phase::Blocked, Phase::Running}});
+}
+
+// The safety rule (docs/protocols/slog.md): an entry runs its pieces here only once no earlier unfinished entry
+// of this shard's log conflicts with it (one writes a key the other accesses), and it holds its keys until every
+// piece it has here has run. Every region's log holds the multi-home entries in global order, so the logs form
+// one order of all transactions and conflicting pieces run in it at every shard. The window only bounds how far
+// ahead a replica looks (the artifact's); safety does not need it.
 void Site::try_execute(Env& env) {
   for (bool progress = true; progress;) {
     progress = false;
@@ -198,10 +209,13 @@ void Site::try_execute(Env& env) {
       for (size_t j = 0; j < i && free; ++j)
         if (conflicts(p, log_[j])) free = false;
       if (!free) {
-        if (!p.counted_blocked && me_.replica == 0) ++n_blocked_;
-        p.counted_blocked = true;
+        if (p.phase != Phase::Blocked) {
+          set_phase(p, Phase::Blocked);
+          if (me_.replica == 0) ++n_blocked_;
+        }
         continue;
       }
+      if (p.phase != Phase::Running) set_phase(p, Phase::Running);
       if (run_pieces(env, p)) {
         finished(env, p);
         log_.erase(log_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -210,15 +224,15 @@ void Site::try_execute(Env& env) {
       }
     }
   }
-  if (log_.size() > opts_.pending_window && me_.replica == 0) {
-    // Entries beyond the window wait for a place in it (counted once each).
-    for (size_t i = opts_.pending_window; i < log_.size(); ++i)
-      if (!log_[i].counted_blocked) {
-        log_[i].counted_blocked = true;
+  // Entries beyond the window wait for a place in it.
+  for (size_t i = opts_.pending_window; i < log_.size(); ++i)
+    if (log_[i].phase != Phase::Blocked) {
+      set_phase(log_[i], Phase::Blocked);
+      if (me_.replica == 0) {
         ++n_blocked_;
         ++n_window_full_;
       }
-  }
+    }
 }
 
 bool Site::run_pieces(Env& env, Pending& pend) {

@@ -48,13 +48,22 @@ class Site : public RoleContext {
   void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
+  // A log entry's phase at this replica (set_phase checks the transitions):
+  //   Logged --an earlier unfinished entry conflicts with it, or it is beyond the window--> Blocked
+  //   Logged or Blocked --within the window, no earlier unfinished entry conflicting--> Running
+  //   Running --every piece here executed--> done
+  // Logged: appended, not yet looked at. Done, the entry leaves the log. Nothing leaves Running but done: the
+  // entries before a Running one only finish, so it stays within the window and free. Entering Blocked is what
+  // blocked_entries counts (at replica 0), once per entry.
+  enum class Phase { Logged, Blocked, Running };
   // A log entry with a piece on this shard, until every such piece has executed.
   struct Pending {
     TxnRequest txn;
+    Phase phase = Phase::Logged;
     std::set<uint32_t> done;           // executed piece ids
     std::set<std::string> reads, writes;  // conflict keys of its pieces here
-    bool counted_blocked = false;
   };
+  static void set_phase(Pending& p, Phase to);
   void append(Env& env, const ::slog::Entry& e);
   void try_execute(Env& env);
   bool conflicts(const Pending& later, const Pending& earlier) const;
