@@ -22,13 +22,16 @@ namespace txn {
 }
 
 // A transaction's phase moves from `phase` to `to` only along one of `allowed` (from, to) pairs, the protocol's
-// transition table; any other move is a bug (TXN_CHECK).
+// transition table; any other move is a bug, reported at the caller's file and line (the table's).
 template <class Phase>
-void transition(uint64_t txn, Phase& phase, Phase to, std::initializer_list<std::pair<Phase, Phase>> allowed) {
+void transition(uint64_t txn, Phase& phase, Phase to, std::initializer_list<std::pair<Phase, Phase>> allowed,
+                const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   bool ok = false;
   for (const auto& [from, into] : allowed) ok = ok || (from == phase && into == to);
-  TXN_CHECK(ok, "txn " + std::to_string(txn) + ": phase " + std::to_string(static_cast<int>(phase)) + " -> " +
-                    std::to_string(static_cast<int>(to)));
+  if (!ok)
+    check_failed(file, line, "transition", "txn " + std::to_string(txn) + ": phase " +
+                                               std::to_string(static_cast<int>(phase)) + " -> " +
+                                               std::to_string(static_cast<int>(to)) + " is not in its table");
   phase = to;
 }
 }  // namespace txn
