@@ -18,7 +18,6 @@ writes nothing.
 """
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import pandas as pd
 
 from testbed.analysis import results as resultslib
 from testbed.analysis.rundirs import read_json, run_outcome, run_start, scan_runs
+from testbed.core import rtt as rttlib
 from testbed.core.tables import text_table
 
 MANIFEST = "sweep.json"
@@ -225,7 +225,7 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     rtt = lambda t: "/".join(f"{v:g}" for v in t) if t else "-"
     intra = _one_or_swept(_values(runs, "intra_rtt"), rtt)
     inter = _one_or_swept(_values(runs, "inter_rtt"), rtt)
-    jit = [round(j * math.sqrt(2), 3) for j in _values(runs, "jitter_one_way")]
+    jit = [round(rttlib.rtt_jitter(j), 3) for j in _values(runs, "jitter_one_way")]
     jitter = "no jitter" if jit in ([], [0]) else f"RTT std-dev {_one_or_swept(jit)} ms"
     mech = ", ".join(f"{m} ({b} backend)" for m, b in
                      sorted({(str(r.shaping), str(r.backend)) for r in runs.itertuples()}))

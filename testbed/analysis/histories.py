@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 

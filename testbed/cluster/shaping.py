@@ -16,9 +16,11 @@ Classes are ordered by (delay, jitter), so the own region (smallest delay) usual
 """
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
+
+from testbed.core import rtt as rttlib
+from testbed.core.config import rtt_matrix
 
 PRIOMAP = "1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1".split()  # Linux default: bands 1..3 only
 MAX_BANDS = 16
@@ -69,7 +71,7 @@ def tc_plan(my_region: int, regions: int, rtt_matrix_ms, jitter_ms: float = 0, d
         raise ValueError(f"my_region={my_region}: must be in [1, {regions}]")
     if len(rtt_matrix_ms) != regions or any(len(row) != regions for row in rtt_matrix_ms):
         raise ValueError(f"rtt_matrix_ms: must be {regions} x {regions}")
-    side_jitter = jitter_ms / math.sqrt(2)
+    side_jitter = rttlib.one_way_jitter(jitter_ms)
     me = my_region - 1
     key = {r: (rtt_matrix_ms[me][r] / 2, side_jitter if r != me else 0.0) for r in range(regions)}
     classes = sorted(set(key.values()))
@@ -82,7 +84,6 @@ def tc_plan(my_region: int, regions: int, rtt_matrix_ms, jitter_ms: float = 0, d
 
 def tc_plan_for(cfg, region: int, jitter_ms: float | None = None, dev: str = "eth0") -> list[list[str]]:
     """tc_plan with the values of an ExpConfig (jitter_ms overrides cfg.jitter_ms, e.g. for exp 5)."""
-    from testbed.core.config import rtt_matrix
     return tc_plan(region, cfg.regions, rtt_matrix(cfg), cfg.jitter_ms if jitter_ms is None else jitter_ms,
                    cfg.jitter_distribution, cfg.netem_limit, dev, cfg.control_ports, cfg.subnet_prefix)
 

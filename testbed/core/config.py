@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from testbed.core import knobs as knoblib
+from testbed.core import knobs as knoblib, rtt
 from testbed.core.paths import REPO
 
 MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
@@ -312,9 +312,5 @@ def _protocol_options(raw) -> tuple:
 def rtt_matrix(cfg: ExpConfig, regions: int | None = None) -> list[list[float]]:
     """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1).
     regions < cfg.regions gives the top-left sub-matrix (exp 4)."""
-    R = cfg.regions if regions is None else regions
-    m = [[cfg.intra_rtt_ms if a == b else cfg.inter_rtt_ms for b in range(R)] for a in range(R)]
-    for (a, b), v in cfg.rtt_overrides:
-        if a <= R and b <= R:
-            m[a - 1][b - 1] = m[b - 1][a - 1] = v
-    return m
+    return rtt.configured(cfg.regions if regions is None else regions, cfg.intra_rtt_ms, cfg.inter_rtt_ms,
+                          cfg.rtt_overrides)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.core import knobs as knoblib, protocols
+from testbed.core import knobs as knoblib, protocols, rtt as rttlib
 
 REPLICAS = knoblib.default("REPLICAS")
 
@@ -59,10 +59,6 @@ def protocol_options(proto: protocols.Protocol, k: dict) -> dict:
     if not isinstance(given, dict):
         raise ValueError(f"protocol_options={given!r}: must be a mapping of option names to values")
     return proto.check_options(given)
-
-
-def rtt_matrix(regions: int, intra: float, inter: float) -> list[list[float]]:
-    return [[intra if i == j else inter for j in range(regions)] for i in range(regions)]
 
 
 def check_rtt_matrix(m, regions: int) -> list[list[float]]:
@@ -157,7 +153,7 @@ def build_deployment(place=None, **knobs) -> dict:
     else:
         place(nodes)
     assign_processes(nodes, k["processes"])
-    rtt = k["rtt_ms"] or rtt_matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
+    rtt = k["rtt_ms"] or rttlib.configured(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
     d = {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,
         "replicas": REPLICAS, "seed": int(k["seed"]),

@@ -1,4 +1,4 @@
-"""Measuring the region-pair RTT matrix and comparing it with the configured one (the RTT self-test's arithmetic).
+"""The configured region-pair RTT matrix; measuring it and comparing it with the configured one (the RTT self-test's arithmetic).
 
 - app shaping (the transport delays messages): probe runs (`txn-client --probe N`) write clients/*.probe.json,
   read by probe_matrix();
@@ -11,6 +11,7 @@ were lost; a median far above the minimum is a warning about the machine, not a 
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -19,6 +20,29 @@ from tabulate import tabulate
 
 ABS_TOL_MS = 3.0
 REL_TOL = 0.10
+
+
+def configured(regions: int, intra: float, inter: float, overrides=()) -> list[list[float]]:
+    """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1): intra on the
+    diagonal, inter elsewhere, then each ((a, b), rtt) of overrides (regions from 1, symmetric; pairs beyond R
+    ignored, so a sub-matrix of the first R regions keeps its overrides)."""
+    m = [[intra if a == b else inter for b in range(regions)] for a in range(regions)]
+    for (a, b), v in overrides:
+        if a <= regions and b <= regions:
+            m[a - 1][b - 1] = m[b - 1][a - 1] = v
+    return m
+
+
+def one_way_jitter(rtt_jitter_ms: float) -> float:
+    """exp_config's jitter is an RTT's std-dev (JITTER_MS, ROBUST_RTT_VAR); each direction of a link gets
+    rtt_jitter / sqrt(2), so that the sum of two independent directions has it. The deployment file and tc take
+    the one-way value."""
+    return rtt_jitter_ms / math.sqrt(2)
+
+
+def rtt_jitter(one_way_jitter_ms: float) -> float:
+    """The RTT std-dev of a one-way jitter (the inverse of one_way_jitter)."""
+    return one_way_jitter_ms * math.sqrt(2)
 
 
 def _empty(regions: int, fill=None):

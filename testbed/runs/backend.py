@@ -14,19 +14,13 @@ knows both backends) is in testbed/runs/backends.py.
 """
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from testbed.core import deploy as deploylib, protocols
+from testbed.core import deploy as deploylib, protocols, rtt
 from testbed.core.config import ExpConfig, rtt_matrix
 from testbed.runs.local import REPO, LocalRunner
 from testbed.core.runtypes import RunResult
-
-
-def one_way_jitter(rtt_jitter_ms: float) -> float:
-    """exp_config's jitter is the RTT std-dev; each direction gets rtt_jitter / sqrt(2) (exp_config.py: JITTER_MS)."""
-    return rtt_jitter_ms / math.sqrt(2)
 
 
 def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float | None = None) -> dict:
@@ -38,7 +32,7 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
     return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, district=cfg.tpcc_district, processes=cfg.engine_processes,
                 rtt_ms=rtt_matrix(cfg, R),
-                jitter=round(one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
+                jitter=round(rtt.one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
                 cooldown=cfg.cooldown_s)
 
 

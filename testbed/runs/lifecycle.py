@@ -16,7 +16,6 @@ order of the phases, the waits and their limits, progress, the verdict, and clea
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource

@@ -15,7 +15,6 @@ process of the run is killed and its scratch folder removed, container by contai
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -31,6 +30,7 @@ from testbed.cluster.cluster import Cluster
 from testbed.cluster import genconfig
 from testbed.runs.backend import Backend
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
+from testbed.core import rtt as rttlib
 from testbed.core.runtypes import RunError, RunResult
 
 DRIVER_ETC = Path("/etc/edge-txn")
@@ -478,7 +478,7 @@ class SwarmBackend(Backend):
 
     def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0) -> RunResult:
         if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container
-            self._apply_jitter(round(deploy["link"].get("jitter_ms", 0) * math.sqrt(2), 6))
+            self._apply_jitter(round(rttlib.rtt_jitter(deploy["link"].get("jitter_ms", 0)), 6))
         meta = {"backend": self.name, "deployment": self.deployment_name,
                 "containers": [m.name for m in self.cluster.members], **(meta_extra or {})}
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)

@@ -151,7 +151,6 @@ def test_a_killed_launcher_takes_its_processes_with_it(fake_bin, tmp_path):
 
 def test_engines_an_earlier_launcher_left_are_stopped_before_a_run(fake_bin, tmp_path, capsys):
     import subprocess
-    import sys
     import time
     from testbed.runs.local import orphaned_engines
     # an orphan: a txn-server (the fake) whose deployment file lies under the results folder, parent gone

@@ -3,7 +3,6 @@ bring-up of R=3 x N=2 on a one-node swarm, idempotence, the RTT self-test, a sho
 driver container with its results copied back to results/, and a teardown that leaves nothing behind. Plus the
 bad-input cases that need a Docker daemon. Skipped only where no Docker daemon answers."""
 import json
-import os
 import secrets
 import shutil
 import subprocess
