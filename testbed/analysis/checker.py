@@ -190,7 +190,6 @@ PROCESS_FACTS = (("dropped_messages", "dropped {} message(s) to servers"),
 
 def _retry_limit(run_dir: Path) -> int | None:
     try:
-        import yaml
         return int(yaml.safe_load((run_dir / "deploy.yml").read_text())["client"]["retry_limit"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):
         return None

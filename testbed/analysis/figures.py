@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from testbed.analysis import results as resultslib
 from testbed.analysis.rundirs import read_json, run_outcome, run_start, scan_runs
-from testbed.core import rtt as rttlib
+from testbed.core import experiments, rtt as rttlib
+from testbed.core.config import load_exp_config
 from testbed.core.tables import text_table
 
 MANIFEST = "sweep.json"
@@ -52,7 +54,6 @@ def metric_titles(tail: float) -> dict:
 # ---------------------------------------------------------------- reading run folders
 
 def _deploy_info(run_dir: Path) -> dict:
-    import yaml
     try:
         d = yaml.safe_load((run_dir / "deploy.yml").read_text())
     except (OSError, ValueError, yaml.YAMLError):
@@ -389,7 +390,6 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     (default: the sweep's recorded TAIL_PERCENTILE, else exp_config.py's). name: an experiment or its alias
     exp1..exp5 (ValueError otherwise). Raises NoRuns, writing nothing, when there is no run to draw; a sweep
     whose runs all failed is drawn (as failures)."""
-    from testbed.core import experiments
     exp = experiments.get(name)
     name = exp.name
     root = Path(root)
@@ -398,7 +398,6 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     if tail is None:
         tail = (manifest or {}).get("tail_percentile")
     if tail is None:
-        from testbed.core.config import load_exp_config
         try:
             tail = load_exp_config(config).tail_percentile
         except ValueError:
@@ -422,7 +421,6 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     systems = list((manifest or {}).get("systems") or [])
     if not systems:
         try:
-            from testbed.core.config import load_exp_config
             systems = list(load_exp_config(config).systems)
         except ValueError:
             systems = list(SYSTEM_ORDER)

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from testbed.core.tables import text_table
 
@@ -103,7 +104,6 @@ def server_counters(run_dir) -> dict:
 
 
 def _client_knobs(run_dir) -> dict:
-    import yaml
     return yaml.safe_load(Path(run_dir, "deploy.yml").read_text())["client"]
 
 

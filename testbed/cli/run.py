@@ -11,12 +11,13 @@ import sys
 
 import yaml
 
+from testbed.analysis.results import format_table
 from testbed.core import deploy as deploylib, lock, options
+from testbed.core.runtypes import RunError
 from testbed.runs.backend import LocalBackend
 from testbed.runs.jobs import job
-from testbed.analysis.results import format_table
-from testbed.core.runtypes import RunError
 from testbed.runs.swarm_backend import SwarmBackend, inside_driver
+from testbed.sweeps import mainjob
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,7 +63,6 @@ def main(argv=None) -> int:
         print(f"run_local: error: {e}", file=sys.stderr)
         return 2
     if a.backend == "swarm" and not inside_driver():
-        from testbed.sweeps import mainjob
         return mainjob.run_job_in_driver(["python", "-m", "testbed.cli", *argv], config=a.config, wait=a.wait)
     try:
         if a.backend == "swarm":

@@ -6,12 +6,13 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.core import deploy as deploylib, interrupts, lock, options, protocols
 from testbed.cluster import genconfig, swarm
-from testbed.runs.backend import base_knobs
-from testbed.core.config import load_exp_config
 from testbed.cluster.hosts import load_hosts
+from testbed.core import deploy as deploylib, interrupts, lock, options, protocols
+from testbed.core.config import load_exp_config
 from testbed.core.runtypes import RunError
+from testbed.runs.backend import base_knobs
+from testbed.runs.selftest import swarm_self_test
 
 
 def _load(config, hosts_file):
@@ -50,7 +51,6 @@ def main(argv=None) -> int:
                   f"(shaping {state['mechanism']}); wrote {swarm.state_paths(cfg.deployment)[1].name}")
             stop.check()
             if a.self_test:
-                from testbed.runs.selftest import swarm_self_test
                 if not swarm_self_test(cfg, state, log=print, env=held.env()):
                     return stop.exit_code() or 1
             return 0

@@ -23,9 +23,8 @@ import docker
 import yaml
 from tenacity import stop_after_delay, stop_before_delay
 
-from testbed.core.polling import poll
-
 from testbed.core import knobs
+from testbed.core.polling import poll
 
 ROOT = Path("/run/edge-rehearsal")         # sockets, pid files, exec roots, STATE
 DATA = Path("/var/lib/edge-rehearsal")     # the daemons' data roots (images, containers)

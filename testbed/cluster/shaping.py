@@ -16,6 +16,7 @@ Classes are ordered by (delay, jitter), so the own region (smallest delay) usual
 """
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -90,7 +91,6 @@ def tc_plan_for(cfg, region: int, jitter_ms: float | None = None, dev: str = "et
 
 def to_shell(cmds) -> str:
     """The plan as a POSIX shell script (deletions may fail), e.g. for a container entrypoint."""
-    import shlex
     lines = ["set -e"]
     for argv in cmds:
         line = shlex.join(argv)

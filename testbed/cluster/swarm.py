@@ -26,19 +26,22 @@ import io
 import ipaddress
 import json
 import os
+import socket
 import tarfile
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from tenacity import Retrying, stop_after_delay, stop_before_delay, wait_fixed
 
-from testbed.core import knobs, lock
 from testbed.cluster import shaping
-from testbed.core.config import ExpConfig, rtt_matrix
 from testbed.cluster.hosts import Host
 from testbed.cluster.placement import Container, plan
+from testbed.core import knobs, lock
+from testbed.core.config import ExpConfig, rtt_matrix
 from testbed.core.paths import REPO
 from testbed.core.polling import poll
 
@@ -82,7 +85,6 @@ class _Unreachable(Exception):
 def ssh_target(url: str) -> tuple[str, int, str | None, bool]:
     """(hostname, port, user, proxied) that docker-py's paramiko connection uses for an ssh:// URL: the URL's
     values, completed from ~/.ssh/config as docker-py does (proxied: a ProxyCommand carries the connection)."""
-    import urllib.parse
     u = urllib.parse.urlsplit(url)
     host, port, user, proxied = u.hostname or "", u.port, u.username, False
     conf_file = Path("~/.ssh/config").expanduser()
@@ -99,7 +101,6 @@ def ssh_target(url: str) -> tuple[str, int, str | None, bool]:
 def _tcp_connect(infos, host: str, port: int, timeout_s: float):
     """A socket connected to the first address of infos that accepts, all tried within timeout_s together (as
     paramiko tries them); else _Unreachable: timed out when one of them did, refused when all refused."""
-    import socket
     where, deadline, errors = f"{host}:{port}", time.monotonic() + timeout_s, []
     for family, kind, proto, _, addr in infos:
         left = deadline - time.monotonic()
@@ -128,7 +129,6 @@ def _tcp_connect(infos, host: str, port: int, timeout_s: float):
 def probe_ssh(host: str, port: int, timeout_s: float) -> str:
     """Open TCP to host:port and read the SSH banner, each within timeout_s; returns the banner line.
     _Unreachable says what failed: DNS, connect timeout, refused, no banner, not an SSH server."""
-    import socket
     where = f"{host}:{port}"
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -173,7 +173,6 @@ def probe_ssh(host: str, port: int, timeout_s: float) -> str:
 def _within(fn, timeout_s: float):
     """fn() in a daemon thread: its result or its exception, or TimeoutError after timeout_s (the thread is left
     to die with the process: paramiko's key exchange has no time limit of its own)."""
-    import threading
     out = {}
 
     def run():
@@ -204,8 +203,9 @@ def _open_docker(url: str, timeout: float):
 
 def _connect_ssh(h: Host, timeout: float, ssh_timeout_s: float):
     """A DockerClient for an ssh:// host within about ssh_timeout_s, or _Unreachable."""
-    import docker  # noqa: F401 -- imported here, not inside the time limit below
     import paramiko
+
+    import docker  # noqa: F401 -- imported here, not inside the time limit below
     host, port, user, proxied = ssh_target(h.url)
     login = (f"-p {port} " if port != 22 else "") + f"{user + '@' if user else ''}{host}"
     if not proxied:  # with a ProxyCommand there is no direct TCP path to probe; the bound below still holds

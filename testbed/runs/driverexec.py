@@ -15,6 +15,7 @@ shard containers are stopped.
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -107,7 +108,6 @@ def exec_in_driver(driver: str, argv: list[str], env: dict | None = None, out=No
 
 
 def _signame(signum) -> str:
-    import signal
     return signal.Signals(signum).name
 
 

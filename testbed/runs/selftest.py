@@ -10,9 +10,11 @@ import sys
 
 from testbed.cluster.cluster import Cluster
 from testbed.core import interrupts, lock, options
-from testbed.runs.driverexec import LogWriter, exec_in_driver
+from testbed.core.config import load_exp_config
 from testbed.core.rtt import compare, contention_warnings, format_matrix
 from testbed.core.runtypes import RunError
+from testbed.runs.backends import open_backend
+from testbed.runs.driverexec import LogWriter, exec_in_driver
 from testbed.runs.swarm_backend import inside_driver
 
 SWARM_TIMEOUT_S = 300  # the whole self-test inside the driver (servers up, probes, teardown) takes ~20 s
@@ -58,8 +60,6 @@ def main(argv=None) -> int:
     options.add_config(ap)
     options.add_wait(ap)
     a = ap.parse_args(argv)
-    from testbed.runs.backends import open_backend
-    from testbed.core.config import load_exp_config
     try:
         cfg = load_exp_config(a.config)
         with interrupts.stop_on_signals():

@@ -21,17 +21,21 @@ import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import paramiko
 import yaml
 
-from testbed.cluster.cluster import Cluster
 from testbed.cluster import genconfig
+from testbed.cluster.cluster import Cluster
+from testbed.cluster.shaping import tc_plan_for, to_shell
+from testbed.core import rtt as rttlib
+from testbed.core.config import load_exp_config
+from testbed.core.rtt import ping_matrix
+from testbed.core.runtypes import RunError, RunResult
 from testbed.runs.backend import Backend
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
-from testbed.core import rtt as rttlib
-from testbed.core.runtypes import RunError, RunResult
 
 DRIVER_ETC = Path("/etc/edge-txn")
 DRIVER_CONTAINERS_YML = DRIVER_ETC / "containers.yml"
@@ -389,8 +393,9 @@ def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_S
     if not os.path.exists(socket_path):
         return None
     try:
-        import docker
         from docker.errors import NotFound
+
+        import docker
         client = docker.DockerClient(base_url=f"unix://{socket_path}", timeout=5)
     except Exception:  # noqa: BLE001
         return None
@@ -417,7 +422,6 @@ def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_S
 
 
 def _iso_unix(text) -> float | None:
-    from datetime import datetime
     try:
         return datetime.fromisoformat(str(text)[:26].rstrip("Z") + "+00:00").timestamp()
     except ValueError:
@@ -452,7 +456,6 @@ class SwarmBackend(Backend):
         self.cluster = Cluster(self.state)
         self.mechanism = self.state["mechanism"]
         if cfg is None:
-            from testbed.core.config import load_exp_config
             cfg = load_exp_config()
         self.cfg = cfg
         self.applied_jitter = self.state.get("jitter_ms", 0)  # RTT std-dev the tc plans carry now (netem)
@@ -487,7 +490,6 @@ class SwarmBackend(Backend):
         """Re-install every shard container's tc plan with this RTT jitter (idempotent; kept for restarts)."""
         if rtt_jitter_ms == self.applied_jitter:
             return
-        from testbed.cluster.shaping import tc_plan_for, to_shell
         for m in self.cluster.shards:
             script = to_shell(tc_plan_for(self.cfg, m.region, jitter_ms=rtt_jitter_ms))
             try:
@@ -500,7 +502,6 @@ class SwarmBackend(Backend):
         self.applied_jitter = rtt_jitter_ms
 
     def ping_matrix(self, count: int = 10) -> dict:
-        from testbed.core.rtt import ping_matrix
         by_region: dict[int, list[str]] = {}
         for m in self.cluster.shards:
             by_region.setdefault(m.region, []).append(m.ip)

@@ -17,11 +17,16 @@ from pathlib import Path, PurePosixPath
 
 from tenacity import stop_after_delay
 
+from testbed.cluster import swarm
 from testbed.cluster.cluster import Cluster
+from testbed.cluster.hosts import load_hosts
 from testbed.core import interrupts, lock
-from testbed.runs.driverexec import REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver, relay_paths
+from testbed.core.config import load_exp_config
 from testbed.core.polling import poll
 from testbed.core.runtypes import Interrupted
+from testbed.runs.driverexec import REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver, relay_paths
+from testbed.runs.lifecycle import git_sha
+from testbed.runs.selftest import swarm_self_test
 from testbed.runs.swarm_backend import inside_driver
 
 
@@ -116,11 +121,6 @@ def run_killable(argv: list[str], stop: interrupts.Stop) -> int:
 def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bool = False) -> int:
     """Image, containers, self-test, then `python <script> argv --backend swarm` in the driver (script relative
     to the checkout). Returns the job's exit code (128 + signal when stopped by one)."""
-    from testbed.cluster import swarm
-    from testbed.core.config import load_exp_config
-    from testbed.cluster.hosts import load_hosts
-    from testbed.runs.lifecycle import git_sha
-    from testbed.runs.selftest import swarm_self_test
     cfg = load_exp_config(config)
     hosts = load_hosts()
     cmd_line = " ".join([os.path.basename(sys.argv[0]), *argv])
@@ -161,7 +161,6 @@ def _after_bad_exit(driver: str, hosts, state: dict, log, rc: int = 1, settle_s:
     that died, and stop whatever engine processes the job left in the shard containers. When the job was killed
     by a signal (rc >= 128), `docker stop` may end the exec before Docker marks the container exited: its state
     is then asked again for up to `settle_s`."""
-    from testbed.cluster import swarm
     where = poll(lambda: container_state(driver), stop_after_delay(settle_s if rc >= 128 else 0), 0.2,
                  done=lambda state: state != "running")
     if where and where != "running":
@@ -175,10 +174,6 @@ def _after_bad_exit(driver: str, hosts, state: dict, log, rc: int = 1, settle_s:
 def run_job_in_driver(job_argv: list[str], config=None, wait: bool = False, log=print) -> int:
     """A one-off job (e.g. `python -m testbed.cli ...`) in the driver of the deployment that is up (DEPLOYMENT of
     the config; its containers.yml in this checkout), holding the deployment's lock; Ctrl-C here stops it there."""
-    from testbed.cluster import swarm
-    from testbed.core.config import load_exp_config
-    from testbed.cluster.hosts import load_hosts
-    from testbed.runs.lifecycle import git_sha
     path = swarm.state_paths(load_exp_config(config).deployment)[1]
     state = swarm.load_state(path)
     if state is None:

@@ -23,16 +23,16 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.core import deploy as deploylib
-from testbed.core import experiments, interrupts, lock, options, protocols
 from testbed.analysis import figures
-from testbed.runs.backend import base_knobs
-from testbed.runs.backends import open_backend
+from testbed.analysis.rundirs import run_outcome, scan_runs
+from testbed.core import deploy as deploylib, experiments, interrupts, lock, options, protocols
 from testbed.core.config import ExpConfig, load_exp_config
 from testbed.core.experiments import Experiment, Point
-from testbed.runs.jobs import job
-from testbed.analysis.rundirs import run_outcome, scan_runs
 from testbed.core.runtypes import Interrupted, RunError
+from testbed.runs.backend import base_knobs
+from testbed.runs.backends import open_backend
+from testbed.runs.jobs import job
+from testbed.sweeps import mainjob
 
 KEY_VERSION = 1
 NOT_MEASUREMENT = ("seed", "base_port", "host")  # knobs that place a run or vary per repeat
@@ -347,7 +347,6 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     """The command lines' common body: run on the host through the driver container (testbed/sweeps/mainjob.py), or
     here (local backend, or inside the driver) holding the job's lock; experiments stop at the first bad
     configuration or interrupt. Prints the figure paths."""
-    from testbed.sweeps import mainjob
     prog = Path(script).stem
     try:
         where = mainjob.choose(a.backend)
