@@ -1,6 +1,7 @@
 # Experiment configuration: the scale, the emulated network, and the sweeps of the five experiments.
 # Every value is checked by testbed/core/config.py before anything starts; a bad one is rejected with a
-# message naming the knob and its allowed range. The defaults fit one 2-core machine.
+# message naming the knob and its allowed range. The values below are the defaults (testbed/core/knobs.py,
+# which a setting left out of this file gets); they fit one 2-core machine.
 # Regions and shards are counted from 1 wherever they appear in this file (as in the 10.55.<region>.<shard>
 # container addresses).
 
