@@ -7,7 +7,10 @@ copied into results/<name>/<run-id>/ of the checkout mounted in the driver, so t
 
 Every engine process is started by a small wrapper shell that records its pid, its own pid and, when the process
 exits, its exit status; `timeout` bounds its life to the run's longest possible length, so nothing outlives a
-run by more than a minute even if the driver itself is killed. Every SSH command has a time limit, so a
+run by more than a minute even if the driver itself is killed. (The state lives in files, not in an SSH channel,
+as in Ansible's async jobs: `docker exec` reaches only the driver's own host, and a process tied to a channel, as
+paramiko's exec_command would keep it, dies or is orphaned when the driver's connection drops; here a lost
+connection costs only the next status read.) Every SSH command has a time limit, so a
 container that dies or stops answering fails the run within seconds; the driver mounts the Docker socket of its
 host and names the container's real state (`container edge_r2_s2 exited (137)`). Before a run starts, engine
 processes that an earlier run left in any container are stopped (and said); after it, on every path, every
