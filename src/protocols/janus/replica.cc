@@ -468,6 +468,9 @@ bool Site::decide_scc(Env& env, TxnId t) {
   return true;
 }
 
+// The safety rule (Execution, above): a committed transaction of this shard executes only after every member
+// of its component with a smaller id that touches this shard, and every transaction of this shard a member
+// depends on outside the component, has executed here.
 bool Site::ready(TxnId t) const {
   if (mutant::kNoDependencyWait) return true;
   const auto& scc = *graph_.at(t).scc;

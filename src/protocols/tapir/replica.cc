@@ -389,6 +389,8 @@ void Site::set_phase(TxnId id, Local& l, Phase to) {
              {{Phase::Refused, Phase::Prepared}, {Phase::Refused, Phase::Committed}, {Phase::Prepared, Phase::Committed}});
 }
 
+// The safety rule (above): a committed transaction is applied here only after every dependency it recorded at
+// its Prepare (the keys' last applied writers, and readers since, at this shard) has been applied here.
 void Site::try_apply(Env& env) {
   for (bool progress = true; progress;) {
     progress = false;
