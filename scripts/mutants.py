@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from testbed.core import options
+from testbed.core import options, protocols
 from testbed.core.paths import REPO
 
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
@@ -121,6 +121,7 @@ def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: floa
     from testbed.runs.local import LocalRunner
     from testbed.core.runtypes import RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
+    os.environ[protocols.BINARY_ENV] = str(build_dir / "txn-server")   # the registry of the build under test
     try:
         dep = e2e_deployment(protocol_of(name), profile, duration, base_port)
         res = LocalRunner(build_dir=build_dir, progress=False).run(dep, f"mutant-{name}-{profile}", out_root=out_root)
