@@ -103,29 +103,33 @@ def sim_tests(protocol: str, build_dir: Path, log: Path) -> str:
     return f"CAUGHT {len(failed)}: {names}" if failed else f"CAUGHT (exit {rc})"
 
 
-def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int) -> dict:
+def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int, attempt: int = 0) -> dict:
     """3 x 2, TPC-C with districts drawn per transaction (conflicts at any load). `stress` adds 4 coordinators
-    per client, cross-region jitter, 60 % of Payments cross-region (a SLOG multi-home entry, a CRT, in about a
-    third of all transactions instead of a tenth: slog.swapped_global_order needs two in a row), and for DAST no
-    anticipation (a margin far below zero): CRTs are decided later than their T_r and replicas counter-propose,
-    so what depends on the decision shows. `plain` is the default load."""
+    per client, cross-region jitter, and for DAST no anticipation (a margin far below zero): CRTs are decided
+    later than their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the
+    default load. Attempt k runs with seed k + 1, and every second attempt with 60 % of Payments cross-region (a
+    CRT, a SLOG multi-home entry, in about a third of the transactions instead of a tenth: two in a row is what
+    slog.swapped_global_order needs)."""
     from testbed.core import deploy
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
-                 base_port=base_port, name="mutants")
+                 base_port=base_port, name="mutants", seed=attempt + 1, payment_crt_rate=60 if attempt % 2 else -1)
     if profile == "stress":
-        knobs.update(concurrency=4, jitter=10, payment_crt_rate=60, protocol_options=STRESS_OPTIONS.get(protocol, {}))
+        knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}))
     return deploy.build_deployment(mode=protocol, **knobs)
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
-        log: Path) -> str:
+        log: Path, attempt: int = 0) -> str:
     from testbed.runs.local import LocalRunner
-    from testbed.core.runtypes import RunError
+    from testbed.core.runtypes import Interrupted, RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     os.environ[protocols.BINARY_ENV] = str(build_dir / "txn-server")   # the registry of the build under test
     try:
-        dep = e2e_deployment(protocol_of(name), profile, duration, base_port)
-        res = LocalRunner(build_dir=build_dir, progress=False).run(dep, f"mutant-{name}-{profile}", out_root=out_root)
+        dep = e2e_deployment(protocol_of(name), profile, duration, base_port, attempt)
+        res = LocalRunner(build_dir=build_dir, progress=False).run(dep, f"mutant-{name}-{profile}-{attempt + 1}",
+                                                                   out_root=out_root)
+    except Interrupted:
+        raise   # a stop of the harness itself (Ctrl-C, SIGTERM), not a verdict on the mutant
     except RunError as e:
         with open(log, "a") as f:
             f.write(f"run failed: {e}\n")
@@ -155,13 +159,20 @@ def main(argv=None) -> int:
     ap.add_argument("--protocols", help="comma-separated protocols whose mutants run (default: all)")
     options.add_build_dir(ap, str(REPO / "build-mutants"))
     options.add_results_root(ap, default=str(REPO / "results"))
-    ap.add_argument("--duration", type=float, default=40, help="end-to-end run length, s (default %(default)s)")
+    ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s (default %(default)s)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="end-to-end runs (seeds, and the cross-region share of Payments, differ): a safety mutant "
+                         "is run until one catches it, the unbroken protocol must pass them all; latency and "
+                         "durability mutants run once (default %(default)s)")
     ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
                     help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
                          "or plain (the default load); both with TPC-C districts drawn per transaction")
     ap.add_argument("--base-port", type=int, default=27000)
     ap.add_argument("--no-e2e", action="store_true", help="sim tests only")
     a = ap.parse_args(argv)
+    if not 1 <= a.runs <= 20:
+        print(f"mutants: error: --runs {a.runs}: must be in [1, 20]", file=sys.stderr)
+        return 2
     names = [m[0] for m in MUTANTS]
     chosen = a.only.split(",") if a.only else names
     unknown = set(chosen) - set(names)
@@ -192,12 +203,20 @@ def main(argv=None) -> int:
         sim = sim_tests(protocol_of(name), build_dir, log)
         e = "-"
         if not a.no_e2e:
-            print(f"[{name}] end-to-end run ({a.profile}, {a.duration:g} s)", file=sys.stderr, flush=True)
-            e = e2e(name, build_dir, out_root, a.profile, a.duration, a.base_port, log)
+            runs = a.runs if kind in ("-", "safety") else 1
+            for k in range(runs):
+                print(f"[{name}] end-to-end run {k + 1} of at most {runs} ({a.profile}, {a.duration:g} s)",
+                      file=sys.stderr, flush=True)
+                e = e2e(name, build_dir, out_root, a.profile, a.duration, a.base_port, log, k)
+                if e.startswith("CAUGHT"):
+                    e = f"{e} (run {k + 1})" if runs > 1 else e
+                    break
+            else:
+                e = f"{e} ({runs} runs)" if runs > 1 else e
         rows.append((name, kind, sim, e, verdict(kind, sim, e) if not a.no_e2e else "-"))
         print(f"[{name}] sim: {sim}; end-to-end: {e} ({time.monotonic() - t0:.0f} s; log {log})", file=sys.stderr,
               flush=True)
-    head = ("mutant", "breaks", "sim tests (C++)", f"end-to-end checker ({a.profile} run)", "verdict")
+    head = ("mutant", "breaks", "sim tests (C++)", f"end-to-end checker ({a.profile} runs)", "verdict")
     # a markdown table; cells as given (no number parsing)
     print(tabulate(rows, head, tablefmt="github", disable_numparse=True))
     for name, what, _ in MUTANTS:
@@ -207,4 +226,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from testbed.core.runtypes import Interrupted
+    try:
+        sys.exit(main())
+    except Interrupted as e:
+        print(f"mutants: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
