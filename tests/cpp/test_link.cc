@@ -147,7 +147,9 @@ TEST(Transport, LoopbackDeliveryFifoAndDelay) {
     EXPECT_EQ(ib.got[i].probe_reply().seq(), uint64_t(i));
     EXPECT_GE(ib.due[i] - ib.arrived[i], 29'900) << "60 ms RTT -> 30 ms one way";
     EXPECT_LE(ib.due[i] - ib.arrived[i], 30'100);
-    if (i > 0) EXPECT_LE(ib.due[i - 1], ib.due[i]) << "FIFO";
+    if (i > 0) {
+      EXPECT_LE(ib.due[i - 1], ib.due[i]) << "FIFO";
+    }
   }
   EXPECT_EQ(ia.got[0].probe_reply().seq(), 7u);
   EXPECT_NEAR(static_cast<double>(ia.due[0] - ia.arrived[0]), 1000, 100);  // 2 ms RTT inside region 0
