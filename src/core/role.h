@@ -2,6 +2,8 @@
 // of its own: the coordinator of the transactions its clients submit, and the site that orders and executes its
 // shard's transactions; the node owns both and routes each message to its role (docs/adding-a-protocol.md).
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "config.h"
@@ -47,6 +49,13 @@ class TwoRoleReplica : public ReplicaNode {
   void on_timer(Env&, uint64_t) override {}
   bool idle() const override { return site_.idle() && coord_.idle(); }
   const ShardExecutor& executor() const override { return site_.executor(); }
+  // Each role adds its own counters (`add_counters`); their names differ.
+  std::map<std::string, int64_t> counters() const override {
+    std::map<std::string, int64_t> c;
+    site_.add_counters(c);
+    coord_.add_counters(c);
+    return c;
+  }
 
  protected:
   virtual void route(Env& env, Envelope& msg) = 0;

@@ -140,7 +140,6 @@ class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
   using TwoRoleReplica::TwoRoleReplica;
   // fast_commits / slow_commits (coordinator), inquiries (sent), largest_scc_max
   // (the largest component decided here; summed as a maximum over the run).
-  std::map<std::string, int64_t> counters() const override;
 
  private:
   void route(Env& env, Envelope& msg) override;

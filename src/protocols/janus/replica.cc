@@ -70,13 +70,6 @@ Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options&, 
 Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : RoleContext(d, self, w, q), opts_(o) {}
 
-std::map<std::string, int64_t> Replica::counters() const {
-  std::map<std::string, int64_t> c;
-  coord_.add_counters(c);
-  site_.add_counters(c);
-  return c;
-}
-
 void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c["fast_commits"] = n_fast_;
   c["slow_commits"] = n_slow_;

@@ -54,13 +54,6 @@ Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o
 Handler::Handler(const Deployment& d, NodeId self, const Workload& w, const Options&, SelfQueue& q)
     : RoleContext(d, self, w, q) {}
 
-std::map<std::string, int64_t> Replica::counters() const {
-  std::map<std::string, int64_t> c;
-  site_.add_counters(c);
-  coord_.add_counters(c);
-  return c;
-}
-
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
   c["batches"] = n_batches_;
   c["batch_entries"] = n_batch_entries_;

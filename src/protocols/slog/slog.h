@@ -109,7 +109,6 @@ class Replica : public TwoRoleReplica<Options, Site, Handler> {
   // local-log position, summed); global_entries (multi-home transactions this
   // handler sent to the global log); blocked_entries (entries that waited for
   // an earlier conflicting one or beyond the window) and window_full_waits.
-  std::map<std::string, int64_t> counters() const override;
 
  private:
   void route(Env& env, Envelope& msg) override;

@@ -58,9 +58,9 @@ Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options&, 
 Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : RoleContext(d, self, w, q), opts_(o) {}
 
-std::map<std::string, int64_t> Coordinator::counters() const {
-  return {{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
-          {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}};
+void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
+  c.insert({{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
+            {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}});
 }
 
 void Replica::route(Env& env, Envelope& m) {

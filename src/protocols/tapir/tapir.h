@@ -40,6 +40,7 @@ class Site : public RoleContext {
   void on_commit(Env& env, const ::tapir::Commit& m);
   void on_abort(const ::tapir::Abort& m);
   bool idle() const { return locals_.empty(); }
+  void add_counters(std::map<std::string, int64_t>&) const {}   // none
   const ShardExecutor& executor() const { return exec_; }
 
  private:
@@ -85,7 +86,7 @@ class Coordinator : public RoleContext {
   void on_prepare_reply(Env& env, const ::tapir::PrepareReply& m);
   void on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m);
   bool idle() const { return coords_.empty(); }
-  std::map<std::string, int64_t> counters() const;
+  void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
   // A transaction's phase at its coordinator (set_phase checks the transition): Reading (each shard read once
@@ -125,7 +126,6 @@ class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
   // aborts_irt / aborts_crt (aborted attempts), aborts_stale (an ABORT result:
   // a stale read) and aborts_conflict (ABSTAIN: a conflicting transaction in
   // the way).
-  std::map<std::string, int64_t> counters() const override { return coord_.counters(); }
 
  private:
   void route(Env& env, Envelope& msg) override;
