@@ -200,14 +200,14 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["shards_per_region"] = knoblib.check("SHARDS_PER_REGION", cfg.shards_per_region)
     c["replicas"] = knoblib.check("REPLICAS", cfg.replicas)
     c["scale"] = knoblib.check("SCALE", cfg.scale)
-    c["tpcc_district"] = knoblib.knob("TPCC_DISTRICT").check(cfg.tpcc_district, "TPCC_DISTRICT")
-    c["engine_processes"] = knoblib.knob("ENGINE_PROCESSES").check(cfg.engine_processes, "ENGINE_PROCESSES")
+    c["tpcc_district"] = knoblib.check("TPCC_DISTRICT", cfg.tpcc_district)
+    c["engine_processes"] = knoblib.check("ENGINE_PROCESSES", cfg.engine_processes)
     c["intra_rtt_ms"] = knoblib.check("INTRA_RTT_MS", cfg.intra_rtt_ms)
     c["inter_rtt_ms"] = knoblib.check("INTER_RTT_MS", cfg.inter_rtt_ms)
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)
     c["jitter_ms"] = knoblib.check("JITTER_MS", cfg.jitter_ms)
-    c["jitter_distribution"] = knoblib.knob("JITTER_DISTRIBUTION").check(cfg.jitter_distribution, "JITTER_DISTRIBUTION")
-    c["shaping"] = knoblib.knob("SHAPING").check(cfg.shaping, "SHAPING")
+    c["jitter_distribution"] = knoblib.check("JITTER_DISTRIBUTION", cfg.jitter_distribution)
+    c["shaping"] = knoblib.check("SHAPING", cfg.shaping)
     if c["shaping"] == "app" and c["jitter_distribution"] != "normal":
         raise ValueError(f"JITTER_DISTRIBUTION={cfg.jitter_distribution!r}: must be normal with SHAPING='app'")
     c["netem_limit"] = knoblib.check("NETEM_LIMIT", cfg.netem_limit)
@@ -312,5 +312,5 @@ def _protocol_options(raw) -> tuple:
 def rtt_matrix(cfg: ExpConfig, regions: int | None = None) -> list[list[float]]:
     """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1).
     regions < cfg.regions gives the top-left sub-matrix (exp 4)."""
-    return rtt.configured(cfg.regions if regions is None else regions, cfg.intra_rtt_ms, cfg.inter_rtt_ms,
-                          cfg.rtt_overrides)
+    return rtt.matrix(cfg.regions if regions is None else regions, cfg.intra_rtt_ms, cfg.inter_rtt_ms,
+                      cfg.rtt_overrides)

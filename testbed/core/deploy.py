@@ -43,7 +43,7 @@ def validate(**knobs) -> dict:
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
     for n in ("mechanism", "processes", "district", "workload"):
-        k[n] = knoblib.knob(n).check(k[n])
+        k[n] = knoblib.check(n, k[n])
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:
@@ -153,7 +153,7 @@ def build_deployment(place=None, **knobs) -> dict:
     else:
         place(nodes)
     assign_processes(nodes, k["processes"])
-    rtt = k["rtt_ms"] or rttlib.configured(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
+    rtt = k["rtt_ms"] or rttlib.matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
     d = {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,
         "replicas": REPLICAS, "seed": int(k["seed"]),

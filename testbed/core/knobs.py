@@ -5,7 +5,7 @@ in the range), a knob of a single run (`testbed.core.deploy.validate`, run_local
 has its own default (a single run is shorter than a sweep's point, say). `testbed.core.config.ExpConfig` and
 `testbed.core.deploy.DEFAULTS` take their defaults from default(); exp_config.py is the user's file, and a setting it
 leaves out gets the default here. `testbed.core.config` and `testbed.core.deploy` check values with check() and
-Choice.check(); the command lines' help comes from help_of().
+check(); the command lines' help comes from help_of().
 The engine checks the deployment file on its own (src/core/config.cc, which also reads files this testbed did
 not write): tests/python/test_knobs.py runs `txn-server --check` on deployments with every single-run knob at
 its bounds, so a range here that the engine would refuse fails there.
@@ -177,8 +177,11 @@ def knob(name: str) -> Knob:
 
 def check(name: str, v, label: str | None = None, hi: float | None = None):
     """v if it is in the range of knob `name` (hi: a tighter upper bound known only at run time), as an int for an
-    integer knob; else ValueError '<label>=<v>: must be an integer in [lo, hi]' (label defaults to name)."""
+    integer knob; else ValueError '<label>=<v>: must be an integer in [lo, hi]' (label defaults to name). For a
+    word knob: v if it is one of its words, else ValueError '<label>=<v>: must be one of ...'."""
     k = _BY_NAME[name]
+    if isinstance(k, Choice):
+        return k.check(v, label or name)
     if hi is not None:
         k = dataclasses.replace(k, hi=min(hi, k.hi))
     if not k.contains(v):

@@ -1,4 +1,5 @@
-"""The configured region-pair RTT matrix; measuring it and comparing it with the configured one (the RTT self-test's arithmetic).
+"""The region-pair RTT matrix as configured, and measuring it and comparing the two (the RTT self-test's
+arithmetic).
 
 - app shaping (the transport delays messages): probe runs (`txn-client --probe N`) write clients/*.probe.json,
   read by probe_matrix();
@@ -22,7 +23,7 @@ ABS_TOL_MS = 3.0
 REL_TOL = 0.10
 
 
-def configured(regions: int, intra: float, inter: float, overrides=()) -> list[list[float]]:
+def matrix(regions: int, intra: float, inter: float, overrides=()) -> list[list[float]]:
     """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1): intra on the
     diagonal, inter elsewhere, then each ((a, b), rtt) of overrides (regions from 1, symmetric; pairs beyond R
     ignored, so a sub-matrix of the first R regions keeps its overrides)."""

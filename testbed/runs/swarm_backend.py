@@ -35,7 +35,6 @@ from testbed.cluster.cluster import Cluster
 from testbed.cluster.shaping import tc_plan_for, to_shell
 from testbed.core import rtt as rttlib
 from testbed.core.config import load_exp_config
-from testbed.core.rtt import ping_matrix
 from testbed.core.runtypes import RunError, RunResult
 from testbed.runs.backend import Backend
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
@@ -508,7 +507,7 @@ class SwarmBackend(Backend):
         by_region: dict[int, list[str]] = {}
         for m in self.cluster.shards:
             by_region.setdefault(m.region, []).append(m.ip)
-        return ping_matrix(lambda r, argv: self._shard_conn(by_region[r][0]).sh(shlex.join(argv), timeout=60),
+        return rttlib.ping_matrix(lambda r, argv: self._shard_conn(by_region[r][0]).sh(shlex.join(argv), timeout=60),
                            by_region, self.state["regions"], count)
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ def test_every_setting_and_run_knob_has_its_default_in_the_schema_only():
 
 
 def test_a_word_knob_names_its_words():
-    assert knobs.knob("district").check("uniform") == "uniform"
+    assert knobs.knob("district").check("uniform") == "uniform" == knobs.check("district", "uniform")
     with pytest.raises(ValueError, match=r"^TPCC_DISTRICT='zone': must be one of fixed, uniform$"):
         config.load_exp_config({"TPCC_DISTRICT": "zone"})
     with pytest.raises(ValueError, match=r"^processes='pod': must be one of container, split, node$"):
