@@ -19,8 +19,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from testbed.core import options, protocols
+from testbed.core import deploy, options, protocols
 from testbed.core.paths import REPO
+from testbed.core.runtypes import Interrupted, RunError
+from testbed.runs.local import LocalRunner
 
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
 # durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it)
@@ -110,7 +112,6 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
     default load. Attempt k runs with seed k + 1, and every second attempt with 60 % of Payments cross-region (a
     CRT, a SLOG multi-home entry, in about a third of the transactions instead of a tenth: two in a row is what
     slog.swapped_global_order needs)."""
-    from testbed.core import deploy
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
                  base_port=base_port, name="mutants", seed=attempt + 1, payment_crt_rate=60 if attempt % 2 else -1)
     if profile == "stress":
@@ -120,8 +121,6 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
         log: Path, attempt: int = 0) -> str:
-    from testbed.runs.local import LocalRunner
-    from testbed.core.runtypes import Interrupted, RunError
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     os.environ[protocols.BINARY_ENV] = str(build_dir / "txn-server")   # the registry of the build under test
     try:
@@ -226,7 +225,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from testbed.core.runtypes import Interrupted
     try:
         sys.exit(main())
     except Interrupted as e:
