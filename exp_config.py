@@ -13,6 +13,9 @@ SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original a
 TPCC_DISTRICT = 'fixed'     # TPC-C district of a transaction: 'fixed' per coordinator (the artifact's way: with few
                             # coordinators per shard no two concurrent New-Orders share a district) or 'uniform' per
                             # transaction (TPC-C 2.4.1.2: district conflicts at any load)
+ENGINE_TRANSPORT = 'tcp'    # between engine processes: 'tcp' (length-prefixed batches on plain sockets, on each
+                            # process's event-loop thread) or 'grpc' (gRPC streams; about 1.4x the CPU per
+                            # transaction: docs/efficiency.md)
 ENGINE_PROCESSES = 'container'  # 'container': one engine process runs all of a container's nodes (its shard's 3
                             # replicas, its clients, and in a region's first container the protocol's role nodes), so
                             # messages between them never leave the process; 'split': its servers in one process, its

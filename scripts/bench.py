@@ -44,6 +44,7 @@ def floor_ms(mode: str, cls: int, intra: float, inter: float):
 def run_one(mode: str, a) -> dict:
     knobs = dict(name=f"bench-{mode}", mode=mode, duration=a.duration, warmup=3, cooldown=2,
                  concurrency=a.concurrency, workload=a.workload, clients_per_shard=1, processes=a.processes,
+                 transport=a.transport,
                  protocol_options=a.options.get(mode, {}))
     try:
         d = build_deployment(**knobs)
@@ -104,6 +105,7 @@ def main() -> int:
     options.add_knob(ap, "concurrency", 1)
     options.add_choice(ap, "workload", knobs.default("workload"))
     options.add_choice(ap, "processes", knobs.default("processes"))
+    options.add_choice(ap, "transport", knobs.default("transport"))
     options.add_build_dir(ap, str(REPO / "build"))
     ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",
                     help="a protocol option for that protocol's run, e.g. dast.defer_commutative=false (the "

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev
+          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev libasio-dev
           # the netem test's VM (tests/python/test_netem_vm.py): a stock kernel with sch_netem, QEMU, its initramfs
           qemu-system-x86 linux-image-amd64 busybox-static cpio iproute2 dash)
 PY=${PYTHON:-python3}

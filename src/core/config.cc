@@ -414,10 +414,15 @@ Deployment parse_deployment(const std::string& text) {
     }
   }
   if (auto x = root["runtime"]) {
-    check_keys(x, "runtime", {"connect_timeout_s"});
+    check_keys(x, "runtime", {"connect_timeout_s", "transport"});
     if (x["connect_timeout_s"]) {
       d.runtime.connect_timeout_s = num(x["connect_timeout_s"], "runtime.connect_timeout_s");
       if (!(d.runtime.connect_timeout_s > 0)) fail("runtime.connect_timeout_s", "must be > 0");
+    }
+    if (x["transport"]) {
+      d.runtime.transport = str(x["transport"], "runtime.transport");
+      if (d.runtime.transport != "tcp" && d.runtime.transport != "grpc")
+        fail("runtime.transport", "'" + d.runtime.transport + "' is not one of tcp, grpc");
     }
   }
 

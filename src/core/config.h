@@ -72,6 +72,7 @@ struct ClientConfig {
 
 struct RuntimeConfig {
   double connect_timeout_s = 10;    // a peer unreachable this long is a fatal, named error
+  std::string transport = "tcp";    // between processes: "tcp" (length-prefixed batches) or "grpc" (txn.Peer)
 };
 
 struct Deployment {

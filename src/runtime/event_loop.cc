@@ -1,6 +1,5 @@
 #include "runtime/event_loop.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/timerfd.h>
@@ -12,9 +11,21 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <asio.hpp>
+
 #include "runtime/clock.h"
 
 namespace txn::runtime {
+
+struct EventLoop::Waiter {
+  explicit Waiter(int tfd) : io(1), guard(io.get_executor()), timer(io, tfd), signals(io) {}
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> guard;   // run_one() always waits
+  asio::posix::stream_descriptor timer;   // owns the timerfd
+  asio::signal_set signals;
+  bool timer_waited = false;               // wait_timer() is pending
+};
+
 namespace {
 // In-process messages never reach a qdisc: under netem they get the delay the tc plan would have given them on the
 // container's loopback (the same matrix), from the app model; with `none`, none.
@@ -64,10 +75,31 @@ EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
   // steady_clock is CLOCK_MONOTONIC on Linux: due times are absolute timerfd times.
   tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   if (tfd_ < 0) throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(errno));
+  w_ = std::make_unique<Waiter>(tfd_);
 }
 
-EventLoop::~EventLoop() {
-  if (tfd_ >= 0) close(tfd_);
+EventLoop::~EventLoop() = default;   // the Waiter closes the timerfd
+
+asio::io_context& EventLoop::io() { return w_->io; }
+
+void EventLoop::wake_on_signals(std::vector<int> sigs, std::function<void(int)> on_signal) {
+  wake_signals_ = std::move(sigs);
+  on_signal_ = std::move(on_signal);
+}
+
+void EventLoop::wait_timer() {
+  w_->timer_waited = true;
+  w_->timer.async_wait(asio::posix::stream_descriptor::wait_read, [this](std::error_code ec) {
+    w_->timer_waited = false;
+    if (ec) return;
+    uint64_t expirations;
+    if (::read(tfd_, &expirations, sizeof expirations) < 0) { /* not due after all (re-armed): fine */ }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      armed_ = 0;
+    }
+    wait_timer();
+  });
 }
 
 void EventLoop::arm(TimeUs at) {
@@ -82,7 +114,9 @@ void EventLoop::arm(TimeUs at) {
 void EventLoop::post(Envelope&& m, TimeUs due_us) {
   std::lock_guard<std::mutex> g(mu_);
   inbox_.emplace(std::make_pair(due_us, inbox_seq_++), std::move(m));
-  if (sleeping_ && due_us < armed_) arm(due_us);  // moves the wake-up, wakes nobody now
+  // Moves the wake-up, wakes nobody now. From the loop's own thread (a transport on io()) there is nothing to
+  // move: the loop looks at its inbox as soon as the handler that posted returns.
+  if (sleeping_ && due_us < armed_ && !(in_run_ && loop_thread_ == std::this_thread::get_id())) arm(due_us);
 }
 
 void EventLoop::route(Envelope&& m) {
@@ -113,11 +147,28 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
   if (nodes.size() != local_.size()) throw std::runtime_error("event loop: one node per local id expected");
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->start(*envs_[i]);
   if (flusher_) flusher_();
-  // The mask the wait runs with: this thread's, less the signals that must end it.
-  sigset_t wait_mask;
-  pthread_sigmask(SIG_SETMASK, nullptr, &wait_mask);
-  for (int sig : wake_signals_) sigdelset(&wait_mask, sig);
-  pollfd pfd{tfd_, POLLIN, 0};
+  // The wake signals reach this thread only while it runs the loop; the signal set hands them over.
+  sigset_t wake, before;
+  sigemptyset(&wake);
+  for (int sig : wake_signals_) {
+    sigaddset(&wake, sig);
+    w_->signals.add(sig);
+  }
+  std::function<void()> wait_signal = [&] {
+    w_->signals.async_wait([&](std::error_code ec, int sig) {
+      if (ec) return;
+      if (on_signal_) on_signal_(sig);
+      wait_signal();
+    });
+  };
+  if (!wake_signals_.empty()) wait_signal();
+  pthread_sigmask(SIG_UNBLOCK, &wake, &before);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    in_run_ = true;
+    loop_thread_ = std::this_thread::get_id();
+  }
+  if (!w_->timer_waited) wait_timer();
   std::vector<Envelope> batch;
   while (!should_stop()) {
     TimeUs now = steady_us();
@@ -155,20 +206,31 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
       fired = true;
     }
     if (flusher_) flusher_();   // what this round sent to other processes, one batch per destination
-    if (worked || fired) continue;  // what they did may be due already
+    if (worked || fired) {  // what they did may be due already; sockets are not left waiting meanwhile
+      w_->io.poll();
+      continue;
+    }
     TimeUs wake = now + max_sleep_us_;
     if (!timers_.empty()) wake = std::min(wake, std::get<0>(timers_.top()));
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!inbox_.empty()) wake = std::min(wake, inbox_.begin()->first.first);
       if (wake <= steady_us()) continue;
-      arm(wake);
+      if (wake != armed_) arm(wake);
       sleeping_ = true;
     }
-    // Until the timer fires, or a signal (SIGTERM/SIGINT) arrives: should_stop() then sees it. Its expiration
-    // is not read: arming the timer for the next wait (timerfd_settime) clears it.
-    ppoll(&pfd, 1, nullptr, &wait_mask);
+    // One handler: the timer fired, a socket had data, or a signal (SIGTERM/SIGINT) came, which should_stop()
+    // then sees.
+    w_->io.run_one();
   }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    sleeping_ = false;
+    in_run_ = false;
+  }
+  w_->signals.cancel();
+  w_->io.poll();   // the cancelled wait's handler, before wait_signal goes out of scope
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (flusher_) flusher_();
 }
 

@@ -1,8 +1,10 @@
 // Runs the nodes of one engine process on one thread (docs/efficiency.md):
 // incoming messages, each due at a steady-clock time (the link emulation),
-// and the nodes' timers. The thread sleeps on a timerfd set for the earliest
-// of them, so a message costs one wake-up, at the moment it is due: a thread
-// that posts one earlier than that moves the timer instead of waking the loop.
+// and the nodes' timers. The thread waits in an Asio io_context, on a timerfd
+// set for the earliest of them, so a message costs one wake-up, at the moment
+// it is due: a thread that posts one earlier than that moves the timer instead
+// of waking the loop. The same io_context runs the tcp transport's sockets
+// (io()), so a frame received is unpacked on this thread, with no hand-off.
 //
 // A message between two nodes of the process never leaves it: the loop gives
 // it the same emulated delay a remote one gets (the link emulator, one FIFO
@@ -23,12 +25,17 @@
 #include <queue>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/config.h"
 #include "core/link_emulator.h"
+
+namespace asio {
+class io_context;
+}
 
 namespace txn::runtime {
 
@@ -78,8 +85,11 @@ class EventLoop {
   // run()). A process whose stop comes as a signal raises it: see wake_on_signals.
   void set_max_sleep_us(TimeUs us) { max_sleep_us_ = us; }
   // Signals that end a wait at once, so should_stop() sees them: the caller keeps them blocked in every thread
-  // (before starting any) and the loop unblocks them only while it waits (ppoll), so no wake-up is lost.
-  void wake_on_signals(std::vector<int> sigs) { wake_signals_ = std::move(sigs); }
+  // (before starting any); the loop unblocks them in its own thread while it runs and calls on_signal there for
+  // each (an Asio signal_set: no wake-up is lost, and nothing runs in a signal handler).
+  void wake_on_signals(std::vector<int> sigs, std::function<void(int)> on_signal);
+  // The io_context the loop waits in: run a tcp transport on it (make_transport), from this loop's thread only.
+  asio::io_context& io();
   bool hosts(NodeId id) const { return id < index_.size() && index_[id] != kNone; }
   // Messages a node rejected (BadMessage): logged and dropped.
   uint64_t rejected(size_t i = 0) const { return rejected_.at(i); }
@@ -91,7 +101,9 @@ class EventLoop {
   friend class RealEnv;
   static constexpr uint32_t kNone = UINT32_MAX;
   using Timer = std::tuple<TimeUs, uint64_t, uint32_t, uint64_t>;  // (deadline, seq, node index, id)
+  struct Waiter;
   void arm(TimeUs at);   // mu_ held
+  void wait_timer();     // loop thread: the next expiration of the timerfd
   void route(Envelope&& m);   // loop thread: to a local node's inbox, or to the sender
   void answer_probe(const Envelope& m);
 
@@ -104,13 +116,17 @@ class EventLoop {
   LinkChannels channels_;                          // in-process messages; loop thread only, as is link_rng_
   std::mt19937_64 link_rng_;
   int tfd_ = -1;
+  std::unique_ptr<Waiter> w_;   // the io_context, the timerfd in it, the signal set
   TimeUs max_sleep_us_ = 20'000;
   std::vector<int> wake_signals_;
+  std::function<void(int)> on_signal_;
   std::mutex mu_;
   std::map<std::pair<TimeUs, uint64_t>, Envelope> inbox_;   // (due, arrival order)
   uint64_t inbox_seq_ = 0;
   bool sleeping_ = false;      // the loop waits on the timerfd
-  TimeUs armed_ = 0;           // when the timerfd fires
+  TimeUs armed_ = 0;           // when the timerfd fires (0: it fired, or is not set)
+  bool in_run_ = false;        // run() is on; with loop_thread_, under mu_
+  std::thread::id loop_thread_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;  // loop thread only
   uint64_t timer_seq_ = 0;
   std::vector<uint64_t> rejected_;   // loop thread only

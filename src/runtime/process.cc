@@ -27,12 +27,11 @@
 namespace txn::runtime {
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
-volatile std::sig_atomic_t g_go = 0;   // SIGUSR1: the clients of a server's process may start
-void on_go(int) { g_go = 1; }
+// Set on the event loop's thread (EventLoop::wake_on_signals), read in its should_stop.
+int g_signal = 0;   // SIGTERM or SIGINT: stop (a server drains first)
+bool g_go = false;  // SIGUSR1: the clients of a server's process may start
 
-// Exits without running destructors: gRPC threads and open streams make an
+// Exits without running destructors: transport threads and open streams make an
 // orderly teardown slow and fragile, and all outputs are already written.
 [[noreturn]] void quit(int code) {
   std::fflush(stdout);
@@ -248,23 +247,20 @@ int run(Role role, const char* prog, int argc, char** argv) {
   const bool gated_clients = std::any_of(hosted.begin(), hosted.end(), [](const Hosted& h) { return h.gated; });
 
   EventLoop loop(d, ids);
-  Transport transport(d, ids, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
-                      [&loop](const std::string& l) { loop.env().log(l); });
+  // The tcp transport runs on the loop's thread (its io_context); the grpc one polls a thread of its own.
+  auto transport_ptr = make_transport(
+      d, ids, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
+      [&loop](const std::string& l) { loop.env().log(l); }, &loop.io());
+  Transport& transport = *transport_ptr;
   loop.set_sender([&transport](Envelope&& m) { transport.enqueue(std::move(m)); }, [&transport] { transport.flush(); });
   std::string err;
   if (!transport.listen(&err)) throw Fatal{1, err};
-  {
-    // The stop signals are blocked in every thread (see the top of run()) and reach the loop while it waits.
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
-    sa.sa_handler = on_go;
-    sigaction(SIGUSR1, &sa, nullptr);
-    loop.wake_on_signals({SIGTERM, SIGINT, SIGUSR1});
-    loop.set_max_sleep_us(1'000'000);   // nothing to poll for: the stop comes as a signal, the end as a timer
-  }
+  // The stop signals are blocked in every thread (see run_process) and reach the loop's thread while it runs.
+  loop.wake_on_signals({SIGTERM, SIGINT, SIGUSR1}, [](int sig) {
+    if (sig == SIGUSR1) g_go = true;
+    else g_signal = sig;
+  });
+  loop.set_max_sleep_us(1'000'000);   // nothing to poll for: the stop comes as a signal, the end as a timer
   const NodeInfo& ep = d.node(transport.self());
   for (const Hosted& h : hosted) std::printf("READY %s %s:%u\n", h.info->name.c_str(), ep.host.c_str(), ep.port);
   if (ids.size() > 1 || pname != d.node(ids.front()).name)  // the process as a whole, for the runner

@@ -42,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
     options.add_choice(ap, "processes", d["processes"])
+    options.add_choice(ap, "transport", d["transport"])
     options.add_knob(ap, "base_port", d["base_port"])
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     options.add_results_root(ap)

@@ -42,7 +42,7 @@ def validate(**knobs) -> dict:
     k["protocol_options"] = protocol_options(proto, k)
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
-    for n in ("mechanism", "processes", "district", "workload"):
+    for n in ("mechanism", "processes", "transport", "district", "workload"):
         k[n] = knoblib.check(n, k[n])
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
@@ -168,6 +168,7 @@ def build_deployment(place=None, **knobs) -> dict:
                    # abort on conflict (TAPIR) retry
                    "retry_limit": int(k["retry_limit"])},
         "protocols": {k["mode"]: k["protocol_options"]},
+        "runtime": {"transport": k["transport"]},
         "nodes": nodes,
     }
     return d

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 WORKLOADS = ("tpcc", "tpca")
 DISTRICTS = ("fixed", "uniform")                  # TPCC_DISTRICT / --district
 PROCESS_LAYOUTS = ("container", "split", "node")  # ENGINE_PROCESSES / --processes (docs/efficiency.md)
+TRANSPORTS = ("tcp", "grpc")  # ENGINE_TRANSPORT / --transport (docs/efficiency.md)
 SHAPINGS = ("auto", "netem", "app")               # SHAPING
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")  # JITTER_DISTRIBUTION
 MECHANISMS = ("app", "netem", "none")             # a single run's link delays: the transport's, tc's, none
@@ -140,6 +141,9 @@ CHOICES = (
     Choice(("processes", "ENGINE_PROCESSES"), PROCESS_LAYOUTS,
            "engine processes: one per shard container, its servers and its clients apart (split), or one per node "
            "(docs/efficiency.md)", default=dict(processes="container", ENGINE_PROCESSES="container")),
+    Choice(("transport", "ENGINE_TRANSPORT"), TRANSPORTS,
+           "what carries messages between engine processes: length-prefixed batches on plain TCP (tcp), or gRPC "
+           "streams (grpc) (docs/efficiency.md)", default=dict(transport="tcp", ENGINE_TRANSPORT="tcp")),
     Choice(("SHAPING",), SHAPINGS, "who delays messages: tc netem, the transport (app), or netem when the kernel "
            "has it (auto)", default=dict(SHAPING="auto")),
     Choice(("JITTER_DISTRIBUTION",), DISTRIBUTIONS, "netem's delay distribution", default=dict(

@@ -31,6 +31,7 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
         raise ValueError(f"regions={R}: must be in [1, REGIONS={cfg.regions}]")
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
     return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, district=cfg.tpcc_district, processes=cfg.engine_processes,
+                transport=cfg.engine_transport,
                 rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(rtt.one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
                 cooldown=cfg.cooldown_s)

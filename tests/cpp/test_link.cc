@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +14,7 @@
 #include "core/link_emulator.h"
 #include "runtime/clock.h"
 #include "runtime/event_loop.h"
+#include "runtime/tcp_transport.h"
 #include "runtime/transport.h"
 
 using namespace txn;
@@ -125,21 +129,37 @@ TransportOptions local_options(double connect_timeout_s = 5) {
 }
 }  // namespace
 
-TEST(Transport, LoopbackDeliveryFifoAndDelay) {
-  Deployment d = two_regions(24711, 24712);
-  Inbox ia, ib;
-  Transport a(d, 0, local_options(), ia.deliver(), ia.log()), b(d, 3, local_options(), ib.deliver(), ib.log());
-  std::string err;
-  ASSERT_TRUE(a.listen(&err)) << err;
-  ASSERT_TRUE(b.listen(&err)) << err;
+// Every transport test runs on both transports (runtime.transport), on ports of their own.
+class TransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  Deployment two(uint16_t port_a, uint16_t port_b) {
+    const uint16_t off = GetParam() == "grpc" ? 100 : 0;
+    Deployment d = two_regions(port_a + off, port_b + off);
+    d.runtime.transport = GetParam();
+    return d;
+  }
+  static std::unique_ptr<Transport> make(const Deployment& d, NodeId self, Inbox& in, double connect_timeout_s = 5) {
+    return make_transport(d, self, local_options(connect_timeout_s), in.deliver(), in.log());
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Both, TransportTest, ::testing::Values("tcp", "grpc"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
-  for (int i = 0; i < 200; ++i) a.send(numbered(0, 3, i));
-  a.send(numbered(0, 0, 7));  // to itself: no socket, intra-region delay
+TEST_P(TransportTest, LoopbackDeliveryFifoAndDelay) {
+  Deployment d = two(24711, 24712);
+  Inbox ia, ib;
+  auto a = make(d, 0, ia), b = make(d, 3, ib);
+  std::string err;
+  ASSERT_TRUE(a->listen(&err)) << err;
+  ASSERT_TRUE(b->listen(&err)) << err;
+
+  for (int i = 0; i < 200; ++i) a->send(numbered(0, 3, i));
+  a->send(numbered(0, 0, 7));  // to itself: no socket, intra-region delay
   Envelope bad;
   bad.set_from(0);
   bad.set_to(0);  // not addressed to b
   bad.mutable_probe()->set_seq(1);
-  b.on_incoming(std::move(bad), "test");
+  b->on_incoming(std::move(bad), "test");
 
   ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 200; }));
   ASSERT_TRUE(ia.wait([&] { return ia.got.size() == 1; }));
@@ -157,16 +177,16 @@ TEST(Transport, LoopbackDeliveryFifoAndDelay) {
   EXPECT_NE(ib.logs[0].find("bad message from s0.0.0"), std::string::npos) << ib.logs[0];
 }
 
-TEST(Transport, JitteredDueTimesKeepEveryChannelFifo) {
-  Deployment d = two_regions(24741, 24742);
+TEST_P(TransportTest, JitteredDueTimesKeepEveryChannelFifo) {
+  Deployment d = two(24741, 24742);
   d.link.jitter_ms = 20;
   Inbox ib;
   Inbox ia;
-  Transport a(d, 0, local_options(), ia.deliver(), ia.log()), b(d, 3, local_options(), ib.deliver(), ib.log());
+  auto a = make(d, 0, ia), b = make(d, 3, ib);
   std::string err;
-  ASSERT_TRUE(a.listen(&err)) << err;
-  ASSERT_TRUE(b.listen(&err)) << err;
-  for (int i = 0; i < 300; ++i) a.send(numbered(0, 3, i));
+  ASSERT_TRUE(a->listen(&err)) << err;
+  ASSERT_TRUE(b->listen(&err)) << err;
+  for (int i = 0; i < 300; ++i) a->send(numbered(0, 3, i));
   ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 300; }));
   bool varied = false;
   for (int i = 1; i < 300; ++i) {
@@ -176,30 +196,30 @@ TEST(Transport, JitteredDueTimesKeepEveryChannelFifo) {
   EXPECT_TRUE(varied) << "jitter should vary the delays";
 }
 
-TEST(Transport, DeliversAgainAfterThePeerRestarts) {
-  Deployment d = two_regions(24721, 24722);
+TEST_P(TransportTest, DeliversAgainAfterThePeerRestarts) {
+  Deployment d = two(24721, 24722);
   d.link.rtt_ms = {{2, 4}, {4, 2}};
   Inbox ia, ib1, ib2;
-  Transport a(d, 0, local_options(), ia.deliver(), ia.log());
+  auto a = make(d, 0, ia);
   std::string err;
-  ASSERT_TRUE(a.listen(&err)) << err;
+  ASSERT_TRUE(a->listen(&err)) << err;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> sending{true};
   std::thread sender([&] {
     while (sending) {
-      a.send(numbered(0, 3, next++));
+      a->send(numbered(0, 3, next++));
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   });
   {
-    Transport b1(d, 3, local_options(), ib1.deliver(), ib1.log());
-    ASSERT_TRUE(b1.listen(&err)) << err;
+    auto b1 = make(d, 3, ib1);
+    ASSERT_TRUE(b1->listen(&err)) << err;
     ASSERT_TRUE(ib1.wait([&] { return ib1.got.size() >= 50; }));
   }  // b1 gone: the stream to it breaks
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const uint64_t sent_while_down = next;
-  Transport b2(d, 3, local_options(), ib2.deliver(), ib2.log());
-  ASSERT_TRUE(b2.listen(&err)) << err;
+  auto b2 = make(d, 3, ib2);
+  ASSERT_TRUE(b2->listen(&err)) << err;
   ASSERT_TRUE(ib2.wait([&] { return ib2.got.size() >= 50; }));
   sending = false;
   sender.join();
@@ -211,15 +231,15 @@ TEST(Transport, DeliversAgainAfterThePeerRestarts) {
   EXPECT_TRUE(ia.logs.empty()) << ia.logs.front();
 }
 
-TEST(Transport, AClientThatIsGoneIsDroppedNotFatal) {
-  Deployment d = two_regions(24731, 24732);
+TEST_P(TransportTest, AClientThatIsGoneIsDroppedNotFatal) {
+  Deployment d = two(24731, 24732);
   NodeId client = d.clients().front();
   d.nodes[client].port = 24733;  // nobody listens there
   Inbox ia;
-  Transport a(d, 0, local_options(0.3), ia.deliver(), ia.log());
+  auto a = make(d, 0, ia, 0.3);
   std::string err;
-  ASSERT_TRUE(a.listen(&err)) << err;
-  for (int i = 0; i < 5; ++i) a.send(numbered(0, client, i));
+  ASSERT_TRUE(a->listen(&err)) << err;
+  for (int i = 0; i < 5; ++i) a->send(numbered(0, client, i));
   ASSERT_TRUE(ia.wait([&] { return !ia.logs.empty(); }));
   EXPECT_NE(ia.logs[0].find("client " + d.nodes[client].name + " unreachable"), std::string::npos) << ia.logs[0];
 }
@@ -340,19 +360,19 @@ TEST(EventLoop, InProcessMessagesAreDelayedUnderNetemTooAndNotWithNone) {
   }
 }
 
-TEST(Transport, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
-  Deployment d = two_regions(24751, 24752);
+TEST_P(TransportTest, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
+  Deployment d = two(24751, 24752);
   for (NodeId id : {0u, 1u, 2u}) d.nodes[id].process = "srv0";
   Inbox ia, ib;
-  Transport a(d, 0, local_options(), ia.deliver(), ia.log()), b(d, 3, local_options(), ib.deliver(), ib.log());
-  EXPECT_TRUE(a.hosts(2));
-  EXPECT_FALSE(a.hosts(3));
+  auto a = make(d, 0, ia), b = make(d, 3, ib);
+  EXPECT_TRUE(a->hosts(2));
+  EXPECT_FALSE(a->hosts(3));
   std::string err;
-  ASSERT_TRUE(a.listen(&err)) << err;
-  ASSERT_TRUE(b.listen(&err)) << err;
+  ASSERT_TRUE(a->listen(&err)) << err;
+  ASSERT_TRUE(b->listen(&err)) << err;
   // From s1.0.0 to s0.0.1 and s0.0.2: both reach the process at s0.0.0's port, each addressed to its node.
-  for (int i = 0; i < 10; ++i) b.enqueue(numbered(3, 1 + i % 2, i));
-  b.flush();
+  for (int i = 0; i < 10; ++i) b->enqueue(numbered(3, 1 + i % 2, i));
+  b->flush();
   ASSERT_TRUE(ia.wait([&] { return ia.got.size() == 10; }));
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(ia.got[i].to(), 1u + i % 2);
@@ -360,9 +380,110 @@ TEST(Transport, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
     EXPECT_GE(ia.due[i] - ia.arrived[i], 29'000) << "one-way delay of 60 ms RTT";
   }
   // A message for a node this process does not run is refused, not delivered.
-  a.on_incoming(numbered(3, 4, 1), "test");
+  a->on_incoming(numbered(3, 4, 1), "test");
   ASSERT_EQ(ia.logs.size(), 1u);
   EXPECT_NE(ia.logs[0].find("not to this process"), std::string::npos) << ia.logs[0];
-  EXPECT_EQ(a.drops().malformed, 1u);
+  EXPECT_EQ(a->drops().malformed, 1u);
   EXPECT_EQ(ia.got.size(), 10u);
+}
+
+// The tcp transport's wire: frames split anywhere arrive whole; a frame that is no txn.Batch, or longer than the
+// limit, is counted as malformed and ends its connection, and nothing of it is delivered.
+namespace {
+// A plain socket to the transport's port, for writing raw bytes.
+struct RawConn {
+  explicit RawConn(uint16_t port) : sock(io) {
+    sock.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    sock.set_option(asio::ip::tcp::no_delay(true));
+  }
+  void write(const std::string& bytes) { asio::write(sock, asio::buffer(bytes)); }
+  bool closed_by_peer() {   // waits (up to 5 s) for the other end to close
+    sock.non_blocking(false);
+    timeval tv{5, 0};
+    setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    std::error_code ec;
+    return sock.read_some(asio::buffer(&c, 1), ec) == 0 && ec == asio::error::eof;
+  }
+  asio::io_context io;
+  asio::ip::tcp::socket sock;
+};
+}  // namespace
+
+TEST(TcpTransport, FramesSplitAnywhereArriveWhole) {
+  Deployment d = two_regions(24761, 24762);
+  Inbox ib;
+  TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
+  std::string err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  std::vector<Envelope> msgs;
+  for (int i = 0; i < 5; ++i) msgs.push_back(numbered(0, 3, i));
+  const std::string f = TcpTransport::frame(msgs) + TcpTransport::frame({numbered(1, 3, 5)});
+  RawConn c(24762);
+  for (char byte : f) {   // one byte per write
+    c.write(std::string(1, byte));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 6; }));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ib.got[i].probe_reply().seq(), static_cast<uint64_t>(i));
+  EXPECT_EQ(ib.got[5].from(), 1u);
+  EXPECT_EQ(b.drops().malformed, 0u);
+  EXPECT_TRUE(ib.logs.empty()) << ib.logs.front();
+}
+
+TEST(TcpTransport, AFrameThatIsNoBatchIsMalformedAndEndsItsConnection) {
+  Deployment d = two_regions(24771, 24772);
+  Inbox ib;
+  TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
+  std::string err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  {
+    RawConn c(24772);
+    c.write(std::string("\0\0\0\4\xff\xff\xff\xff", 8));   // 4 bytes that are no protobuf message
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    RawConn c(24772);
+    c.write(std::string("\x7f\xff\xff\xff", 4));   // 2 GiB: over the limit, refused before it is read
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  ASSERT_TRUE(ib.wait([&] { return ib.logs.size() == 2; }));
+  EXPECT_NE(ib.logs[0].find("no txn.Batch"), std::string::npos) << ib.logs[0];
+  EXPECT_NE(ib.logs[1].find("at most"), std::string::npos) << ib.logs[1];
+  EXPECT_EQ(b.drops().malformed, 2u);
+  EXPECT_TRUE(ib.got.empty());
+  {   // the transport still serves good connections
+    RawConn c(24772);
+    c.write(TcpTransport::frame({numbered(0, 3, 9)}));
+    ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 1; }));
+  }
+}
+
+// On the event loop's io_context the transport unpacks frames on the loop's own thread: the delivery callback
+// runs there, and the loop hands the message to its node when due.
+TEST(TcpTransport, RunsOnTheEventLoopsThread) {
+  Deployment d = two_regions(24781, 24782);
+  d.link.rtt_ms = {{2, 10}, {10, 2}};
+  EventLoop loop(d, 3);
+  std::thread::id deliver_thread;
+  auto b = make_transport(
+      d, 3, local_options(),
+      [&](Envelope&& m, TimeUs due) {
+        deliver_thread = std::this_thread::get_id();
+        loop.post(std::move(m), due);
+      },
+      [](const std::string&) {}, &loop.io());
+  std::string err;
+  ASSERT_TRUE(b->listen(&err)) << err;
+  Inbox ia;
+  auto a = make_transport(d, 0, local_options(), ia.deliver(), ia.log());
+  ASSERT_TRUE(a->listen(&err)) << err;
+  for (int i = 0; i < 20; ++i) a->send(numbered(0, 3, i));
+  Recorder node;
+  const TimeUs t0 = steady_us();
+  loop.run(node, [&] { return node.seqs.size() == 20 || steady_us() - t0 > 5'000'000; });
+  ASSERT_EQ(node.seqs.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(node.seqs[i], static_cast<uint64_t>(i));
+  EXPECT_EQ(deliver_thread, std::this_thread::get_id());
+  EXPECT_GE(node.at.front() - t0, 4'000) << "5 ms one way";
 }

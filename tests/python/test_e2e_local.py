@@ -77,6 +77,7 @@ def _run_server(cfg, name, tmp_path, binary=SERVER, timeout=30):
     (lambda d: d["workload"].update(name="tpcz"), "tpcz"),           # unknown workload
     (lambda d: d["workload"].update(zipf=1.5), "zipf"),
     (lambda d: d.update(colour="blue"), "colour"),                   # unknown key
+    (lambda d: d.update(runtime={"transport": "quic"}), "runtime.transport"),
 ])
 def test_bad_deployment_file_is_one_line_exit_2(tmp_path, mutate, needle):
     d = deploy.build_deployment(regions=2, shards=1, base_port=26600)
@@ -93,10 +94,12 @@ def test_malformed_yaml_names_the_line(tmp_path):
     assert code == 2 and len(lines) == 1 and "line" in lines[0], lines
 
 
-def test_unreachable_peer_is_named_and_exits_3(tmp_path):
-    d = deploy.build_deployment(regions=1, shards=1, duration=3, warmup=0.5, cooldown=0.5, base_port=26700,
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_unreachable_peer_is_named_and_exits_3(tmp_path, transport):
+    d = deploy.build_deployment(regions=1, shards=1, duration=3, warmup=0.5, cooldown=0.5,
+                                base_port=26700 if transport == "tcp" else 26750,
                                 processes="node")   # the client alone, with no server up
-    d["runtime"] = {"connect_timeout_s": 1}
+    d["runtime"] = {"connect_timeout_s": 1, "transport": transport}
     cfg = deploy.write_yaml(d, tmp_path / "deploy.yml")
     client = next(n["name"] for n in d["nodes"] if n["kind"] == "client")
     code, lines = _run_server(cfg, client, tmp_path, binary=CLIENT)  # no server is running
@@ -104,11 +107,13 @@ def test_unreachable_peer_is_named_and_exits_3(tmp_path):
     assert any("unreachable" in x and "s0.0.0" in x for x in lines), lines
 
 
-def test_rtt_self_test_through_the_transport(tmp_path):
-    """txn-client --probe measures the configured matrix (app delays) through the real transport."""
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_rtt_self_test_through_the_transport(tmp_path, transport):
+    """txn-client --probe measures the configured matrix (app delays) through the real transport, either one."""
     from testbed.core import rtt as selftest
     m = [[5, 60, 100], [60, 5, 140], [100, 140, 5]]
-    d = deploy.build_deployment(regions=3, shards=2, rtt_ms=m, base_port=26800)
+    d = deploy.build_deployment(regions=3, shards=2, rtt_ms=m, transport=transport,
+                                base_port=26800 if transport == "tcp" else 26900)
     res = LocalBackend(build_dir=BUILD, progress=False).run(d, "selftest", out_root=tmp_path, probe=10)
     assert selftest.compare(res.probe, m) == [], selftest.format_matrix(res.probe, m)
     assert res.probe["samples"] == [[10] * 3] * 3
@@ -160,3 +165,16 @@ def test_a_node_of_a_bigger_process_is_not_started_alone(tmp_path):
     code, lines = _run_server(cfg, "s0.0.1", tmp_path)
     assert code == 2 and len(lines) == 1, lines
     assert "runs in process 'shard0.0'" in lines[0] and "--process shard0.0" in lines[0], lines
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_grpc_transport_runs_every_protocol_consistent(tmp_path, mode):
+    """runtime.transport: grpc (the transport before tcp) still carries every protocol's runs, checked."""
+    d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=1, concurrency=2, duration=6, warmup=1,
+                                cooldown=1, mode=mode, workload="tpcc", scale=0.01, transport="grpc",
+                                base_port=28000 + 150 * MODES.index(mode))
+    assert d["runtime"] == {"transport": "grpc"}
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-grpc", out_root=tmp_path)
+    assert res.summary["classes"]["IRT"]["committed"] > 0 and res.summary["classes"]["CRT"]["committed"] > 0
+    assert res.check["verdict"] == "CONSISTENT", res.check
+    assert res.ok, res.reason

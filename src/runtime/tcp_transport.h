@@ -1,0 +1,79 @@
+// The tcp transport (runtime.transport: tcp, the default; docs/efficiency.md):
+// envelopes between processes as frames on plain TCP sockets, driven by Asio.
+//
+// Wire format: a frame is a 4-byte big-endian length and that many bytes of a
+// serialized txn.Batch (envelope.proto), at most 64 MiB. A connection carries
+// frames one way only: each process opens one connection to every process it
+// sends to and accepts the connections of those that send to it. The sender
+// never reads from its connection except to notice that it ended.
+//
+// Outbound, per destination process: messages wait in `pending`; one write is
+// in flight at a time and carries, as one frame, everything queued meanwhile
+// (and what the event loop sent in one round: enqueue() then flush()). A frame
+// whose connection broke is written again on the next one (at most kMaxBreaks
+// times running, then dropped and counted); a destination not connected within
+// connect_timeout_s while messages wait for it is unreachable (Transport).
+// Reconnects back off from 0.1 s to 1 s.
+//
+// Threads: given an io_context (the event loop's), the transport runs on it and
+// every call must come from the thread that runs it: a received frame costs no
+// hand-off and no wake-up beyond the socket's own. Without one, it runs its own
+// thread, and send/enqueue/flush may be called from any thread.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/transport.h"
+
+namespace txn::runtime {
+
+class TcpTransport final : public Transport {
+ public:
+  static constexpr uint32_t kMaxFrame = 64u << 20;
+  TcpTransport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log,
+               asio::io_context* io = nullptr);
+  ~TcpTransport() override;
+  bool listen(std::string* err) override;
+  void send(Envelope msg) override;
+  void enqueue(Envelope msg) override;
+  void flush() override;
+
+  // The frame that carries `msgs` (tests and tools write frames with it too).
+  static std::string frame(const std::vector<Envelope>& msgs);
+
+  struct Peer;
+  struct InConn;
+  struct Io;
+
+ private:
+  // All of these run on the io thread.
+  void queue(Envelope&& m);
+  void flush_dirty();
+  void write(Peer& p);
+  void connect(Peer& p);
+  void connected(Peer& p);
+  void broke(Peer& p, uint64_t gen);
+  void retry_later(Peer& p);
+  void accept();
+  void read(const std::shared_ptr<InConn>& c);
+  bool take_frames(InConn& c);   // false: the connection sent garbage and is closed
+  void watch();
+  void give_up(Peer& p);
+  void close_all();
+  template <class F>
+  void on_io(F&& f);
+
+  std::unique_ptr<Io> io_;
+  std::shared_ptr<bool> alive_;   // false once destroyed: handlers still queued do nothing
+  std::vector<std::unique_ptr<Peer>> peers_;   // by endpoint node id, created lazily
+  std::vector<Peer*> dirty_;                   // queued to since the last flush
+  std::unordered_set<std::shared_ptr<InConn>> ins_;
+  bool stop_ = false;
+  std::thread thread_;                         // without an io_context: the one that runs ours
+};
+
+}  // namespace txn::runtime
