@@ -229,9 +229,9 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
     in_run_ = false;
   }
   w_->signals.cancel();
-  w_->io.poll();   // the cancelled wait's handler, before wait_signal goes out of scope
+  if (flusher_) flusher_();   // what the last round sent (a transport on io() starts writing at once)
+  w_->io.poll();   // the cancelled wait's handler (before wait_signal goes out of scope), and what is ready
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  if (flusher_) flusher_();
 }
 
 }  // namespace txn::runtime
