@@ -410,8 +410,9 @@ int run_process(Role role, int argc, char** argv) {
   // Debian's abseil checks every mutex acquisition for lock-order cycles, a
   // debugging aid that costs CPU inside gRPC on every message.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  // SIGTERM, SIGINT and SIGUSR1 (go) stay blocked in every thread, those gRPC starts too; the event loop takes
-  // them while it waits, so it needs no polling to notice them (EventLoop::wake_on_signals).
+  // SIGTERM, SIGINT and SIGUSR1 (go) are blocked before any thread starts (a transport's, gRPC's), so they stay
+  // blocked there; the event loop's thread unblocks them while it runs and takes them through its io_context, so
+  // it needs no polling to notice them (EventLoop::wake_on_signals).
   sigset_t stops;
   sigemptyset(&stops);
   sigaddset(&stops, SIGTERM);
