@@ -17,11 +17,12 @@ from collections import Counter
 from pathlib import Path
 
 import docker
+from tenacity import stop_after_delay
 
 from testbed.cluster import rehearsal, swarm
 from testbed.cluster.cluster import Cluster
 from testbed.cluster.swarm import LABEL
-from testbed.core import knobs, protocols
+from testbed.core import knobs, polling, protocols
 from testbed.core.paths import REPO
 
 
@@ -51,6 +52,21 @@ def _left_on(url: str, deployment: str) -> list[str]:
                    == deployment])
     finally:
         c.close()
+
+
+def left_after_down(urls: list[str], deployment: str, timeout_s: float = 30, sleep=time.sleep) -> list[str]:
+    """What of the deployment is still on the hosts after its teardown, asked until nothing is or timeout_s has
+    passed: a worker of the swarm lists a removed overlay network for a few seconds more (seen on the host that
+    was cut off and mended), so one look right after the teardown can see it."""
+    def ask() -> list[str]:
+        left = []
+        for url in urls:
+            try:
+                left += [f"{url}: {x}" for x in _left_on(url, deployment)]
+            except docker.errors.DockerException:
+                pass
+        return left
+    return polling.poll(ask, stop_after_delay(timeout_s), every_s=1, done=lambda left: not left, sleep=sleep)
 
 
 def rehearse(n_hosts: int = 2, modes=None, duration: float = 15, deployment: str = "rehearsal",
@@ -104,11 +120,7 @@ def rehearse(n_hosts: int = 2, modes=None, duration: float = 15, deployment: str
         left = []
         if hosts_file.exists():
             urls = ["unix:///var/run/docker.sock"] + [rehearsal.FakeHost(k).url for k in range(2, n_hosts + 2)]
-            for url in urls:
-                try:
-                    left += [f"{url}: {x}" for x in _left_on(url, deployment)]
-                except docker.errors.DockerException:
-                    pass
+            left = left_after_down(urls, deployment)
         out["steps"]["down"] = {"rc": rc, "s": round(dt, 1), "left": left}
         out["steps"]["rehearsal_down_left"] = rehearsal.down(log=log)
     return out
