@@ -1,8 +1,12 @@
-# Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja).
-.PHONY: setup build test main main-all demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
+# Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja). `setup` builds everything
+# (the unit tests too); `engine` only the engine's programs, which is all a run needs.
+.PHONY: setup engine build test main main-all demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
 
 setup:
 	scripts/setup.sh
+
+engine:
+	scripts/setup.sh --engine
 
 build:
 	@[ -f build/build.ninja ] || cmake -S . -B build -G Ninja
@@ -12,16 +16,16 @@ test: setup
 	ctest --test-dir build --output-on-failure
 	.venv/bin/pytest
 
-main: setup
+main: engine
 	.venv/bin/python run_experiments.py --quick
 
-main-all: setup
+main-all: engine
 	.venv/bin/python run_experiments.py --quick --all
 
-demo: setup
+demo: engine
 	.venv/bin/python run_local.py
 
-bench: setup
+bench: engine
 	.venv/bin/python scripts/bench.py
 
 # Deliberately broken protocol variants vs the tests (tests/mutants/README.md); ~45 min, not part of `make test`.
@@ -31,24 +35,24 @@ mutants: setup
 image:
 	docker/build_image.sh
 
-up: setup
+up: engine
 	docker/build_image.sh --if-stale
 	.venv/bin/python start_containers.py --self-test
 
-down: setup
+down: engine
 	.venv/bin/python start_containers.py --down
 
-bench-swarm: setup
+bench-swarm: engine
 	docker/build_image.sh --if-stale
 	.venv/bin/python scripts/bench_swarm.py
 
 # A multi-host cluster on this machine: extra Docker daemons in network namespaces join the swarm; bring-up, self-test,
 # every protocol once, a host lost mid-run, teardown (docs/multi-host.md); ~4 min.
-rehearsal: setup
+rehearsal: engine
 	docker/build_image.sh --if-stale
 	.venv/bin/python scripts/rehearse.py
 
-rehearsal-down: setup
+rehearsal-down: engine
 	.venv/bin/python scripts/rehearse.py --down
 
 clean:

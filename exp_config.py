@@ -6,7 +6,10 @@
 # container addresses).
 
 # ---------------------------------------------------------------- scale
-REGIONS = 3                 # R regions deployed (1..64); every experiment but exp 4 uses all of them
+REGIONS = 3                 # R regions (1..64) every experiment but exp 4 uses (the first R of those deployed)
+MAX_REGIONS = None          # regions deployed (containers for each, brought up once; 1..64): None = the most any
+                            # experiment uses (here 10, exp 4's largest); each of REGIONS and SCALABILITY_N_REGIONS
+                            # must be <= it. Regions deployed but not used by a run stay idle (sshd only)
 SHARDS_PER_REGION = 2       # N shards per region (1..239); one container per shard
 REPLICAS = 3                # replicas per shard, inside the shard's container (only 3 is supported)
 SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original artifact's sizes), 0.0001..10
@@ -51,7 +54,8 @@ SSH_CONNECT_TIMEOUT_S = 15  # seconds (1..300) to wait for each ssh:// host of h
 # ---------------------------------------------------------------- systems and measurement
 SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure (unbuilt ones are skipped;
                             # one needing more regions than a point has is skipped there: slog needs 3)
-N_REPEAT = 1                # runs per sweep point (the median is plotted); 3 or 5 smooth outliers on a real cluster
+N_REPEAT = 3                # runs per sweep point (the median is plotted, min-max bars); --quick runs 1
+SEED = 1                    # workload seed of a point's first repeat; repeat r uses SEED + r - 1 (--seed overrides)
 DURATION_S = 20             # seconds each run lasts (1..3600)
 WARMUP_S = 5                # trimmed from the start of every run's measurement window
 COOLDOWN_S = 2              # trimmed from the end; WARMUP_S + COOLDOWN_S < DURATION_S
@@ -63,13 +67,16 @@ CLIENT_PROCESS_PER_SHARD = [1]       # exp 1: client processes per shard (1..16)
                                      # clients per region = CLIENT_PROCESS_PER_SHARD x SHARDS_PER_REGION x concurrency
 CRT_RATIOS = [10, 50, 90]            # exp 2: % of transactions forced cross-region (0..100)
 ZIPFS = [0.5, 0.7, 0.9]              # exp 3: zipf coefficient of TPC-A keys (0..1)
-SCALABILITY_N_REGIONS = [3]          # exp 4: regions used, the first k (each <= REGIONS; slog is skipped below 3)
+SCALABILITY_N_REGIONS = [3, 5, 7, 10]  # exp 4: regions used, the first k of MAX_REGIONS (slog is skipped below 3)
 ROBUST_RTT_VAR = [0, 10, 20, 30]     # exp 5: cross-region jitter, 100 +- x ms RTT std-dev (same rule as JITTER_MS)
 FIXED_CLIENT_PROCESS_PER_SHARD = 1   # exp 2-5 run at one fixed load: client processes per shard (1..16) x
-FIXED_CONCURRENCY = 1                # closed-loop coordinators each (1..256); the artifact used 15-50 on 2 cores per
-                                     # process. 1 keeps 27 processes on 2 cores below saturation (measured on a 2-core
-                                     # VM, local swarm: 1 -> ~190 txn/s, IRT p99 15-18 ms; 2 -> ~330 txn/s, IRT p99
-                                     # ~40 ms, CPU-bound); raise it on bigger machines
+FIXED_CONCURRENCY = 4                # closed-loop coordinators each (1..256) in exp 2, 3, 5: contended (8 clients per
+                                     # region, where exp 1 shows the baselines' IRTs blocking) and below 70 % host CPU
+                                     # on a 2-core VM for every protocol at 3 x 2 (docs/experiments.md); the artifact
+                                     # used 15-50 on 2 cores per process
+SCALABILITY_CONCURRENCY = 2          # exp 4's coordinators per client process, the same in every region at every
+                                     # point: at 10 x 2 on a 2-core VM, 4 ran the host 93 % busy with TAPIR (its
+                                     # retries), 2 about 70 % (docs/experiments.md); raise both on bigger machines
 
 # ---------------------------------------------------------------- protocol options
 PROTOCOL_OPTIONS = {                 # per protocol, its options (`txn-server --list-modes --json` lists them, with

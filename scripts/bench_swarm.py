@@ -30,7 +30,7 @@ def main() -> int:
     for size in a.sizes.split(","):
         R, N = (int(x) for x in size.lower().split("x"))
         cfg = load_exp_config({"REGIONS": R, "SHARDS_PER_REGION": N, "IMAGE_NAME": a.image,
-                               "NETWORK_NAME": "edge_txn_bench", "SCALABILITY_N_REGIONS": [3]})
+                               "NETWORK_NAME": "edge_txn_bench", "SCALABILITY_N_REGIONS": [R]})
         with tempfile.TemporaryDirectory() as tmp:
             paths = dict(state_dir=Path(tmp) / "state", containers_yml=Path(tmp) / "containers.yml")
             t0 = time.monotonic()

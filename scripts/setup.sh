@@ -36,7 +36,10 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "$want" > "$stamp"
 fi
 
-# 3. C++ build.
+# 3. C++ build: every target, or with --engine only the engine's programs (the main job, a run, the bench: the unit
+#    tests are about half of a fresh build; `make test` builds them).
 BUILD=${BUILD_DIR:-build}
+TARGETS=()
+[[ ${1:-} == --engine ]] && TARGETS=(txn-server txn-client txn-replay txn-sim)
 [[ -f $BUILD/build.ninja ]] || cmake -S . -B "$BUILD" -G Ninja
-ninja -C "$BUILD" -j"${JOBS:-2}"
+ninja -C "$BUILD" -j"${JOBS:-2}" "${TARGETS[@]}"

@@ -132,7 +132,7 @@ def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     """One row per (system, series, x): median/min/max of every metric over ok repeats, repeat counts,
     status ok | partial | failed | not run, and the failure reasons."""
     cols = ["system", "series", "x", "point_key", "status", "repeats_ok", "repeats_failed", "reasons", "run_ids"]
-    cols += [f"{m}_{s}" for m in METRICS for s in ("median", "min", "max")]
+    cols += [f"{m}_{s}" for m in METRICS for s in ("median", "min", "max")] + ["busy_pct_max"]
     out = []
     sel = select(runs, manifest)
     seen = set()
@@ -149,6 +149,8 @@ def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
                 row[f"{m}_median"] = float(v.median()) if len(v) else math.nan
                 row[f"{m}_min"] = float(v.min()) if len(v) else math.nan
                 row[f"{m}_max"] = float(v.max()) if len(v) else math.nan
+            busy = ok["busy_pct"].dropna() if "busy_pct" in ok else []
+            row["busy_pct_max"] = float(busy.max()) if len(busy) else math.nan
             out.append(row)
             seen.add(row["point_key"])
     for p in (manifest or {}).get("points", []):
@@ -197,6 +199,16 @@ def _fmt(v, nd=1) -> str:
 
 
 CPU_BUSY_WARN_PCT = 70  # machine CPU busy over a run above which latency tails carry CPU queueing (2-core VM)
+
+
+def hot_points(agg: pd.DataFrame, limit: float = CPU_BUSY_WARN_PCT) -> list[str]:
+    """'<protocol> at x=<x> (<busy> %)' for every point where a run kept the host's CPU more than `limit` % busy:
+    there the latency tails carry CPU queueing, not only the protocol's waits."""
+    if agg.empty or "busy_pct_max" not in agg:
+        return []
+    hot = agg[agg.busy_pct_max > limit]
+    return [f"{STYLES.get(r.system, {}).get('label', r.system)}{' [' + r.series + ']' if r.series else ''} at "
+            f"x={_xfmt(r.x)} ({r.busy_pct_max:.0f} %)" for r in hot.itertuples()]
 
 
 def _xfmt(x: float) -> str:
@@ -440,7 +452,7 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
 def point_table(agg: pd.DataFrame, tail: float) -> str:
     """Plain-text per-point table (median over ok repeats)."""
     t = f"p{tail:g}"
-    cols = ["system", "x", "ok/fail", "tput/s", "IRT p50", f"IRT {t}", "CRT p50", f"CRT {t}", "note"]
+    cols = ["system", "x", "ok/fail", "tput/s", "IRT p50", f"IRT {t}", "CRT p50", f"CRT {t}", "busy %", "note"]
     rows = []
     for _, r in agg.iterrows():
         name = STYLES.get(r.system, {}).get("label", r.system) + (f" [{r.series}]" if r.series else "")
@@ -449,6 +461,6 @@ def point_table(agg: pd.DataFrame, tail: float) -> str:
             note += f": {r.reasons}"
         rows.append([name, _xfmt(r.x), f"{r.repeats_ok}/{r.repeats_failed}",
                      _fmt(r.throughput_tps_median), _fmt(r.irt_p50_ms_median), _fmt(r.irt_tail_ms_median),
-                     _fmt(r.crt_p50_ms_median), _fmt(r.crt_tail_ms_median), note[:70]])
+                     _fmt(r.crt_p50_ms_median), _fmt(r.crt_tail_ms_median), _fmt(r.busy_pct_max, 0), note[:70]])
     head, rest = text_table(cols, rows, left=(0, 8)).split("\n", 1)
     return f"{head}   (latencies in ms)\n{rest}"  # the unit on the header line

@@ -1,6 +1,7 @@
 """drawFig(name): results/data-<name>.pdf (+ .png and .csv beside it) from the run folders in results/<name>/.
 
     python genFigure.py n_clients [--results results] [--tail 95]
+    python genFigure.py --claims        # results/claims.md: every experiment's numbers beside the paper's claims
     python -c 'import genFigure; genFigure.drawFig("n_clients")'
 Names: n_clients, crt_ratio, tpca, scalability, robust (or exp1..exp5).
 """
@@ -8,7 +9,7 @@ import argparse
 import sys
 
 from testbed.core import experiments, options
-from testbed.analysis import figures
+from testbed.analysis import claims, figures
 
 
 def drawFig(name, results="results", tail=None, config=None):
@@ -20,17 +21,24 @@ def drawFig(name, results="results", tail=None, config=None):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("names", nargs="+", help="experiment names: " + ", ".join(experiments.EXPERIMENTS))
+    ap.add_argument("names", nargs="*", help="experiment names: " + ", ".join(experiments.EXPERIMENTS))
+    ap.add_argument("--claims", action="store_true",
+                    help="also write results/claims.md: every experiment's numbers beside the paper's claims")
     options.add_results_root(ap, "--results")
     ap.add_argument("--tail", type=float, default=None, help="tail percentile (default: TAIL_PERCENTILE)")
     options.add_config(ap)
     a = ap.parse_args(argv)
+    if not a.names and not a.claims:
+        ap.error("name an experiment, or --claims")
     try:
         names = [experiments.get(n).name for n in a.names]   # every name checked before anything is drawn
         for n in names:
             fig = figures.draw(n, root=a.results, tail=a.tail, config=a.config)
             print(figures.point_table(fig.table, fig.tail))
             print(f"figure: {fig.pdf}")
+        if a.claims:
+            path = claims.write(a.results)
+            print(f"claims: {path}" if path else f"claims: no experiment has runs under {a.results}/")
     except ValueError as e:
         print(f"genFigure: error: {e}", file=sys.stderr)
         return 2

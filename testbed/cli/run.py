@@ -43,6 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
     options.add_choice(ap, "processes", d["processes"])
     options.add_choice(ap, "transport", d["transport"])
+    options.add_knob(ap, "seed", d["seed"])
     options.add_knob(ap, "base_port", d["base_port"])
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")
     options.add_results_root(ap)

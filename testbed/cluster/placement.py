@@ -41,9 +41,10 @@ def host_sequence(hosts, n: int) -> list[Host]:
 
 
 def plan(cfg: ExpConfig, hosts) -> list[Container]:
-    """Containers for cfg.regions x cfg.shards_per_region shards, then the driver at cfg.driver_ip."""
+    """Containers for the regions deployed (cfg.max_regions) x cfg.shards_per_region shards, then the driver at
+    cfg.driver_ip."""
     net = ipaddress.IPv4Network(cfg.subnet)
-    R, N, prefix = cfg.regions, cfg.shards_per_region, cfg.subnet_prefix
+    R, N, prefix = cfg.max_regions, cfg.shards_per_region, cfg.subnet_prefix
     driver = ipaddress.IPv4Address(cfg.driver_ip)
     picks = host_sequence(hosts, R * N)
     out = []
@@ -51,7 +52,7 @@ def plan(cfg: ExpConfig, hosts) -> list[Container]:
         for s in range(1, N + 1):
             ip = f"{prefix}.{r}.{s}"
             if r > 255 or s > 254 or ipaddress.IPv4Address(ip) not in net:
-                raise ValueError(f"SUBNET={cfg.subnet}: too small for REGIONS={R} x SHARDS_PER_REGION={N} "
+                raise ValueError(f"SUBNET={cfg.subnet}: too small for {R} regions (MAX_REGIONS) x SHARDS_PER_REGION={N} "
                                  f"({ip} falls outside); use a /16")
             if ipaddress.IPv4Address(ip) == driver:
                 raise ValueError(f"DRIVER_IP={cfg.driver_ip}: collides with shard container "

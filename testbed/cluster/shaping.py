@@ -85,7 +85,7 @@ def tc_plan(my_region: int, regions: int, rtt_matrix_ms, jitter_ms: float = 0, d
 
 def tc_plan_for(cfg, region: int, jitter_ms: float | None = None, dev: str = "eth0") -> list[list[str]]:
     """tc_plan with the values of an ExpConfig (jitter_ms overrides cfg.jitter_ms, e.g. for exp 5)."""
-    return tc_plan(region, cfg.regions, rtt_matrix(cfg), cfg.jitter_ms if jitter_ms is None else jitter_ms,
+    return tc_plan(region, cfg.max_regions, rtt_matrix(cfg), cfg.jitter_ms if jitter_ms is None else jitter_ms,
                    cfg.jitter_distribution, cfg.netem_limit, dev, cfg.control_ports, cfg.subnet_prefix)
 
 

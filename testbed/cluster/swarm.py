@@ -658,7 +658,7 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
             "swarm_created": bool(created_swarm or (prev or {}).get("swarm_created")),
             # Docker makes docker_gwbridge for the first overlay container; removed by down() if it was not there
             "gwbridge_created": bool((prev or {}).get("gwbridge_created") if prev else not gwbridge_before),
-            "key": str(key_path), "regions": cfg.regions, "shards_per_region": cfg.shards_per_region,
+            "key": str(key_path), "regions": cfg.max_regions, "shards_per_region": cfg.shards_per_region,
             "rtt_ms": rtt_matrix(cfg), "scale": cfg.scale,
             "hosts": [h.address for h in hosts],
             "containers": [dict(name=c.name, ip=c.ip, host=c.host.address, region=c.region, shard=c.shard,

@@ -36,7 +36,8 @@ _default = knoblib.default
 @dataclass(frozen=True)
 class ExpConfig:
     """exp_config.py, checked; a setting the file leaves out has the default of testbed/core/knobs.py."""
-    regions: int = _default("REGIONS")
+    regions: int = _default("REGIONS")            # used by every experiment but exp 4
+    max_regions: int | None = _default("MAX_REGIONS")   # deployed; validate() sets it (None: the most used)
     shards_per_region: int = _default("SHARDS_PER_REGION")
     replicas: int = _default("REPLICAS")
     scale: float = _default("SCALE")
@@ -61,6 +62,7 @@ class ExpConfig:
     ssh_connect_timeout_s: float = _default("SSH_CONNECT_TIMEOUT_S")
     systems: tuple = _default("SYSTEMS")   # () = every protocol the engine has built (its registry)
     n_repeat: int = _default("N_REPEAT")
+    seed: int = _default("SEED")
     duration_s: float = _default("DURATION_S")
     warmup_s: float = _default("WARMUP_S")
     cooldown_s: float = _default("COOLDOWN_S")
@@ -73,6 +75,7 @@ class ExpConfig:
     robust_rtt_var: tuple = _default("ROBUST_RTT_VAR")
     fixed_client_process_per_shard: int = _default("FIXED_CLIENT_PROCESS_PER_SHARD")
     fixed_concurrency: int = _default("FIXED_CONCURRENCY")
+    scalability_concurrency: int = _default("SCALABILITY_CONCURRENCY")
     protocol_options: tuple = _default("PROTOCOL_OPTIONS")   # ((protocol, ((option, value), ...)), ...), checked
     # against the registry
 
@@ -181,10 +184,11 @@ def _overrides(raw, regions) -> tuple:
 
 
 def _check_jitter(name, j, cfg):
-    if cfg.regions < 2 or j == 0:
+    M = cfg.max_regions
+    if M < 2 or j == 0:
         return
     m = rtt_matrix(cfg)
-    one_way = min(m[a][b] for a in range(cfg.regions) for b in range(cfg.regions) if a != b) / 2
+    one_way = min(m[a][b] for a in range(M) for b in range(M) if a != b) / 2
     sigma = j / math.sqrt(2)
     if sigma > one_way:
         raise ValueError(f"{name}={j}: must be in [0, {one_way * math.sqrt(2):.1f}] (per-direction std-dev "
@@ -198,6 +202,18 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     """Check every knob; return a normalised copy (tuples, ints, sorted overrides). Raises ValueError."""
     c = {}
     c["regions"] = R = knoblib.check("REGIONS", cfg.regions)
+    # exp 4 uses the first k of the regions deployed; a protocol needing more regions than a point has is skipped
+    # there by the runner (its registry entry says)
+    scal = knoblib.check_sweep("SCALABILITY_N_REGIONS", cfg.scalability_n_regions)
+    if cfg.max_regions is None:
+        M = max(R, *scal)
+    else:
+        M = knoblib.check("MAX_REGIONS", cfg.max_regions)
+        for name, v in [("REGIONS", R)] + [("SCALABILITY_N_REGIONS item", k) for k in scal]:
+            if v > M:
+                raise ValueError(f"{name}={v}: must be <= MAX_REGIONS={M}, the regions deployed (raise MAX_REGIONS, "
+                                 "or set it to None: the most any experiment uses)")
+    c["max_regions"], c["scalability_n_regions"] = M, scal
     c["shards_per_region"] = knoblib.check("SHARDS_PER_REGION", cfg.shards_per_region)
     c["replicas"] = knoblib.check("REPLICAS", cfg.replicas)
     c["scale"] = knoblib.check("SCALE", cfg.scale)
@@ -206,7 +222,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["engine_transport"] = knoblib.check("ENGINE_TRANSPORT", cfg.engine_transport)
     c["intra_rtt_ms"] = knoblib.check("INTRA_RTT_MS", cfg.intra_rtt_ms)
     c["inter_rtt_ms"] = knoblib.check("INTER_RTT_MS", cfg.inter_rtt_ms)
-    c["rtt_overrides"] = _overrides(cfg.rtt_overrides, R)
+    c["rtt_overrides"] = _overrides(cfg.rtt_overrides, M)
     c["jitter_ms"] = knoblib.check("JITTER_MS", cfg.jitter_ms)
     c["jitter_distribution"] = knoblib.check("JITTER_DISTRIBUTION", cfg.jitter_distribution)
     c["shaping"] = knoblib.check("SHAPING", cfg.shaping)
@@ -237,9 +253,9 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     if not 16 <= net.prefixlen <= 23 or str(net.network_address).split(".")[2:] != ["0", "0"]:
         raise ValueError(f"SUBNET={cfg.subnet!r}: must be an IPv4 network a.b.0.0/p with p in [16, 23]")
     max_regions = 2 ** (24 - net.prefixlen) - 1
-    if R > max_regions:
+    if M > max_regions:
         raise ValueError(f"SUBNET={cfg.subnet!r}: holds regions 1..{max_regions} (a.b.<region>.0/24), "
-                         f"REGIONS={R} needs a larger subnet (e.g. /16)")
+                         f"{M} regions deployed (MAX_REGIONS) need a larger subnet (e.g. /16)")
     try:
         driver = ipaddress.IPv4Address(cfg.driver_ip)
     except (ValueError, TypeError):
@@ -259,6 +275,11 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["systems"] = tuple(dict.fromkeys(cfg.systems))
     c["protocol_options"] = _protocol_options(cfg.protocol_options)
     c["n_repeat"] = knoblib.check("N_REPEAT", cfg.n_repeat)
+    c["seed"] = knoblib.check("SEED", cfg.seed)
+    top = int(knoblib.knob("SEED").hi)
+    if c["seed"] + c["n_repeat"] - 1 > top:
+        raise ValueError(f"SEED={c['seed']}: must be <= {top - c['n_repeat'] + 1} with N_REPEAT={c['n_repeat']} "
+                         f"(repeat r uses SEED + r - 1, at most {top})")
     c["duration_s"] = knoblib.check("DURATION_S", cfg.duration_s)
     c["warmup_s"] = knoblib.check("WARMUP_S", cfg.warmup_s)
     c["cooldown_s"] = knoblib.check("COOLDOWN_S", cfg.cooldown_s)
@@ -271,11 +292,10 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["client_process_per_shard"] = knoblib.check_sweep("CLIENT_PROCESS_PER_SHARD", cfg.client_process_per_shard)
     c["crt_ratios"] = knoblib.check_sweep("CRT_RATIOS", cfg.crt_ratios)
     c["zipfs"] = knoblib.check_sweep("ZIPFS", cfg.zipfs)
-    # a protocol needing more regions than a point has is skipped there by the runner (its registry entry says)
-    c["scalability_n_regions"] = knoblib.check_sweep("SCALABILITY_N_REGIONS", cfg.scalability_n_regions, hi=R)
     c["robust_rtt_var"] = knoblib.check_sweep("ROBUST_RTT_VAR", cfg.robust_rtt_var)
     c["fixed_client_process_per_shard"] = knoblib.check("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard)
     c["fixed_concurrency"] = knoblib.check("FIXED_CONCURRENCY", cfg.fixed_concurrency)
+    c["scalability_concurrency"] = knoblib.check("SCALABILITY_CONCURRENCY", cfg.scalability_concurrency)
 
     out = dataclasses.replace(cfg, **c)
     for r, row in enumerate(rtt_matrix(out), 1):
@@ -312,7 +332,7 @@ def _protocol_options(raw) -> tuple:
 
 
 def rtt_matrix(cfg: ExpConfig, regions: int | None = None) -> list[list[float]]:
-    """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1).
-    regions < cfg.regions gives the top-left sub-matrix (exp 4)."""
-    return rtt.matrix(cfg.regions if regions is None else regions, cfg.intra_rtt_ms, cfg.inter_rtt_ms,
+    """R x R round-trip times in ms (row = source, column = destination, indices from 0 = region 1) of the regions
+    deployed (MAX_REGIONS); regions < that gives the top-left sub-matrix (the first k regions: exp 4, REGIONS)."""
+    return rtt.matrix(cfg.max_regions if regions is None else regions, cfg.intra_rtt_ms, cfg.inter_rtt_ms,
                       cfg.rtt_overrides)

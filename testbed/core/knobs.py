@@ -76,8 +76,10 @@ class Setting:
 
 KNOBS = (
     # deployment
-    Knob(("regions", "REGIONS", "SCALABILITY_N_REGIONS"), 1, 64, True, "", "R, regions",
-         default=dict(regions=3, REGIONS=3, SCALABILITY_N_REGIONS=(3,))),
+    # REGIONS: the regions every experiment but exp 4 uses; SCALABILITY_N_REGIONS: exp 4's (the first k);
+    # MAX_REGIONS: the regions deployed (containers), None = the most any experiment uses
+    Knob(("regions", "REGIONS", "SCALABILITY_N_REGIONS", "MAX_REGIONS"), 1, 64, True, "", "R, regions",
+         default=dict(regions=3, REGIONS=3, SCALABILITY_N_REGIONS=(3, 5, 7, 10), MAX_REGIONS=None)),
     # a shard's container has the address <prefix>.<region>.<shard> (testbed/cluster/placement.py)
     Knob(("shards", "SHARDS_PER_REGION"), 1, 239, True, "", "N, shards per region",
          default=dict(shards=2, SHARDS_PER_REGION=2)),
@@ -87,9 +89,9 @@ KNOBS = (
     Knob(("clients_per_shard", "CLIENT_PROCESS_PER_SHARD", "FIXED_CLIENT_PROCESS_PER_SHARD"), 1, 16, True, "",
          "client processes per shard",
          default=dict(clients_per_shard=1, CLIENT_PROCESS_PER_SHARD=(1,), FIXED_CLIENT_PROCESS_PER_SHARD=1)),
-    Knob(("concurrency", "CONCURRENCY_LEVELS", "FIXED_CONCURRENCY"), 1, 256, True, "",
+    Knob(("concurrency", "CONCURRENCY_LEVELS", "FIXED_CONCURRENCY", "SCALABILITY_CONCURRENCY"), 1, 256, True, "",
          "closed-loop coordinators per client process",
-         default=dict(concurrency=2, CONCURRENCY_LEVELS=(1, 2, 4), FIXED_CONCURRENCY=1)),
+         default=dict(concurrency=2, CONCURRENCY_LEVELS=(1, 2, 4), FIXED_CONCURRENCY=4, SCALABILITY_CONCURRENCY=2)),
     Knob(("duration", "DURATION_S"), 1, 3600, False, "s", "client run time", default=dict(duration=10.0, DURATION_S=20)),
     Knob(("warmup", "WARMUP_S"), 0, 3600, False, "s", "trimmed from the window start",
          default=dict(warmup=2.0, WARMUP_S=5)),
@@ -121,12 +123,13 @@ KNOBS = (
          default=dict(OVERLAY_MTU=1450)),
     # hosts and runs
     Knob(("base_port",), 1024, 65000, True, "", "first port tried", default=dict(base_port=20000)),
-    Knob(("seed",), 0, 2**31 - 1, True, "", "workload seed", default=dict(seed=1)),
+    Knob(("seed", "SEED"), 0, 2**31 - 1, True, "", "workload seed (a sweep's repeat r uses SEED + r - 1)",
+         default=dict(seed=1, SEED=1)),
     Knob(("CONTAINER_CPUS",), 0.1, 1024, False, "CPUs", "CPU limit per container (None: none, 'auto')",
          default=dict(CONTAINER_CPUS=None)),
     Knob(("SSH_CONNECT_TIMEOUT_S",), 1, 300, False, "s", "SSH connect timeout to a host",
          default=dict(SSH_CONNECT_TIMEOUT_S=15)),
-    Knob(("N_REPEAT",), 1, 100, True, "", "repeats per point", default=dict(N_REPEAT=1)),
+    Knob(("N_REPEAT",), 1, 100, True, "", "repeats per point", default=dict(N_REPEAT=3)),
     Knob(("TAIL_PERCENTILE",), 50, 100, False, "", "the figures' tail percentile", lo_open=True, hi_open=True,
          default=dict(TAIL_PERCENTILE=99)),
 )

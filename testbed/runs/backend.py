@@ -24,11 +24,11 @@ from testbed.core.runtypes import RunResult
 
 
 def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float | None = None) -> dict:
-    """Deploy knobs from exp_config: scale, the RTT matrix (first `regions` regions), jitter, durations.
-    rtt_jitter_ms overrides JITTER_MS (exp 5). The caller adds mode, workload and the swept knob."""
+    """Deploy knobs from exp_config: scale, the RTT matrix (the first `regions` regions; default REGIONS), jitter,
+    durations. rtt_jitter_ms overrides JITTER_MS (exp 5). The caller adds mode, workload and the swept knob."""
     R = cfg.regions if regions is None else regions
-    if not 1 <= R <= cfg.regions:
-        raise ValueError(f"regions={R}: must be in [1, REGIONS={cfg.regions}]")
+    if not 1 <= R <= cfg.max_regions:
+        raise ValueError(f"regions={R}: must be in [1, MAX_REGIONS={cfg.max_regions}], the regions deployed")
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
     return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, district=cfg.tpcc_district, processes=cfg.engine_processes,
                 transport=cfg.engine_transport,
@@ -62,8 +62,9 @@ class Backend(ABC):
         probe > 0: an RTT self-test instead (RunResult.probe, see testbed/core/rtt.py)."""
 
     def selftest_knobs(self, cfg: ExpConfig) -> dict:
-        """Deploy knobs of the RTT self-test: the configured matrix, no jitter, one light client per shard."""
-        return {**base_knobs(cfg), "jitter": 0, "concurrency": 1, "clients_per_shard": 1}  # the default protocol
+        """Deploy knobs of the RTT self-test: the configured matrix of every region deployed, no jitter, one light
+        client per shard."""
+        return {**base_knobs(cfg, regions=cfg.max_regions), "jitter": 0, "concurrency": 1, "clients_per_shard": 1}  # the default protocol
 
     def describe(self) -> str:
         return f"{self.name} backend, shaping {self.mechanism}"

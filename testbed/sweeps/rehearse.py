@@ -33,7 +33,7 @@ def _config(deployment: str, image: str, folder: Path, subnet_b: int) -> Path:
     path.write_text((REPO / "exp_config.py").read_text() + "\n# ---- the rehearsal's own deployment\n"
                     f"DEPLOYMENT = {deployment!r}\nNETWORK_NAME = {deployment + '_txn'!r}\n"
                     f"IMAGE_NAME = {image!r}\nSUBNET = '10.{subnet_b}.0.0/16'\nDRIVER_IP = '10.{subnet_b}.0.240'\n"
-                    f"CONTAINER_CPUS = None\n")
+                    f"CONTAINER_CPUS = None\nMAX_REGIONS = REGIONS\nSCALABILITY_N_REGIONS = [REGIONS]\n")
     return path
 
 

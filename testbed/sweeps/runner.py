@@ -15,6 +15,7 @@ cut-off or damaged ones are run again; --fresh runs everything again (old folder
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -23,10 +24,10 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.analysis import figures
+from testbed.analysis import claims, figures
 from testbed.analysis.rundirs import run_outcome, scan_runs
 from testbed.core import deploy as deploylib, experiments, interrupts, lock, options, protocols
-from testbed.core.config import ExpConfig, load_exp_config
+from testbed.core.config import ExpConfig, load_exp_config, validate
 from testbed.core.experiments import Experiment, Point
 from testbed.core.runtypes import Interrupted, RunError
 from testbed.runs.backend import base_knobs
@@ -51,11 +52,15 @@ def _canon(v):
     return str(v)
 
 
-def point_key(experiment: str, system: str, knobs: dict, backend: str, mechanism: str) -> str:
-    """Stable hash of everything that determines a point's measurement (not the per-repeat seed)."""
+def point_key(experiment: str, system: str, knobs: dict, backend: str, mechanism: str, seed: int = 1) -> str:
+    """Stable hash of everything that determines a point's measurement: not the per-repeat seed, but the sweep's
+    first seed (SEED / --seed; repeat r runs seed + r)."""
     k = {n: v for n, v in deploylib.validate(**knobs).items() if n not in NOT_MEASUREMENT}
-    blob = json.dumps(_canon({"v": KEY_VERSION, "experiment": experiment, "system": system, "knobs": k,
-                              "backend": backend, "mechanism": mechanism}), sort_keys=True)
+    what = {"v": KEY_VERSION, "experiment": experiment, "system": system, "knobs": k, "backend": backend,
+            "mechanism": mechanism}
+    if seed != 1:  # the default leaves the keys of earlier sweeps as they were
+        what["seed"] = seed
+    blob = json.dumps(_canon(what), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -115,13 +120,16 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
     sweep.systems = list(cfg.systems or built)
     for name in sorted(set(dict(cfg.protocol_options)) - set(built)):
         log(f"PROTOCOL_OPTIONS[{name!r}] ignored: {name} is not built")
+    points = exp.points(cfg)
     for s in systems:
         proto = registry.get(s)
-        if cfg.regions < proto.min_regions:
-            raise ValueError(f"REGIONS={cfg.regions}: {s} needs at least {proto.min_regions} regions; raise REGIONS "
-                             f"or drop {s} from SYSTEMS")
+        if all((p.regions or cfg.regions) < proto.min_regions for p in points):
+            knob = "SCALABILITY_N_REGIONS" if any(p.regions for p in points) else "REGIONS"
+            most = max(p.regions or cfg.regions for p in points)
+            raise ValueError(f"{knob}={most if knob == 'REGIONS' else list(cfg.scalability_n_regions)}: {s} needs "
+                             f"at least {proto.min_regions} regions; raise {knob} or drop {s} from SYSTEMS")
         proto.check_options(cfg.options_of(s))
-        for p in exp.points(cfg):
+        for p in points:
             if (p.regions or cfg.regions) < proto.min_regions:
                 log(f"skipping {s} at {p.label}: {s} needs at least {proto.min_regions} regions")
                 sk = sweep.skipped_points.setdefault(s, {"x": [], "reason": f"needs at least {proto.min_regions} regions"})
@@ -129,9 +137,9 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
                 continue
             knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name,
                      "protocol_options": cfg.options_of(s)}
-            key = point_key(exp.name, s, knobs, backend.name, backend.mechanism)
+            key = point_key(exp.name, s, knobs, backend.name, backend.mechanism, cfg.seed)
             for r in range(cfg.n_repeat):
-                sweep.tasks.append(Task(s, p, r, {**knobs, "seed": r + 1}, key))
+                sweep.tasks.append(Task(s, p, r, {**knobs, "seed": cfg.seed + r}, key))
     return sweep
 
 
@@ -291,6 +299,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--fresh", action="store_true",
                     help="run every point again instead of reusing ok runs of the same configuration "
                          "(old run folders are kept, the newest run counts)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="workload seed of each point's first repeat (repeat r uses SEED + r - 1); overrides SEED of "
+                         "exp_config.py (default 1), recorded in every run folder; another seed gives other points")
     options.add_backend(ap)
     options.add_config(ap)
     options.add_results_root(ap)
@@ -298,12 +309,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kind="auto", out="results",
-                   log=print) -> tuple[int, Path | None]:
+                   log=print, seed: int | None = None) -> tuple[int, Path | None]:
     """One experiment end to end: sweep, close the backend, draw the figure, print the table and the PDF path.
-    Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad configuration, 128 + signal interrupted."""
+    seed overrides SEED. Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad configuration, 128 + signal
+    interrupted."""
     exp = experiments.get(name)
     try:
         cfg = load_exp_config(config)
+        if seed is not None:
+            cfg = validate(dataclasses.replace(cfg, seed=seed))
         if quick:
             cfg = experiments.quick_config(cfg, exp)
         backend = open_backend(backend_kind, cfg)
@@ -337,6 +351,11 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
         return code or 1, None
     log("")
     log(figures.point_table(fig.table, fig.tail))
+    hot = figures.hot_points(fig.table)
+    if hot:  # the figure's caption says it too
+        log(f"\nWARNING: the host's CPU was more than {figures.CPU_BUSY_WARN_PCT} % busy at {', '.join(hot)}: the "
+            "tails there include waiting for a core, not only the protocol; lower the load (FIXED_CONCURRENCY, "
+            "CONCURRENCY_LEVELS) or give the runs more cores")
     log(f"\n{len(sweep.outcomes)} of {len(sweep.tasks)} runs done ({n_reused} reused, {len(sweep.failed)} failed) "
         f"in {_hms(time.monotonic() - t0)}" + (f"; INTERRUPTED ({sweep.interrupted})" if sweep.interrupted else ""))
     log(f"figure: {fig.pdf}  (also {fig.png.name}, {fig.csv.name})")
@@ -360,7 +379,7 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     try:
         with job(kind, a.out, a.wait):
             for name in names:
-                code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out)
+                code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out, seed=a.seed)
                 if pdf:
                     pdfs.append(pdf)
                 rc = max(rc, code)
@@ -372,6 +391,13 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     print("\nfigures:" if pdfs else "\nno figure written")
     for p in pdfs:
         print(f"  {p}")
+    try:
+        table = claims.write(a.out)
+    except (OSError, ValueError) as e:  # the figures stand without it
+        print(f"warning: {claims.FILE} not written: {e}", file=sys.stderr)
+    else:
+        if table:
+            print(f"every experiment's numbers beside the paper's claims: {table}")
     return rc
 
 

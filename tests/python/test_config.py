@@ -15,7 +15,9 @@ def test_shipped_exp_config_is_valid_and_fits_one_small_machine():
         warnings.simplefilter("error")
         cfg = load_exp_config()
     assert cfg == load_exp_config(exp_config) == load_exp_config(REPO / "exp_config.py")
-    assert (cfg.regions, cfg.shards_per_region, cfg.replicas, cfg.n_repeat) == (3, 2, 3, 1)
+    assert (cfg.regions, cfg.shards_per_region, cfg.replicas, cfg.n_repeat) == (3, 2, 3, 3)
+    assert (cfg.max_regions, cfg.scalability_n_regions, cfg.seed) == (10, (3, 5, 7, 10), 1)
+    assert (cfg.fixed_concurrency, cfg.scalability_concurrency) == (4, 2)
     assert cfg.shaping == "auto" and cfg.subnet_prefix == "10.55" and 22 in cfg.control_ports
     assert cfg.systems == ("dast", "janus", "tapir", "slog")
     assert cfg.options_of("dast") == {"defer_commutative": True} and cfg.options_of("tapir") == {}
@@ -47,9 +49,9 @@ def test_loads_a_file_path(tmp_path):
 
 
 def test_rtt_matrix_defaults_and_symmetric_overrides():
-    assert rtt_matrix(load_exp_config({})) == [[5, 100, 100], [100, 5, 100], [100, 100, 5]]
+    assert rtt_matrix(load_exp_config({}), 3) == [[5, 100, 100], [100, 5, 100], [100, 100, 5]]
     cfg = load_exp_config({"REGIONS": 4, "RTT_OVERRIDES": {(3, 1): 80, (2, 4): 150, (4, 4): 2},
-                           "ROBUST_RTT_VAR": [0, 20]})
+                           "ROBUST_RTT_VAR": [0, 20], "SCALABILITY_N_REGIONS": [3]})
     m = rtt_matrix(cfg)
     assert m == [[5, 100, 80, 100], [100, 5, 100, 150], [80, 100, 5, 100], [100, 150, 100, 2]]
     assert all(m[a][b] == m[b][a] for a in range(4) for b in range(4))
@@ -69,7 +71,9 @@ def test_rtt_matrix_defaults_and_symmetric_overrides():
     ({"INTRA_RTT_MS": -1}, r"INTRA_RTT_MS=-1: must be a number in \[0, 10000\]"),
     ({"INTER_RTT_MS": "100"}, r"INTER_RTT_MS='100'"),
     ({"INTER_RTT_MS": float("nan")}, r"INTER_RTT_MS=nan"),
-    ({"RTT_OVERRIDES": {(1, 4): 80}}, r"RTT_OVERRIDES key \(1, 4\): must be a pair \(a, b\) of regions in \[1, 3\]"),
+    ({"RTT_OVERRIDES": {(1, 11): 80}}, r"RTT_OVERRIDES key \(1, 11\): must be a pair \(a, b\) of regions in \[1, 10\]"),
+    ({"RTT_OVERRIDES": {(1, 4): 80}, "MAX_REGIONS": 3, "SCALABILITY_N_REGIONS": [3]},
+     r"RTT_OVERRIDES key \(1, 4\): must be a pair \(a, b\) of regions in \[1, 3\]"),
     ({"RTT_OVERRIDES": {(0, 1): 80}}, r"RTT_OVERRIDES key \(0, 1\)"),
     ({"RTT_OVERRIDES": {"1-2": 80}}, r"RTT_OVERRIDES key '1-2'"),
     ({"RTT_OVERRIDES": {(1, 2): -5}}, r"RTT_OVERRIDES\[\(1, 2\)\]=-5"),
@@ -93,7 +97,8 @@ def test_rtt_matrix_defaults_and_symmetric_overrides():
     ({"SUBNET": "10.55.1.0/16"}, r"SUBNET='10.55.1.0/16'"),
     ({"SUBNET": "10.55.16.0/20"}, r"SUBNET='10.55.16.0/20': must be an IPv4 network a.b.0.0/p"),
     ({"SUBNET": "nonsense"}, r"SUBNET='nonsense'"),
-    ({"SUBNET": "10.55.0.0/23", "REGIONS": 3}, r"SUBNET='10.55.0.0/23': holds regions 1..1 .* REGIONS=3"),
+    ({"SUBNET": "10.55.0.0/23", "REGIONS": 3}, r"SUBNET='10.55.0.0/23': holds regions 1..1 .*, 10 regions deployed "
+                                                r"\(MAX_REGIONS\) need a larger subnet"),
     ({"SUBNET": "10.66.0.0/16"}, r"DRIVER_IP='10.55.0.240': must be in 10.66.0.0/24"),
     ({"DRIVER_IP": "10.55.1.240"}, r"DRIVER_IP='10.55.1.240': must be in 10.55.0.0/24"),
     ({"DRIVER_IP": "10.55.0.0"}, r"DRIVER_IP='10.55.0.0'"),
@@ -114,8 +119,17 @@ def test_rtt_matrix_defaults_and_symmetric_overrides():
     ({"CRT_RATIOS": [10, 110]}, r"CRT_RATIOS item=110: .*\[0, 100\]"),
     ({"ZIPFS": [1.5]}, r"ZIPFS item=1.5: .*\[0, 1\]"),
     ({"ZIPFS": 0.5}, r"ZIPFS=0.5: must be a non-empty list"),
-    ({"SCALABILITY_N_REGIONS": [3, 5]}, r"SCALABILITY_N_REGIONS item=5: must be an integer in \[1, 3\]"),
-    ({"SCALABILITY_N_REGIONS": [0]}, r"SCALABILITY_N_REGIONS item=0: .*\[1, 3\]"),
+    ({"SCALABILITY_N_REGIONS": [3, 5], "MAX_REGIONS": 3},
+     r"^SCALABILITY_N_REGIONS item=5: must be <= MAX_REGIONS=3, the regions deployed \(raise MAX_REGIONS, or set "
+     r"it to None: the most any experiment uses\)$"),
+    ({"REGIONS": 4, "MAX_REGIONS": 3, "SCALABILITY_N_REGIONS": [3]}, r"^REGIONS=4: must be <= MAX_REGIONS=3, the "
+                                                                     r"regions deployed"),
+    ({"SCALABILITY_N_REGIONS": [0]}, r"SCALABILITY_N_REGIONS item=0: .*\[1, 64\]"),
+    ({"SCALABILITY_N_REGIONS": [65]}, r"SCALABILITY_N_REGIONS item=65: .*\[1, 64\]"),
+    ({"MAX_REGIONS": 0}, r"^MAX_REGIONS=0: must be an integer in \[1, 64\]$"),
+    ({"MAX_REGIONS": "10"}, r"^MAX_REGIONS='10': must be an integer in \[1, 64\]$"),
+    ({"SEED": -1}, r"^SEED=-1: must be an integer in \[0, 2147483647\]$"),
+    ({"SEED": 2**31 - 1, "N_REPEAT": 3}, r"^SEED=2147483647: must be <= 2147483645 with N_REPEAT=3"),
     ({"ROBUST_RTT_VAR": []}, r"ROBUST_RTT_VAR=\[\]"),
     ({"FIXED_CONCURRENCY": 0}, r"FIXED_CONCURRENCY=0: must be an integer in \[1, 256\]"),
     ({"FIXED_CLIENT_PROCESS_PER_SHARD": [1]}, r"FIXED_CLIENT_PROCESS_PER_SHARD=\[1\]: must be an integer in \[1, 16\]"),
@@ -144,16 +158,27 @@ def test_jitter_between_half_and_full_one_way_delay_warns():
 
 
 def test_subnet_smaller_than_16_for_few_regions():
-    cfg = load_exp_config({"SUBNET": "10.55.0.0/22", "REGIONS": 3})  # regions 1..3 fit
+    cfg = load_exp_config({"SUBNET": "10.55.0.0/22", "REGIONS": 3, "SCALABILITY_N_REGIONS": [3]})  # regions 1..3 fit
     assert cfg.subnet == "10.55.0.0/22"
     with pytest.raises(ValueError, match="SUBNET='10.55.0.0/22': holds regions 1..3"):
-        load_exp_config({"SUBNET": "10.55.0.0/22", "REGIONS": 4})
+        load_exp_config({"SUBNET": "10.55.0.0/22", "REGIONS": 4, "SCALABILITY_N_REGIONS": [3]})
 
 
 def test_too_many_delay_classes_rejected():
     overrides = {(1, b): 100 + b for b in range(2, 16)}  # region 1 sees 14 cross-region delays + its own
     with pytest.raises(ValueError, match="RTT_OVERRIDES: region 1 would need 15 distinct delay classes"):
         load_exp_config({"REGIONS": 15, "RTT_OVERRIDES": overrides})
+
+
+def test_regions_deployed_and_regions_used():
+    # MAX_REGIONS None (the default): the most any experiment uses, exp 4's largest count included
+    c = load_exp_config({"REGIONS": 3, "SCALABILITY_N_REGIONS": [3, 5, 7, 10]})
+    assert (c.regions, c.max_regions, c.scalability_n_regions) == (3, 10, (3, 5, 7, 10))
+    assert load_exp_config({"REGIONS": 4, "SCALABILITY_N_REGIONS": [2, 3]}).max_regions == 4
+    assert load_exp_config({"REGIONS": 3, "SCALABILITY_N_REGIONS": [3], "MAX_REGIONS": 12}).max_regions == 12
+    assert len(rtt_matrix(c)) == 10 and rtt_matrix(c, 3) == [row[:3] for row in rtt_matrix(c)[:3]]
+    # the checked config validates again to itself (the --quick preset and --seed revalidate it)
+    assert load_exp_config(c.as_dict() and {k.upper(): v for k, v in c.as_dict().items()}) == c
 
 
 def test_type_errors_for_wrong_source():

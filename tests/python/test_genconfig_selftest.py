@@ -134,7 +134,7 @@ def test_cpu_limit_auto_and_fixed():
 
 
 def test_container_specs_static_ip_caps_labels_and_no_key_material(tmp_path):
-    cfg = load_exp_config({"CONTAINER_CPUS": "auto"})
+    cfg = load_exp_config({"CONTAINER_CPUS": "auto", "SCALABILITY_N_REGIONS": [3]})
     cs = plan(cfg, [Host("localhost")])
     specs = swarm.specs(cfg, cs, "ssh-ed25519 AAAA test", "dep1", {"localhost": 2}, repo=tmp_path)
     assert len(specs) == 7

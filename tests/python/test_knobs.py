@@ -70,8 +70,8 @@ def test_the_same_range_on_both_sides():
         config.load_exp_config({"CONCURRENCY_LEVELS": [1, 257]})
     with pytest.raises(ValueError, match=r"TAIL_PERCENTILE=100: must be a number in \(50, 100\)"):
         config.load_exp_config({"TAIL_PERCENTILE": 100})
-    with pytest.raises(ValueError, match=r"SCALABILITY_N_REGIONS item=4: must be an integer in \[1, 3\]"):
-        config.load_exp_config({"REGIONS": 3, "SCALABILITY_N_REGIONS": [4]})
+    with pytest.raises(ValueError, match=r"SCALABILITY_N_REGIONS item=65: must be an integer in \[1, 64\]"):
+        config.load_exp_config({"REGIONS": 3, "SCALABILITY_N_REGIONS": [65]})
 
 
 def bounds():

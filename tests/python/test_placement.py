@@ -63,10 +63,17 @@ def test_other_subnet_prefix():
 def test_subnet_too_small():
     with pytest.raises(ValueError, match="SUBNET='10.55.0.0/23'"):
         cfg(subnet="10.55.0.0/23")  # rejected before anything starts
-    small = dataclasses.replace(cfg(subnet="10.55.0.0/22"), regions=5)  # bypassing validation
-    with pytest.raises(ValueError, match=r"SUBNET=10.55.0.0/22: too small for REGIONS=5 x SHARDS_PER_REGION=2 "
+    small = dataclasses.replace(cfg(subnet="10.55.0.0/22"), max_regions=5)  # bypassing validation
+    with pytest.raises(ValueError, match=r"SUBNET=10.55.0.0/22: too small for 5 regions \(MAX_REGIONS\) x "
+                                         r"SHARDS_PER_REGION=2 "
                                          r"\(10.55.4.1 falls outside\)"):
         plan(small, [Host("localhost")])
+
+
+def test_containers_for_every_region_deployed():
+    # REGIONS=3 for most experiments, exp 4 up to 5: five regions of containers, brought up once
+    cs = plan(cfg(regions=3, SCALABILITY_N_REGIONS=[3, 5], shards_per_region=1), [Host("localhost")])
+    assert [c.name for c in cs] == [f"edge_r{r}_s1" for r in range(1, 6)] + ["edge_driver"]
 
 
 def test_no_hosts():

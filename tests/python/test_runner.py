@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from pathlib import Path
 
@@ -36,8 +37,9 @@ class FakeBackend(Backend):
     behaviour(knobs) -> ok | error | inconsistent | nocommit | interrupt."""
     name, mechanism = "fake", "app"
 
-    def __init__(self, behaviour=lambda k: "ok", modes=("dast",)):
+    def __init__(self, behaviour=lambda k: "ok", modes=("dast",), busy=None):
         self.behaviour, self.modes, self.calls, self.closed = behaviour, modes, [], False
+        self.busy = busy   # knobs -> the host's CPU busy share the run records (the lifecycle measures it)
 
     def registry(self):
         real = protocols.load()   # the built engine's entries, under the names this fake claims to have built
@@ -57,6 +59,8 @@ class FakeBackend(Backend):
         deploy.write_yaml(deploy_dict, run_dir / "deploy.yml")
         meta = {"run_id": run_dir.name, "backend": self.name, "shaping": "app",
                 "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(meta_extra or {})}
+        if self.busy:
+            meta["machine_cpu"] = {"busy_pct": self.busy(knobs), "steal_pct": 0.0}
 
         def finish(status, reason):
             meta.update(status=status, reason=reason or None)
@@ -228,6 +232,50 @@ def test_run_experiment_closes_the_backend_and_draws(tmp_path, monkeypatch, caps
     assert (tmp_path / "res" / "data-n_clients.png").is_file() and (tmp_path / "res" / "data-n_clients.csv").is_file()
 
 
+def test_a_busy_host_is_said_at_the_end_of_the_sweep_and_in_the_caption(tmp_path, monkeypatch, capsys):
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast']\nN_REPEAT = 2\nDURATION_S = 3\nWARMUP_S = 1\nCOOLDOWN_S = 0.5\n")
+    # one repeat of the top point ran the host 85 % busy: the point is named, with its worst repeat
+    b = FakeBackend(busy=lambda k: 85.0 if (k["concurrency"], k["seed"]) == (4, 2) else 30.0)
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    rc, pdf = runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res")
+    out = capsys.readouterr().out
+    assert rc == 0 and pdf.is_file()
+    assert "WARNING: the host's CPU was more than 70 % busy at DAST at x=8 (85 %): the tails there include" in out
+    assert "x=4" not in out.split("WARNING")[1]
+    runs = figures.load_runs(tmp_path / "res" / "n_clients", 99)
+    assert "host CPU busy 30-85 %, above 70 % at x = 8 (tails there include CPU queueing)" in figures.caption(
+        runs, None, "w", 2, 99)
+    table = figures.point_table(figures.aggregate(runs), 99)
+    assert "busy %" in table.splitlines()[0] and "85" in table.splitlines()[-1]
+
+    # below the limit everywhere: no warning
+    b2 = FakeBackend(busy=lambda k: 69.9)
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b2)
+    runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res2")
+    assert "WARNING" not in capsys.readouterr().out
+
+
+def test_seed_knob_and_option(tmp_path, monkeypatch):
+    b = FakeBackend()
+    s1 = runner.plan(EXP1, cfg(), b, log=lambda *_: None)
+    s5 = runner.plan(EXP1, cfg(SEED=5), b, log=lambda *_: None)
+    assert [t.knobs["seed"] for t in s1.tasks][:2] == [1, 2] and [t.knobs["seed"] for t in s5.tasks][:2] == [5, 6]
+    assert {t.key for t in s1.tasks}.isdisjoint({t.key for t in s5.tasks})   # another seed: other points
+    # --seed overrides SEED of the config, and every run records its seed (deploy.yml)
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast']\nN_REPEAT = 2\nDURATION_S = 3\nWARMUP_S = 1\nCOOLDOWN_S = 0.5\n"
+                       "CONCURRENCY_LEVELS = [1]\nSEED = 3\n")
+    runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res", seed=40)
+    assert sorted(c[2] for c in b.calls) == [40, 41]
+    seeds = sorted(yaml.safe_load((d / "deploy.yml").read_text())["seed"] for d in (tmp_path / "res" / "n_clients").iterdir()
+                   if d.is_dir())
+    assert seeds == [40, 41]
+    assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res", seed=-2)[0] == 2   # one line, no run
+    assert len(b.calls) == 2
+
+
 def test_run_experiment_rejects_bad_config(tmp_path, capsys):
     cfgfile = tmp_path / "exp_config.py"
     cfgfile.write_text("N_REPEAT = 0\n")
@@ -248,12 +296,13 @@ def test_exp1_x_is_clients_per_region_and_pairs_stay_apart():
 def test_other_experiments_sweep_their_knob():
     c = cfg(CRT_RATIOS=[10, 90], ZIPFS=[0.5, 1], SCALABILITY_N_REGIONS=[2, 3], ROBUST_RTT_VAR=[0, 20],
             CONCURRENCY_LEVELS=[1, 8], CLIENT_PROCESS_PER_SHARD=[2, 1], FIXED_CLIENT_PROCESS_PER_SHARD=3,
-            FIXED_CONCURRENCY=5)
+            FIXED_CONCURRENCY=5, SCALABILITY_CONCURRENCY=2)
     e2, e3, e4, e5 = (experiments.get(f"exp{i}").points(c) for i in (2, 3, 4, 5))
     assert [(p.x, p.knobs["payment_crt_rate"], p.knobs["workload"]) for p in e2] == [(10, 10, "tpcc"), (90, 90, "tpcc")]
     assert [(p.x, p.knobs["zipf"], p.knobs["workload"]) for p in e3] == [(0.5, 0.5, "tpca"), (1, 1.0, "tpca")]
     assert [(p.x, p.base) for p in e4] == [(2, {"regions": 2}), (3, {"regions": 3})]
-    assert all(p.knobs["clients_per_shard"] == 3 and p.knobs["concurrency"] == 5 for p in e2 + e3 + e4 + e5)
+    assert all(p.knobs["clients_per_shard"] == 3 and p.knobs["concurrency"] == 5 for p in e2 + e3 + e5)
+    assert all(p.knobs["clients_per_shard"] == 3 and p.knobs["concurrency"] == 2 for p in e4)  # its own load
     b = FakeBackend()
     s = runner.plan(experiments.get("exp5"), c, b, log=lambda *_: None)
     jit = sorted({t.knobs["jitter"] for t in s.tasks})

@@ -111,12 +111,20 @@ def test_bad_inputs():
 
 def test_plan_from_config_uses_overrides_ports_and_prefix():
     cfg = load_exp_config({"RTT_OVERRIDES": {(2, 1): 80}, "ROBUST_RTT_VAR": [0, 20], "CONTROL_PORTS": [22],
-                           "SUBNET": "10.77.0.0/16", "DRIVER_IP": "10.77.0.240", "NETEM_LIMIT": 777})
+                           "SUBNET": "10.77.0.0/16", "DRIVER_IP": "10.77.0.240", "NETEM_LIMIT": 777,
+                           "SCALABILITY_N_REGIONS": [3]})
     plan = tc_plan_for(cfg, 1, jitter_ms=20)
     assert [a[a.index("delay") + 1:a.index("delay") + 3] for a in netems(plan)] == [
         ["2.5ms", "limit"], ["40ms", "14.142ms"], ["50ms", "14.142ms"]]
     assert {a[a.index("dst") + 1] for a in plan if "dst" in a} == {f"10.77.{r}.0/24" for r in (1, 2, 3)}
     assert all(a[-1] == "777" for a in netems(plan))
+
+
+def test_plan_from_config_covers_every_region_deployed():
+    # exp 4 runs on the first k of the regions deployed: every container's plan shapes traffic to all of them
+    cfg = load_exp_config({"REGIONS": 3, "SCALABILITY_N_REGIONS": [3, 5]})
+    plan = tc_plan_for(cfg, 4)
+    assert {a[a.index("dst") + 1] for a in plan if "dst" in a} == {f"10.55.{r}.0/24" for r in range(1, 6)}
 
 
 def test_to_shell_and_apply_ignore_only_deletions():

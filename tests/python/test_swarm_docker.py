@@ -38,7 +38,7 @@ def labelled(deployment=DEPLOYMENT):
 
 def cfg_of(**over):
     base = {"IMAGE_NAME": IMAGE, "DEPLOYMENT": DEPLOYMENT, "NETWORK_NAME": NETWORK, "SUBNET": "10.231.0.0/16",
-            "DRIVER_IP": "10.231.0.240", "SHAPING": "auto", "CONTAINER_CPUS": 1.5}
+            "DRIVER_IP": "10.231.0.240", "SHAPING": "auto", "CONTAINER_CPUS": 1.5, "SCALABILITY_N_REGIONS": [3]}
     return load_exp_config({**base, **over})
 
 
