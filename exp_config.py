@@ -76,7 +76,8 @@ FIXED_CONCURRENCY = 4                # closed-loop coordinators each (1..256) in
                                      # used 15-50 on 2 cores per process
 SCALABILITY_CONCURRENCY = 2          # exp 4's coordinators per client process, the same in every region at every
                                      # point: at 10 x 2 on a 2-core VM, 4 ran the host 93 % busy with TAPIR (its
-                                     # retries), 2 about 70 % (docs/experiments.md); raise both on bigger machines
+                                     # retries), 2 68 % as local processes and 89 % on the local swarm (the sweep
+                                     # warns; the others 64-69 %; docs/experiments.md); raise both on bigger machines
 
 # ---------------------------------------------------------------- protocol options
 PROTOCOL_OPTIONS = {                 # per protocol, its options (`txn-server --list-modes --json` lists them, with

@@ -354,8 +354,8 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
     hot = figures.hot_points(fig.table)
     if hot:  # the figure's caption says it too
         log(f"\nWARNING: the host's CPU was more than {figures.CPU_BUSY_WARN_PCT} % busy at {', '.join(hot)}: the "
-            "tails there include waiting for a core, not only the protocol; lower the load (FIXED_CONCURRENCY, "
-            "CONCURRENCY_LEVELS) or give the runs more cores")
+            "tails there include waiting for a core, not only the protocol; lower the load (CONCURRENCY_LEVELS, "
+            "FIXED_CONCURRENCY, SCALABILITY_CONCURRENCY) or give the runs more cores")
     log(f"\n{len(sweep.outcomes)} of {len(sweep.tasks)} runs done ({n_reused} reused, {len(sweep.failed)} failed) "
         f"in {_hms(time.monotonic() - t0)}" + (f"; INTERRUPTED ({sweep.interrupted})" if sweep.interrupted else ""))
     log(f"figure: {fig.pdf}  (also {fig.png.name}, {fig.csv.name})")

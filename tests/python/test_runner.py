@@ -1,6 +1,7 @@
 """The sweep runner (testbed/sweeps/runner.py) and the experiment declarations (testbed/core/experiments.py), against a
 fake Backend that writes run folders the way the local backend does, and once against the local backend
 driving the fake binaries (tests/python/fake_txn.py)."""
+import argparse
 import json
 import math
 import os
@@ -37,8 +38,9 @@ class FakeBackend(Backend):
     behaviour(knobs) -> ok | error | inconsistent | nocommit | interrupt."""
     name, mechanism = "fake", "app"
 
-    def __init__(self, behaviour=lambda k: "ok", modes=("dast",), busy=None):
+    def __init__(self, behaviour=lambda k: "ok", modes=("dast",), busy=None, latency=None):
         self.behaviour, self.modes, self.calls, self.closed = behaviour, modes, [], False
+        self.latency = latency or (lambda k: (10 + k["concurrency"], 150))   # knobs -> (IRT ms, CRT ms)
         self.busy = busy   # knobs -> the host's CPU busy share the run records (the lifecycle measures it)
 
     def registry(self):
@@ -75,9 +77,10 @@ class FakeBackend(Backend):
             finish("interrupted", str(e))
             raise e
         w0 = deploy_dict["client"]["warmup_s"] * 1e6
+        irt, crt = self.latency(knobs)
         rows = [] if what == "nocommit" else [
             (i, 0, "NewOrder", "CRT" if i % 4 == 0 else "IRT", int(w0 + i * 1000),
-             (150 if i % 4 == 0 else 10 + knobs["concurrency"]) * 1000, 1, "committed") for i in range(100)]
+             (crt if i % 4 == 0 else irt) * 1000, 1, "committed") for i in range(100)]
         (run_dir / "clients" / "c0.0.0.records.csv").write_text(
             HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
         summary = results.summarize_run(run_dir)
@@ -254,6 +257,32 @@ def test_a_busy_host_is_said_at_the_end_of_the_sweep_and_in_the_caption(tmp_path
     monkeypatch.setattr(runner, "open_backend", lambda kind, c: b2)
     runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res2")
     assert "WARNING" not in capsys.readouterr().out
+
+
+def test_claims_put_every_point_beside_the_papers(tmp_path, monkeypatch, capsys):
+    # DAST's IRT tail 10 ms against Janus's 100 (90 % lower), its CRT 150 against 300 at concurrency 1 and 100 at 2
+    lat = {("dast", 1): (10, 150), ("dast", 2): (10, 150), ("janus", 1): (100, 300), ("janus", 2): (100, 100)}
+    b = FakeBackend(modes=("dast", "janus"), latency=lambda k: lat[(k["mode"], k["concurrency"])])
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast', 'janus']\nN_REPEAT = 1\nDURATION_S = 3\nWARMUP_S = 1\n"
+                       "COOLDOWN_S = 0.5\nCONCURRENCY_LEVELS = [1, 2]\n")
+    res = tmp_path / "res"
+    monkeypatch.chdir(tmp_path)
+    a = argparse.Namespace(backend="local", out=str(res), wait=False, config=str(cfgfile), quick=False, fresh=False,
+                           seed=None)
+    assert runner.run_experiments(["n_clients"], a, [], "run_experiments.py") == 0
+    assert f"every experiment's numbers beside the paper's claims: {res / 'claims.md'}" in capsys.readouterr().out
+    text = (res / "claims.md").read_text()
+    assert "| 2 | Janus | 66.7 | 100.0 | 100.0 | 300.0 | 300.0 |" in text           # x = 2 clients per region
+    assert "| Janus | 90.0 / 50.0 | 90.0 / -50.0 |" in text                         # per x: IRT / CRT lower by
+    assert "| exp 1 | Janus | 90.0 | -50.0 to 50.0 |" in text
+    assert "| the DAST paper (abstract) | all three | 87.9 to 93.2 | 27.7 to 70.4 |" in text
+    from testbed.analysis import claims
+    assert claims.why("tapir", {"classes": {"all": {"mean_attempts": 2.5}}}) == 1.5
+    assert claims.why("slog", {"counters": {"blocked_entries": 5, "batch_entries": 50}}) == 10.0
+    assert math.isnan(claims.why("janus", {"counters": {}}))
+    assert claims.write(tmp_path / "nothing") is None
 
 
 def test_seed_knob_and_option(tmp_path, monkeypatch):
