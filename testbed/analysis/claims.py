@@ -102,7 +102,6 @@ def _range(vals) -> str:
 
 def render(tables: dict) -> str:
     """tables: experiment name -> (agg, tail). Markdown."""
-    label = lambda s: figures.STYLES.get(s, {}).get("label", s)
     lines = ["# The paper's claims beside this testbed's numbers", "",
              "Written by `run_experiments.py` (and `python genFigure.py --claims`) from the run folders of the "
              "current sweeps (testbed/analysis/claims.py says what each column is). Latencies in ms, medians over "
@@ -118,7 +117,7 @@ def render(tables: dict) -> str:
             w = f"{_f(r.why, 2 if r.system == 'tapir' else 1)} {WHY_TEXT.get(r.system, '')}" if not math.isnan(
                 r.why) else "-"
             status = r.status if r.status == "ok" else f"{r.status}: {r.reasons}"[:80]
-            lines.append(f"| {figures._xfmt(r.x)} | {label(r.system)}{' [' + r.series + ']' if r.series else ''} | "
+            lines.append(f"| {figures._xfmt(r.x)} | {figures.line_name(r.system, r.series)} | "
                          f"{_f(r.throughput_tps_median)} | {_f(r.irt_p50_ms_median)} | {_f(r.irt_tail_ms_median)} | "
                          f"{_f(r.crt_p50_ms_median)} | {_f(r.crt_tail_ms_median)} | {_f(r.busy_pct_max, 0)} | {w} | "
                          f"{status} |")
@@ -131,7 +130,7 @@ def render(tables: dict) -> str:
             for b in BASELINES:
                 row = {c["x"]: c for c in cmp if c["baseline"] == b}
                 if row:
-                    lines.append(f"| {label(b)} | " + " | ".join(
+                    lines.append(f"| {figures.line_name(b)} | " + " | ".join(
                         f"{_f(row[x]['irt'])} / {_f(row[x]['crt'])}" if x in row else "-"
                         for x in sorted({c['x'] for c in cmp})) + " |")
             summary.append((exp, cmp))
@@ -143,7 +142,7 @@ def render(tables: dict) -> str:
             for b in BASELINES:
                 mine = [c for c in cmp if c["baseline"] == b]
                 if mine:
-                    lines.append(f"| exp {exp.number} | {label(b)} | {_range(c['irt'] for c in mine)} | "
+                    lines.append(f"| exp {exp.number} | {figures.line_name(b)} | {_range(c['irt'] for c in mine)} | "
                                  f"{_range(c['crt'] for c in mine)} |")
         every = [c for _, cmp in summary for c in cmp]
         lines += [f"| all | all three | {_range(c['irt'] for c in every)} | {_range(c['crt'] for c in every)} |",

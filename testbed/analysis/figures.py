@@ -201,14 +201,18 @@ def _fmt(v, nd=1) -> str:
 CPU_BUSY_WARN_PCT = 70  # machine CPU busy over a run above which latency tails carry CPU queueing (2-core VM)
 
 
+def line_name(system: str, series: str = "") -> str:
+    """A protocol's line as the legend, tables and notes name it: 'DAST', or 'DAST [2 client proc/shard]'."""
+    return STYLES.get(system, {}).get("label", system) + (f" [{series}]" if series else "")
+
+
 def hot_points(agg: pd.DataFrame, limit: float = CPU_BUSY_WARN_PCT) -> list[str]:
     """'<protocol> at x=<x> (<busy> %)' for every point where a run kept the host's CPU more than `limit` % busy:
     there the latency tails carry CPU queueing, not only the protocol's waits."""
     if agg.empty or "busy_pct_max" not in agg:
         return []
     hot = agg[agg.busy_pct_max > limit]
-    return [f"{STYLES.get(r.system, {}).get('label', r.system)}{' [' + r.series + ']' if r.series else ''} at "
-            f"x={_xfmt(r.x)} ({r.busy_pct_max:.0f} %)" for r in hot.itertuples()]
+    return [f"{line_name(r.system, r.series)} at x={_xfmt(r.x)} ({r.busy_pct_max:.0f} %)" for r in hot.itertuples()]
 
 
 def _xfmt(x: float) -> str:
@@ -271,9 +275,9 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     if "given_up" in runs and runs["given_up"].fillna(0).sum() > 0:  # aborted on every attempt: not in the latencies
         gave = runs.groupby("system")["given_up"].sum()
         parts.insert(-1, "given up after the retry limit (started in the window, not in the latencies): " + ", ".join(
-            f"{STYLES.get(sy, {}).get('label', sy)} {int(n)}" for sy, n in gave.items() if n > 0))
+            f"{line_name(sy)} {int(n)}" for sy, n in gave.items() if n > 0))
     for sy, sk in sorted(((manifest or {}).get("skipped_points") or {}).items()):  # by rule, not by failure
-        parts.insert(-1, f"{STYLES.get(sy, {}).get('label', sy)} not run at x = "
+        parts.insert(-1, f"{line_name(sy)} not run at x = "
                          f"{', '.join(_xfmt(x) for x in sk.get('x', []))} ({sk.get('reason', 'skipped')})")
     shas = _values(runs, "git_sha")
     if shas:
@@ -284,7 +288,7 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
 def _notes(agg: pd.DataFrame, limit: int = 9) -> list[str]:
     notes = []
     for _, r in agg.iterrows():
-        name = STYLES.get(r.system, {}).get("label", r.system) + (f" [{r.series}]" if r.series else "")
+        name = line_name(r.system, r.series)
         if r.status == "failed":
             notes.append(f"x  {name} at {_xfmt(r.x)}: failed ({r.reasons})")
         elif r.status == "partial":
@@ -455,7 +459,7 @@ def point_table(agg: pd.DataFrame, tail: float) -> str:
     cols = ["system", "x", "ok/fail", "tput/s", "IRT p50", f"IRT {t}", "CRT p50", f"CRT {t}", "busy %", "note"]
     rows = []
     for _, r in agg.iterrows():
-        name = STYLES.get(r.system, {}).get("label", r.system) + (f" [{r.series}]" if r.series else "")
+        name = line_name(r.system, r.series)
         note = r.status if r.status != "ok" else ""
         if r.reasons:
             note += f": {r.reasons}"
