@@ -302,6 +302,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=None,
                     help="workload seed of each point's first repeat (repeat r uses SEED + r - 1); overrides SEED of "
                          "exp_config.py (default 1), recorded in every run folder; another seed gives other points")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="runs per point, overriding N_REPEAT (and --quick's 1): e.g. --quick --repeats 3 for the "
+                         "quick points with a spread; the runs already there count (repeat 1 of a --quick sweep is "
+                         "reused)")
     options.add_backend(ap)
     options.add_config(ap)
     options.add_results_root(ap)
@@ -309,10 +313,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kind="auto", out="results",
-                   log=print, seed: int | None = None) -> tuple[int, Path | None]:
+                   log=print, seed: int | None = None, repeats: int | None = None) -> tuple[int, Path | None]:
     """One experiment end to end: sweep, close the backend, draw the figure, print the table and the PDF path.
-    seed overrides SEED. Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad configuration, 128 + signal
-    interrupted."""
+    seed overrides SEED, repeats N_REPEAT (also the --quick preset's). Returns (exit code, pdf): 0 all ok, 1 some
+    point failed, 2 bad configuration, 128 + signal interrupted."""
     exp = experiments.get(name)
     try:
         cfg = load_exp_config(config)
@@ -320,6 +324,8 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
             cfg = validate(dataclasses.replace(cfg, seed=seed))
         if quick:
             cfg = experiments.quick_config(cfg, exp)
+        if repeats is not None:
+            cfg = validate(dataclasses.replace(cfg, n_repeat=repeats))
         backend = open_backend(backend_kind, cfg)
     except (ValueError, RuntimeError) as e:
         print(f"{exp.script()}: error: {e}", file=sys.stderr)
@@ -379,7 +385,8 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     try:
         with job(kind, a.out, a.wait):
             for name in names:
-                code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out, seed=a.seed)
+                code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out, seed=a.seed,
+                                           repeats=a.repeats)
                 if pdf:
                     pdfs.append(pdf)
                 rc = max(rc, code)

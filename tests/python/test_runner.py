@@ -270,7 +270,7 @@ def test_claims_put_every_point_beside_the_papers(tmp_path, monkeypatch, capsys)
     res = tmp_path / "res"
     monkeypatch.chdir(tmp_path)
     a = argparse.Namespace(backend="local", out=str(res), wait=False, config=str(cfgfile), quick=False, fresh=False,
-                           seed=None)
+                           seed=None, repeats=None)
     assert runner.run_experiments(["n_clients"], a, [], "run_experiments.py") == 0
     assert f"every experiment's numbers beside the paper's claims: {res / 'claims.md'}" in capsys.readouterr().out
     text = (res / "claims.md").read_text()
@@ -303,6 +303,20 @@ def test_seed_knob_and_option(tmp_path, monkeypatch):
     assert seeds == [40, 41]
     assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res", seed=-2)[0] == 2   # one line, no run
     assert len(b.calls) == 2
+
+
+def test_repeats_option_adds_repeats_to_a_quick_sweep(tmp_path, monkeypatch):
+    b = FakeBackend()
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast']\nCONCURRENCY_LEVELS = [1]\n")
+    runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res", quick=True)
+    assert [c[2] for c in b.calls] == [1]                                       # --quick: one repeat
+    runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res", quick=True, repeats=3)
+    assert [c[2] for c in b.calls] == [1, 2, 3]                                 # the first one reused
+    m = json.loads((tmp_path / "res" / "n_clients" / "sweep.json").read_text())
+    assert m["n_repeat"] == 3 and m["quick"] is True
+    assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res", quick=True, repeats=0)[0] == 2
 
 
 def test_run_experiment_rejects_bad_config(tmp_path, capsys):
