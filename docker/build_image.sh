@@ -68,10 +68,33 @@ fi
 # EXTRA_CA_DIR (default /usr/local/share/ca-certificates): its *.crt go to docker/extra-ca/ in the
 # stream only, trusted by pip in the build (needed behind a TLS-intercepting proxy), not in the image.
 ctx=$(mktemp -d /tmp/edge-txn-ctx.XXXXXX); trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/docker/extra-ca"
+mkdir -p "$ctx/docker/extra-ca" "$ctx/docker/prebuilt"
 find "${EXTRA_CA_DIR:-/usr/local/share/ca-certificates}" -name '*.crt' -exec cp {} "$ctx/docker/extra-ca/" \; 2>/dev/null || true
+
+# The engine's programs: this host's build/ (brought current with src/ first: a no-op after `make engine`) when it
+# can stand for the image's own -- the host is bookworm like the image (the same compiler and libraries) and build/
+# has the default configuration -- which saves the image the compiler's packages and a second compile of the same
+# sources; otherwise, or with EDGE_TXN_IMAGE_COMPILE=1, the image's build stage compiles them.
+ENGINE=(txn-server txn-client txn-replay)
+prebuilt_why() {
+  [[ ${EDGE_TXN_IMAGE_COMPILE:-0} == 1 ]] && { echo "EDGE_TXN_IMAGE_COMPILE=1"; return; }
+  [[ $(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}") == bookworm ]] || { echo "this host is not Debian bookworm"; return; }
+  [[ -f build/build.ninja && -f build/CMakeCache.txt ]] || { echo "no build/ here"; return; }
+  grep -Eq '^CMAKE_BUILD_TYPE:STRING=(|RelWithDebInfo|Release)$' build/CMakeCache.txt &&
+    grep -Eq '^CMAKE_CXX_FLAGS:STRING=$' build/CMakeCache.txt || { echo "build/ has a non-default configuration"; return; }
+  command -v ninja >/dev/null && ninja -C build -j"${JOBS:-2}" "${ENGINE[@]}" >/tmp/edge-txn-engine-build.log 2>&1 ||
+    echo "building them in build/ failed (log: /tmp/edge-txn-engine-build.log)"
+}
+why=$(prebuilt_why)
+if [[ -z $why ]]; then
+  for b in "${ENGINE[@]}"; do install -s -m 755 "build/$b" "$ctx/docker/prebuilt/"; done
+  echo "build_image: the engine's programs from this host's build/ (bookworm like the image; EDGE_TXN_IMAGE_COMPILE=1 compiles them in the image)"
+else
+  echo "build_image: compiling the engine in the image ($why)"
+fi
 start=$SECONDS
 tar -c --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./results --exclude=./.pytest_cache \
-    --exclude=__pycache__ --exclude='*.pyc' --exclude=./config/deploy.yml --exclude=./containers.yml --exclude=./docker/extra-ca . -C "$ctx" docker/extra-ca |
+    --exclude=__pycache__ --exclude='*.pyc' --exclude=./config/deploy.yml --exclude=./containers.yml --exclude=./docker/extra-ca \
+    --exclude=./docker/prebuilt . -C "$ctx" docker/extra-ca docker/prebuilt |
   docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" --label "edge-txn.source=$SOURCE_HASH" -t "$IMAGE" -
 echo "build_image: built $IMAGE in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec))"

@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev libasio-dev
-          # the netem test's VM (tests/python/test_netem_vm.py): a stock kernel with sch_netem, QEMU, its initramfs
-          qemu-system-x86 linux-image-amd64 busybox-static cpio iproute2 dash)
+          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev libasio-dev iproute2)
+# the netem test's VM (tests/python/test_netem_vm.py): a stock kernel with sch_netem, QEMU, its initramfs; only for
+# the tests (--engine: the main job, a run, the bench -- skips them)
+[[ ${1:-} == --engine ]] || APT_PKGS+=(qemu-system-x86 linux-image-amd64 busybox-static cpio dash)
 PY=${PYTHON:-python3}
 
 # 1. Debian packages: only the missing ones, only as root.
