@@ -52,8 +52,9 @@ SSH_CONNECT_TIMEOUT_S = 15  # seconds (1..300) to wait for each ssh:// host of h
                             # SSH banner, then to let Docker be reached over it; a silent host fails after it, not hangs
 
 # ---------------------------------------------------------------- systems and measurement
-SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure (unbuilt ones are skipped;
-                            # one needing more regions than a point has is skipped there: slog needs 3)
+SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure (unbuilt ones are skipped, a
+                            # misspelt one is refused; one needing more regions than a point has is skipped there:
+                            # slog needs 3)
 N_REPEAT = 3                # runs per sweep point (the median is plotted, min-max bars); --quick runs 1
 SEED = 1                    # workload seed of a point's first repeat; repeat r uses SEED + r - 1 (--seed overrides)
 DURATION_S = 20             # seconds each run lasts (1..3600)

@@ -123,6 +123,11 @@ def main() -> int:
     modes = [m for m in a.protocols.split(",") if m] or built
     unknown = [m for m in modes + list(a.options) if m not in built]
     if unknown:
+        try:   # a name no protocol has is a typo (with a near miss), a real one is not built
+            protocols.check_name(unknown[0], f"bench: --protocols: {unknown[0]!r}")
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
         print(f"bench: --protocols: {unknown[0]!r} is not built (built: {', '.join(built)})", file=sys.stderr)
         return 2
     rows = [run_one(m, a) for m in modes]

@@ -1,6 +1,7 @@
 """The run checker (docs/checker.md): state dumps, the run's own health, and the order of execution.
 
 Usage: python -m testbed.analysis.checker RUN_DIR   -> exit 0 CONSISTENT, 1 INCONSISTENT, 2 unreadable input.
+It writes check.json, bound to the run (testbed/analysis/validate.py rebind_check) when its raw files are the run's.
 
 Checks, each with a verdict (pass / fail / skipped) and its reason in check.json:
   replicas         replicas of a shard have identical digests and aggregates
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.analysis import histories
+from testbed.analysis import histories, validate
 from testbed.analysis.histories import Skip, Unreadable
 
 TPCA_TABLES = ("customer", "teller", "branch")
@@ -312,6 +313,11 @@ def main(argv=None) -> int:
         print("usage: python -m testbed.analysis.checker RUN_DIR", file=sys.stderr)
         return 2
     res = check_run(argv[0])
+    if (Path(argv[0]) / validate.MANIFEST).is_file():  # a run folder: the new verdict is bound to it as the run's was
+        why = validate.rebind_check(argv[0])
+        if why:
+            print(f"checker: note: check.json is not bound to the run ({why}): sweeps run it again, figures "
+                  "skip it", file=sys.stderr)
     for line in res["violations"]:
         print(line)
     for line in res.get("notes", []):

@@ -281,7 +281,7 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
                          f"{', '.join(_xfmt(x) for x in sk.get('x', []))} ({sk.get('reason', 'skipped')})")
     shas = _values(runs, "git_sha")
     if shas:
-        parts.insert(-1, "code " + _one_or_swept(shas, lambda v: str(v)[:12] + ("-dirty" if "dirty" in str(v) else "")))
+        parts.insert(-1, "code " + _one_or_swept(shas, lambda v: str(v)[:12] + str(v)[40:]))
     return " | ".join(parts)
 
 

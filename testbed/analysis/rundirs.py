@@ -1,8 +1,9 @@
 """Reading and writing run folders (results/<name>/<run-id>/): the one place that says what a run's outcome is.
 
 The sweep runner (to decide what to reuse) and the figures (to decide what to draw) both ask run_outcome(), which
-trusts nothing it has not checked: a folder whose files are missing, truncated or disagree with each other
-(testbed/analysis/validate.py) is a failed run with that reason, whatever its meta.json says, so resume runs it again.
+trusts nothing it has not checked: a folder whose files are missing, truncated or disagree with each other, or
+whose summary, verdict or identity are not what its raw files give or are bound to (testbed/analysis/validate.py,
+derived.py), is a failed run with that reason, whatever its meta.json says, so resume runs it again.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Run-folder validation: what a run wrote is still all there, whole and self-consistent.
 
-write_manifest(run_dir) when the run's raw files are complete writes files.json: the size and sha256 of every
+write_manifest(run_dir) when the run's files are complete writes files.json: the size and sha256 of every
 raw file (deploy.yml, config.json, clients/*, servers/*, logs/*, anything else but the DERIVED files), the
 record count each client reported (n_records of clients/<client>.summary.json, written by txn-client beside its
-records CSV) and the processes deploy.yml expects.
+records CSV), the processes deploy.yml expects, and the bindings of the derived files (testbed/analysis/derived.py):
+check.json stamped with the run id and the raw files' digest, the sha256 of summary.json and check.json, and
+meta.json's fields as the run ended.
 
 validate_run(run_dir) -> problems, one short line each ([] when the folder is fine):
   - meta.json, summary.json, check.json missing or not valid JSON (e.g. truncated);
@@ -13,31 +15,34 @@ validate_run(run_dir) -> problems, one short line each ([] when the folder is fi
   - a client of deploy.yml without its records CSV, a CSV whose header or a line does not parse, whose last line
     is cut, or whose row count differs from the client's n_records (a cut at a line boundary);
   - summary.json's "records" differing from the rows of the CSVs;
-  - a replica of deploy.yml without a valid servers/<replica>.state.json.
+  - a replica of deploy.yml without a valid servers/<replica>.state.json;
+  - a files.json from before the bindings (an older testbed: "re-run it"); a check.json not bound to this run and
+    its raw files, changed since, or whose exit_code does not go with its verdict; a meta.json field changed since
+    the run ended, or disagreeing with what ran (derived.py);
+  - when nothing above is wrong: every field of summary.json that differs from what the records give now.
 A self-test (probe) run has no records: its client checks are skipped. Files are read in a streaming way: a
-60 s run of a few MB validates in tens of milliseconds.
+60 s run of a few MB validates in tens of milliseconds (deriving the summary again, with pandas, is most of it).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import yaml
 
+from testbed.analysis import derived
 from testbed.analysis.results import COLUMNS
+from testbed.core import deploy as deploylib
 
-MANIFEST = "files.json"
-MANIFEST_VERSION = 1
+MANIFEST = derived.MANIFEST
+MANIFEST_VERSION = 2        # 2: with the bindings of summary.json, check.json and meta.json
 DERIVED = ("meta.json", "summary.json", "check.json", MANIFEST)  # top level; written beside the raw files
 _TMP = f".{MANIFEST}.tmp"
 _CHUNK = 1 << 20
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+_sha256 = derived.sha256
 
 
 def raw_files(run_dir) -> list[str]:
@@ -68,17 +73,24 @@ def _read_json(path: Path):
         return None, "not valid JSON (truncated?)"
 
 
-def expected_processes(run_dir) -> dict:
-    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes; ValueError if unreadable."""
-    path = Path(run_dir) / "deploy.yml"
+def _deployment(run_dir) -> tuple[dict, dict]:
+    """(deploy.yml, its nodes' kinds by name); ValueError naming what is wrong."""
     try:
-        nodes = yaml.safe_load(path.read_text())["nodes"]
-        kinds = {n["name"]: n["kind"] for n in nodes}
+        d = deploylib.load_yaml(Path(run_dir) / "deploy.yml")
+        return d, {n["name"]: n["kind"] for n in d["nodes"]}
     except FileNotFoundError:
         raise ValueError("deploy.yml: missing") from None
     except (OSError, yaml.YAMLError, TypeError, KeyError):
         raise ValueError("deploy.yml: not a readable deployment file (truncated?)") from None
+
+
+def _processes(kinds: dict) -> dict:
     return {k + "s": sorted(n for n, kind in kinds.items() if kind == k) for k in ("replica", "manager", "client")}
+
+
+def expected_processes(run_dir) -> dict:
+    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes; ValueError if unreadable."""
+    return _processes(_deployment(run_dir)[1])
 
 
 def _n_records(run_dir: Path, client: str):
@@ -88,7 +100,8 @@ def _n_records(run_dir: Path, client: str):
 
 
 def write_manifest(run_dir) -> dict:
-    """Write run_dir/files.json (see the module doc) and return it. Call it once the raw files are final."""
+    """Write run_dir/files.json (see the module doc) and return it. Call it once the raw files, summary.json,
+    check.json and meta.json (but for its status) are final."""
     run_dir = Path(run_dir)
     files = {rel: {"size": (run_dir / rel).stat().st_size, "sha256": _sha256(run_dir / rel)}
              for rel in raw_files(run_dir)}
@@ -97,12 +110,38 @@ def write_manifest(run_dir) -> dict:
     except ValueError:
         processes = None
     clients = (processes or {}).get("clients", [])
-    manifest = {"version": MANIFEST_VERSION, "files": files, "processes": processes,
-                "n_records": {c: _n_records(run_dir, c) for c in clients}}
+    derived.stamp_check(run_dir, derived.raw_digest(files))
+    meta, _ = _read_json(run_dir / "meta.json")
+    manifest = {"version": MANIFEST_VERSION, "run_id": run_dir.name, "files": files, "processes": processes,
+                "n_records": {c: _n_records(run_dir, c) for c in clients},
+                "derived": {name: {"size": (run_dir / name).stat().st_size, "sha256": _sha256(run_dir / name)}
+                            for name in ("summary.json", "check.json") if (run_dir / name).is_file()},
+                "meta": derived.meta_record(meta if isinstance(meta, dict) else {})}
     tmp = run_dir / _TMP
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, run_dir / MANIFEST)
     return manifest
+
+
+def rebind_check(run_dir) -> str | None:
+    """Bind a check.json written again (the checker run by hand) as write_manifest binds the run's own, when
+    files.json still lists the raw files as they are (binding a verdict of changed files would bless them).
+    None when bound, else why not."""
+    run_dir = Path(run_dir)
+    manifest, why = _read_json(run_dir / MANIFEST)
+    if why or not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return f"{MANIFEST}: {why or 'not a manifest'}"
+    files = {rel: {"size": (run_dir / rel).stat().st_size, "sha256": _sha256(run_dir / rel)}
+             for rel in raw_files(run_dir)}
+    if files != manifest["files"]:
+        return f"the raw files changed since {MANIFEST} was written"
+    derived.stamp_check(run_dir, derived.raw_digest(files))
+    check = run_dir / "check.json"
+    manifest.setdefault("derived", {})["check.json"] = {"size": check.stat().st_size, "sha256": _sha256(check)}
+    tmp = run_dir / _TMP
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, run_dir / MANIFEST)
+    return None
 
 
 def _csv_problems(path: Path, rel: str) -> tuple[int | None, list[str]]:
@@ -162,10 +201,12 @@ def validate_run(run_dir) -> list[str]:
 
     reported = set()   # raw files whose absence a process check below already names
     try:
-        procs = (manifest.get("processes") if has_manifest else None) or expected_processes(run_dir)
+        (deploy, kinds), why = _deployment(run_dir), None
     except ValueError as e:
-        probs.append(str(e))
-        procs = {}
+        deploy, kinds, why = None, {}, str(e)
+    procs = (manifest.get("processes") if has_manifest else None) or (_processes(kinds) if deploy else {})
+    if not procs and why:
+        probs.append(why)
     for r in procs.get("replicas", []):
         rel = f"servers/{r}.state.json"
         _, why = _read_json(run_dir / rel)
@@ -215,4 +256,22 @@ def validate_run(run_dir) -> list[str]:
         for rel in raw_files(run_dir):
             if rel not in listed:
                 probs.append(f"{rel}: not in {MANIFEST} (added after the run)")
+        if not isinstance(manifest.get("version"), int) or manifest["version"] < 2:
+            probs.append(f"{MANIFEST}: written by an older testbed, before summary.json, check.json and meta.json "
+                         "were bound to the raw files; re-run it")
+        elif manifest.get("run_id") != run_dir.name:
+            probs.append(f"{MANIFEST}: written for run {manifest.get('run_id')}, not for this folder (copied?)")
+    return probs + _derived_problems(run_dir, top, manifest if has_manifest else None, deploy, probs)
+
+
+def _derived_problems(run_dir: Path, top: dict, manifest: dict | None, deploy: dict | None, found: list) -> list:
+    """The derived files against the raw ones (testbed/analysis/derived.py); summary.json is derived again only
+    when nothing else is wrong (a damaged folder is failed already, and its records would only add noise)."""
+    meta, summary, check = top["meta.json"], top["summary.json"], top["check.json"]
+    probs = derived.check_problems(run_dir, check, manifest) if check is not None else []
+    if meta is not None:
+        config = _read_json(run_dir / "config.json")[0] if "repeat" in meta else None
+        probs += derived.meta_problems(run_dir, meta, manifest, deploy, config if isinstance(config, dict) else None)
+    if summary is not None and deploy and not (meta or {}).get("probe") and not found + probs:
+        probs += derived.summary_problems(run_dir, summary, deploy.get("client") or {})
     return probs

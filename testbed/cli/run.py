@@ -12,7 +12,7 @@ import sys
 import yaml
 
 from testbed.analysis.results import format_table
-from testbed.core import deploy as deploylib, lock, options
+from testbed.core import deploy as deploylib, lock, options, protocols
 from testbed.core.runtypes import RunError
 from testbed.runs.backend import LocalBackend
 from testbed.runs.jobs import job
@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
     try:
         knobs["protocol_options"] = option_values(a.protocol_options)
+        if a.mode is not None:  # a typo is refused here, before a swarm job is handed to the driver
+            protocols.check_name(a.mode, f"mode={a.mode!r}")
     except ValueError as e:
         print(f"run_local: error: {e}", file=sys.stderr)
         return 2

@@ -33,6 +33,8 @@ def main(argv=None) -> int:
                     "from inside the containers and compare it with the configured one")
     ap.add_argument("--wait", action="store_true", help="wait for a job that holds the deployment (a sweep, a run) "
                     "instead of refusing at once")
+    ap.add_argument("--take-over", action="store_true", help="bring up (or with --down remove) the deployment even "
+                    "when another checkout brought it up (refused otherwise: its jobs would write there)")
     a = ap.parse_args(argv)
     prog = "start_containers"
     try:
@@ -41,12 +43,12 @@ def main(argv=None) -> int:
                 lock.JobLock(lock.swarm_lock_name(cfg.deployment)).acquire(a.wait) as held:
             t0 = time.monotonic()
             if a.down:
-                r = swarm.down(cfg, hosts, log=print)
+                r = swarm.down(cfg, hosts, log=print, take_over=a.take_over)
                 print(f"{prog}: removed {r['containers_removed']} containers, the network and the key pair"
                       + (", left the swarm it had created" if r["swarm_left"] else "")
                       + f" in {time.monotonic() - t0:.1f}s")
                 return 0
-            state = swarm.up(cfg, hosts, log=print)
+            state = swarm.up(cfg, hosts, log=print, take_over=a.take_over)
             print(f"{prog}: {len(state['containers'])} containers up in {time.monotonic() - t0:.1f}s "
                   f"(shaping {state['mechanism']}); wrote {swarm.state_paths(cfg.deployment)[1].name}")
             stop.check()

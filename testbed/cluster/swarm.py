@@ -46,6 +46,7 @@ from testbed.core.paths import REPO
 from testbed.core.polling import poll
 
 LABEL = "edge-txn.deployment"
+OWNER_LABEL = "edge-txn.checkout"   # the checkout a deployment belongs to: its driver mounts it, results land there
 STATE_ROOT = REPO / ".edge-txn"
 CONTAINERS_YML = REPO / "containers.yml"   # the default deployment's (DEPLOYMENT = 'edge')
 DRIVER_MOUNT = "/work/edge-txn"
@@ -121,6 +122,9 @@ def _tcp_connect(infos, host: str, port: int, timeout_s: float):
                            "SSH_CONNECT_TIMEOUT_S in exp_config.py sets the wait")
     if all(isinstance(e, ConnectionRefusedError) for e in errors):
         raise _Unreachable(f"connection refused by {where}", f"is sshd running on {host}, on port {port}?")
+    if all(isinstance(e, ConnectionResetError) for e in errors):
+        raise _Unreachable(f"connection to {where} reset while connecting",
+                           "reset by the peer: a firewall or sshd dropping it (MaxStartups)?")
     e = next(e for e in errors if not isinstance(e, ConnectionRefusedError))
     raise _Unreachable(f"cannot connect to {where} ({e.strerror or e})",
                        "is the host up and reachable from this machine?")
@@ -128,7 +132,8 @@ def _tcp_connect(infos, host: str, port: int, timeout_s: float):
 
 def probe_ssh(host: str, port: int, timeout_s: float) -> str:
     """Open TCP to host:port and read the SSH banner, each within timeout_s; returns the banner line.
-    _Unreachable says what failed: DNS, connect timeout, refused, no banner, not an SSH server."""
+    _Unreachable says what failed: DNS, connect timeout, refused, no banner, not an SSH server, or the connection
+    closed (sshd refusing this machine) or reset (a firewall or an sshd dropping it) before the banner."""
     where = f"{host}:{port}"
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -157,6 +162,9 @@ def probe_ssh(host: str, port: int, timeout_s: float) -> str:
                 chunk = sock.recv(1024)
             except TimeoutError:
                 chunk = None
+            except ConnectionResetError:
+                raise _Unreachable(f"{where} reset the connection before its SSH banner",
+                                   "reset by the peer: a firewall or sshd dropping it (MaxStartups)?") from None
             except OSError as e:
                 raise _Unreachable(f"{where} dropped the connection before its SSH banner ({e.strerror or e})",
                                    f"is sshd on {host} refusing this machine (MaxStartups, tcp wrappers)?") from None
@@ -422,6 +430,57 @@ def keypair(state_dir: Path) -> tuple[Path, str]:
     return priv, line
 
 
+# ---------------------------------------------------------------- whose deployment
+
+def checkout_id(repo: Path = REPO) -> str:
+    """The checkout a deployment brought up from here belongs to: this machine's name and the checkout's path."""
+    return f"{socket.gethostname()}:{Path(repo).resolve()}"
+
+
+def owner_of(clients: dict, deployment: str) -> str | None:
+    """The checkout the deployment's driver belongs to (checkout_id form), None when no driver runs. A driver from
+    before the owner label is known by its mount of the checkout."""
+    for addr, ct in _labelled(clients, deployment):
+        if ct.labels.get("edge-txn.role") != "driver":
+            continue
+        if ct.labels.get(OWNER_LABEL):
+            return ct.labels[OWNER_LABEL]
+        source = next((m.get("Source") for m in ct.attrs.get("Mounts") or [] if m.get("Destination") == DRIVER_MOUNT),
+                      None)
+        if source:
+            name = clients[addr].info().get("Name") or addr
+            return f"{name}:{source}"
+    return None
+
+
+def check_owner(clients: dict, deployment: str, repo: Path = REPO, take_over: bool = False, log=None,
+                removing: bool = False) -> None:
+    """SwarmError when the deployment is up from another checkout (jobs would write into that checkout's results/
+    and run its code), unless take_over (then said in one line)."""
+    owner, me = owner_of(clients, deployment), checkout_id(repo)
+    if owner is None or owner == me:
+        return
+    if not take_over:
+        how = "start_containers.py --take-over" + (" --down" if removing else "")
+        raise SwarmError(f"deployment {deployment!r} belongs to another checkout, {owner} (its driver mounts that "
+                         "checkout: jobs would write their results there); `make down` there first, or give this "
+                         "checkout its own DEPLOYMENT, NETWORK_NAME, SUBNET and DRIVER_IP in exp_config.py, or "
+                         f"{'remove' if removing else 'take over'} it from here with `{how}`")
+    _say(log, f"{'removing' if removing else 'taking over'} deployment {deployment!r} of {owner}"
+         + ("" if removing else ": its containers are replaced")
+         + "; that checkout's containers.yml no longer describes what runs")
+
+
+def ensure_owner(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO) -> None:
+    """check_owner() for a job about to use the deployment (the driver runs on the first host)."""
+    clients = connect(list(hosts)[:1], ssh_timeout_s=cfg.ssh_connect_timeout_s)
+    try:
+        check_owner(clients, deployment or cfg.deployment, repo)
+    finally:
+        for c in clients.values():
+            c.close()
+
+
 # ---------------------------------------------------------------- containers
 
 @dataclass
@@ -452,8 +511,8 @@ def specs(cfg: ExpConfig, containers: list[Container], pubkey: str, deployment: 
         per_host[c.host.address] = per_host.get(c.host.address, 0) + 1
     out = []
     for c in containers:
-        labels = {LABEL: deployment, "edge-txn.role": c.role, "edge-txn.region": str(c.region),
-                  "edge-txn.shard": str(c.shard)}
+        labels = {LABEL: deployment, OWNER_LABEL: checkout_id(repo), "edge-txn.role": c.role,
+                  "edge-txn.region": str(c.region), "edge-txn.shard": str(c.shard)}
         kw = dict(image=cfg.image_name, name=c.name, hostname=c.name, detach=True, cap_add=["NET_ADMIN"],
                   environment={"EDGE_TXN_AUTHORIZED_KEYS": pubkey, "EDGE_TXN_NAME": c.name},
                   labels=labels, restart_policy={"Name": "unless-stopped"})
@@ -558,6 +617,53 @@ def _sshd_up(ct) -> bool:
         return False
 
 
+def health_problem(ct, network: str, ip: str) -> str | None:
+    """What keeps a running container from serving the deployment, as Docker sees it: not attached to the overlay
+    (e.g. `docker network disconnect`), another address on it, or no sshd; None when healthy."""
+    nets = (ct.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    if network not in nets:
+        return f"is not attached to the overlay network {network} (disconnected)"
+    got = ((nets[network] or {}).get("IPAMConfig") or {}).get("IPv4Address") or (nets[network] or {}).get("IPAddress")
+    if got != ip:
+        return f"has address {got or 'none'} on {network}, not {ip}"
+    if not _sshd_up(ct):
+        return "runs no sshd"
+    return None
+
+
+# Run in the driver: connect to port 22 of every address given, in parallel; print the ones that fail and why.
+_PROBE_SSH = """
+import socket, sys, concurrent.futures as cf
+def probe(ip):
+    try:
+        with socket.create_connection((ip, 22), timeout=3) as s:
+            s.settimeout(3)
+            return None if s.recv(4).startswith(b"SSH") else "no SSH banner"
+    except OSError as e:
+        return e.strerror or type(e).__name__
+with cf.ThreadPoolExecutor(32) as pool:
+    for ip, why in zip(sys.argv[1:], pool.map(probe, sys.argv[1:])):
+        if why:
+            print(ip, why)
+"""
+
+
+def unreachable_from(driver, targets: dict) -> dict:
+    """{name: why} of the targets (name -> ip) whose sshd the driver container cannot reach over the overlay."""
+    if not targets:
+        return {}
+    by_ip = {ip: name for name, ip in targets.items()}
+    rc, out = exec_run(driver, ["python3", "-c", _PROBE_SSH, *by_ip])
+    if rc != 0:
+        return {name: f"the probe failed in the driver: {out[-200:]}" for name in targets}
+    found = {}
+    for line in out.splitlines():
+        ip, _, why = line.partition(" ")
+        if ip in by_ip:
+            found[by_ip[ip]] = why
+    return found
+
+
 def _wait_up(started: dict, timeout_s: float, log=None) -> None:
     """Every container running and its sshd up; SwarmError with the logs of the first that died."""
     pending = dict(started)
@@ -575,9 +681,10 @@ def _wait_up(started: dict, timeout_s: float, log=None) -> None:
 
 
 def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, state_dir: Path | None = None,
-       containers_yml: Path | None = None, log=None, up_timeout_s: float = 120) -> dict:
+       containers_yml: Path | None = None, log=None, up_timeout_s: float = 120, take_over: bool = False) -> dict:
     """Bring the deployment up (see the module doc); returns the containers.yml content.
-    deployment: the label value (default: DEPLOYMENT); state_dir/containers_yml default to state_paths()."""
+    deployment: the label value (default: DEPLOYMENT); state_dir/containers_yml default to state_paths().
+    A deployment up from another checkout is refused (SwarmError) unless take_over."""
     deployment = deployment or cfg.deployment
     default_dir, default_yml = state_paths(deployment, repo)
     state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
@@ -585,11 +692,12 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
     t_start = time.monotonic()
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
     clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
-    created_swarm, created_net, started = False, False, {}
+    created_swarm, created_net, started, attempted = False, False, {}, set()
     fresh_key = not (state_dir / "id_ed25519").is_file()
     prev = load_state(containers_yml)
     gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
     try:
+        check_owner(clients, deployment, repo, take_over, log)
         image_ids = check_image(clients, cfg.image_name)
         check_subnet(clients, cfg, deployment)
         created_swarm = ensure_swarm(clients, hosts, log)
@@ -602,17 +710,28 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         wanted = {s.container.name: s for s in specs(cfg, containers, pubkey, deployment, host_cpus, repo,
                                                       image_ids)}
 
-        kept = 0
+        kept = {}
         for addr, ct in _labelled(clients, deployment):
             s = wanted.get(ct.name)
             if s and s.container.host.address == addr and ct.labels.get("edge-txn.spec") == s.digest \
                     and ct.status == "running":
-                kept += 1
-                s.kwargs = None  # keep it
-                started[ct.name] = ct
-            else:
-                ct.remove(force=True)
+                sick = health_problem(ct, cfg.network_name, s.container.ip)
+                if sick is None:
+                    kept[ct.name] = ct
+                    continue
+                _say(log, f"container {ct.name} {sick}: replacing it")
+            ct.remove(force=True)
+        driver_name = containers[-1].name
+        if driver_name in kept:  # what the runs need of a kept shard: its sshd reachable from the driver
+            for name, why in unreachable_from(kept[driver_name], {n: wanted[n].container.ip for n in kept
+                                                                  if n != driver_name}).items():
+                _say(log, f"container {name} cannot be reached from the driver ({why}): replacing it")
+                kept.pop(name).remove(force=True)
+        for name, ct in kept.items():
+            wanted[name].kwargs = None  # keep it
+            started[name] = ct
         new = [s for s in wanted.values() if s.kwargs is not None]
+        attempted = {s.container.name for s in new}
         for s in new:
             try:
                 clients[s.container.host.address].containers.get(s.container.name)
@@ -637,8 +756,18 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
                                      f"{s.container.host.address}: {_short(e)}") from None
             if batch is canaries and rest:
                 _wait_up({s.container.name: started[s.container.name] for s in canaries}, up_timeout_s, log)
-        _say(log, f"containers: {len(new)} started, {kept} kept (unchanged); waiting for sshd")
+        _say(log, f"containers: {len(new)} started, {len(kept)} kept (unchanged and healthy); waiting for sshd")
         _wait_up(started, up_timeout_s, log)
+        far = {}
+
+        def all_reachable() -> bool:  # a new container's overlay path may take a moment after its sshd is up
+            far.clear()
+            far.update(unreachable_from(started[driver_name], {c.name: c.ip for c in containers
+                                                               if c.name != driver_name}))
+            return not far
+        if not poll(all_reachable, stop_after_delay(30), 1.0):
+            raise SwarmError("from the driver, cannot reach the sshd of " + "; ".join(
+                f"{n} ({why})" for n, why in sorted(far.items())[:5]) + " (the overlay network between hosts?)")
 
         probe = None
         if cfg.shaping != "app":  # netem only when the kernel of every host has it (one container per host)
@@ -671,10 +800,10 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
                            f"{DRIVER_ETC}/id_ed25519": (key_path.read_bytes(), 0o600)})
         return state
     except BaseException:
-        # nothing half-started: remove what this call started (kept containers of an earlier up() stay)
-        kept_before = {c["name"] for c in (prev or {}).get("containers", [])}
+        # nothing half-started: remove what this call started, or created and failed to start (kept containers
+        # stay; so does everything when it stopped before starting any, e.g. refused another checkout's deployment)
         for addr, ct in _labelled(clients, deployment):
-            if ct.name not in kept_before:  # started, or created and failed to start, by this call
+            if ct.name in attempted:
                 ct.remove(force=True)
         if created_net:  # only a network this call made (never one an up deployment uses)
             _remove_network(clients[hosts[0].address], cfg.network_name, deployment)
@@ -769,8 +898,9 @@ def write_state(state: dict, path: Path) -> None:
 
 
 def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path | None = None,
-         containers_yml: Path | None = None, log=None) -> dict:
-    """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice)."""
+         containers_yml: Path | None = None, log=None, repo: Path = REPO, take_over: bool = False) -> dict:
+    """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice).
+    A deployment that belongs to another checkout is refused (SwarmError) unless take_over."""
     deployment = deployment or cfg.deployment
     default_dir, default_yml = state_paths(deployment)
     state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
@@ -778,6 +908,7 @@ def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path |
     hosts = list(hosts)
     clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
     try:
+        check_owner(clients, deployment, repo, take_over, log, removing=True)
         n = 0
         for _, ct in list(_labelled(clients, deployment)):
             ct.remove(force=True)

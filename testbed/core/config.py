@@ -1,6 +1,7 @@
 """Load and validate exp_config.py (the experiment knobs) into a frozen ExpConfig.
 
-Every bad value raises ValueError naming the knob and its allowed range, before anything starts.
+Every bad value raises ValueError naming the knob and its allowed range, before anything starts; a protocol name
+(SYSTEMS, PROTOCOL_OPTIONS' keys) that no protocol has, built or not, is one (testbed/core/protocols.py check_name).
 
 Jitter rule (per direction sigma = JITTER_MS / sqrt(2), applied to cross-region links only; the smallest
 cross-region one-way delay is d = min off-diagonal RTT / 2): netem and the app transport clip negative
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from testbed.core import knobs as knoblib, rtt
+from testbed.core import knobs as knoblib, protocols, rtt
 from testbed.core.paths import REPO
 
 MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
@@ -274,6 +275,10 @@ def validate(cfg: ExpConfig) -> ExpConfig:
             raise ValueError(f"SYSTEMS item {s!r}: must be a protocol name (`txn-server --list-modes`)")
     c["systems"] = tuple(dict.fromkeys(cfg.systems))
     c["protocol_options"] = _protocol_options(cfg.protocol_options)
+    for s in c["systems"]:   # a typo is refused here; a real protocol that is not built is skipped by the runner
+        protocols.check_name(s, f"SYSTEMS item {s!r}")
+    for s, _ in c["protocol_options"]:
+        protocols.check_name(s, f"PROTOCOL_OPTIONS key {s!r}")
     c["n_repeat"] = knoblib.check("N_REPEAT", cfg.n_repeat)
     c["seed"] = knoblib.check("SEED", cfg.seed)
     top = int(knoblib.knob("SEED").hi)

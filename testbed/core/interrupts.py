@@ -10,9 +10,14 @@ seconds.
         stop.check()                    # raises runtypes.Interrupted once a stop was requested
         stop.sleep(0.2)                 # sleeps, checking
 
-Inside the driver container a job may also be told to stop through its standard input (watch_stdin): the host
-writes `STOP <SIGNAME>` there when it is interrupted, and end-of-file means the `docker exec -i` client that
-started the job went away (Ctrl-C on it, a closed terminal, a killed client).
+A job the host launcher started in the driver container (testbed/runs/driverexec.py, which sets
+EDGE_TXN_STDIN_STOP=1) is also told to stop through its standard input (watch_stdin_if_asked): the host writes
+`STOP <SIGNAME>` there when it is interrupted, and end-of-file means the host side went away. A job started by
+hand (`docker exec -i ... < /dev/null`, as nohup, cron or CI would) has no such input protocol: its stdin may
+close at once, and it runs to its end unless it gets a signal.
+
+SIGHUP already ignored when a job starts (`nohup make main > main.log 2>&1 &`) stays ignored: a closed terminal
+then does not stop it; SIGINT and SIGTERM still do (`kill -INT <pid>`).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from contextlib import contextmanager
 from testbed.core.runtypes import Interrupted
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+ENV_STDIN_STOP = "EDGE_TXN_STDIN_STOP"  # "1": the host launcher holds our stdin and stops us through it
 PR_SET_PDEATHSIG = 1
 
 try:
@@ -96,7 +102,8 @@ def current() -> Stop:
 @contextmanager
 def stop_on_signals(say=None):
     """Record SIGINT/SIGTERM/SIGHUP as a stop request for the duration of the block (main thread only; in other
-    threads, and inside an enclosing block, the enclosing Stop is used)."""
+    threads, and inside an enclosing block, the enclosing Stop is used). A SIGHUP ignored when the block starts
+    (nohup) is left ignored."""
     global _active
     if _active is not None:
         yield _active
@@ -105,7 +112,8 @@ def stop_on_signals(say=None):
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    old = {s: signal.signal(s, lambda signum, _frame: stop.request(signum)) for s in STOP_SIGNALS}
+    old = {s: signal.signal(s, lambda signum, _frame: stop.request(signum)) for s in STOP_SIGNALS
+           if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)}
     _active = stop
     try:
         yield stop
@@ -124,9 +132,16 @@ def stdin_is_attached_pipe() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
+def watch_stdin_if_asked(stop: Stop) -> threading.Thread | None:
+    """watch_stdin when the host launcher asked for it (ENV_STDIN_STOP=1, with a pipe on stdin). The variable is
+    taken out of the environment: a child of this job does not share the protocol (nor read its stdin)."""
+    asked = os.environ.pop(ENV_STDIN_STOP, "") == "1"
+    return watch_stdin(stop) if asked and stdin_is_attached_pipe() else None
+
+
 def watch_stdin(stop: Stop, fd: int = 0) -> threading.Thread:
     """A daemon thread that turns `STOP <SIGNAME>` lines on fd into stop requests, and end-of-file into a
-    SIGHUP-like stop (the client that attached our stdin went away)."""
+    SIGHUP-like stop (the host job that holds our stdin went away)."""
     def loop():
         buf = b""
         while True:
@@ -135,7 +150,7 @@ def watch_stdin(stop: Stop, fd: int = 0) -> threading.Thread:
             except OSError:
                 chunk = b""
             if not chunk:
-                stop.request(signal.SIGHUP, "the client that started this job went away (its stdin closed)")
+                stop.request(signal.SIGHUP, "the host job that started this job went away (its stdin closed)")
                 return
             buf += chunk
             while b"\n" in buf:

@@ -6,7 +6,8 @@ checkouts of the project that share the one Docker deployment share the lock too
 when its holder dies, however it dies. The driver container mounts the same folder, so a job started inside
 it (`docker exec -i <driver> ...`) and one started on the host exclude each other.
 
-A second job refuses at once with one line naming the holder (command, pid, since when), or, with --wait,
+A second job refuses at once with one line naming the holder (command, pid, since when) and how to stop it from
+here (a pid in the driver container is `docker exec <driver> kill -INT <pid>` from the host), or, with --wait,
 waits for it. A job started by a lock holder for the same deployment (the host's main job running the sweep in
 the driver) inherits the lock through the environment variable EDGE_TXN_LOCK_TOKEN instead of taking it again.
 
@@ -34,6 +35,7 @@ from testbed.core.paths import REPO
 DEFAULT_DIR = Path("/run/lock/edge-txn")
 ENV_DIR = "EDGE_TXN_LOCK_DIR"
 ENV_TOKEN = "EDGE_TXN_LOCK_TOKEN"
+DRIVER_STATE = Path("/etc/edge-txn/containers.yml")  # there only in the driver container (testbed/cluster/swarm.py)
 
 
 class Busy(RuntimeError):
@@ -61,6 +63,26 @@ def local_lock_name(out_root) -> str:
 def what_is_locked(name: str) -> str:
     kind, _, rest = name.partition("-")
     return {"swarm": f"deployment {rest!r}", "local": "this results folder"}.get(kind, name)
+
+
+def driver_container() -> str | None:
+    """The name of the driver container this process runs in (its EDGE_TXN_NAME), None on a host."""
+    if not DRIVER_STATE.is_file():
+        return None
+    return os.environ.get("EDGE_TXN_NAME") or "<driver>"
+
+
+def stop_hint(holder: dict | None) -> str:
+    """How to send the holder SIGINT from where this process runs: a pid means something only in its container."""
+    pid = (holder or {}).get("pid")
+    if not pid:
+        return "kill -INT its pid"
+    theirs, ours = holder.get("container"), driver_container()
+    if theirs and theirs != ours:
+        return f"`docker exec {theirs} kill -INT {pid}`"
+    if ours and not theirs:
+        return f"`kill -INT {pid}` on host {holder.get('host', '?')}"
+    return f"`kill -INT {pid}`"
 
 
 def describe(holder: dict | None) -> str:
@@ -110,8 +132,9 @@ class JobLock:
                     raise
             if not wait:
                 os.close(fd)
-                raise Busy(f"{what_is_locked(self.name)} is busy: {describe(self.holder())} holds it; wait for it to "
-                           "finish, stop it (Ctrl-C there, or kill -INT its pid), or run again with --wait")
+                holder = self.holder()
+                raise Busy(f"{what_is_locked(self.name)} is busy: {describe(holder)} holds it; wait for it to finish, "
+                           f"stop it (Ctrl-C there, or {stop_hint(holder)}), or run again with --wait")
             if not announced:
                 say(f"waiting for {describe(self.holder())} to release {what_is_locked(self.name)} (--wait) ...")
                 announced = True
@@ -122,10 +145,11 @@ class JobLock:
                 raise
         self._fd = fd
         self.token = secrets.token_hex(8)
+        container = driver_container()
         holder = {"token": self.token, "pid": os.getpid(), "command": self.command,
                   "since": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
-                  "where": ("the driver container" if Path("/etc/edge-txn/containers.yml").is_file()
-                            else f"host {platform.node()}"), "checkout": str(REPO)}
+                  "where": f"the driver container {container}" if container else f"host {platform.node()}",
+                  "container": container, "checkout": str(REPO)}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
         return self

@@ -5,7 +5,8 @@ needs no Python edit:
 
     reg = protocols.load()             # $TXN_SERVER, else build/txn-server, else txn-server on PATH (containers)
     reg.names()                        # ['dast', ...], registration order; reg.default_mode() is the first
-    p = reg.get("dast")                # ValueError naming the built modes for an unknown one
+    p = reg.get("dast")                # ValueError: "not a protocol (did you mean ...?)" or "not built into ..."
+    check_name("janis", "SYSTEMS item 'janis'")   # ValueError when no protocol has the name, built or not (a typo)
     p.min_regions                      # the fewest regions it runs on
     p.role_nodes(regions)              # its processes besides replicas and clients: [{name, kind, region}, ...]
     p.check_options({"ewma_alpha": 0.5})   # every option with its value (defaults filled in); ValueError names it
@@ -14,10 +15,12 @@ The registry is read once per binary (path and modification time).
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from testbed.core.paths import REPO
 
 BINARY_ENV = "TXN_SERVER"  # path of the txn-server whose registry to read, overriding the search
 FORMAT = 1                 # the registry JSON format this module reads
+SOURCE_LIST = REPO / "src" / "protocols" / "protocols.inc"   # PROTOCOL(<name>) lines: the protocols of the source
 
 
 class RegistryError(RuntimeError):
@@ -133,8 +137,41 @@ class Registry:
 
     def get(self, mode) -> Protocol:
         if mode not in self.protocols:
-            raise ValueError(f"mode={mode!r}: must be one of {', '.join(self.protocols)} (built into {self.binary})")
+            check_name(mode, f"mode={mode!r}", self)
+            raise ValueError(f"mode={mode!r}: not built into {self.binary} (it has {', '.join(self.protocols)}); "
+                             "`make build` builds the engine of this checkout")
         return self.protocols[mode]
+
+
+def source_names() -> list[str]:
+    """The protocols of this checkout's source (src/protocols/protocols.inc), built or not; [] without it."""
+    try:
+        return re.findall(r"^PROTOCOL\((\w+)\)", SOURCE_LIST.read_text(), re.M)
+    except OSError:
+        return []
+
+
+def known_names(registry: Registry | None = None) -> list[str]:
+    """Every protocol name there is: the source's and the built engine's (registry, default: the one load() finds,
+    if it can be read; a test or another build may register more)."""
+    if registry is None:
+        try:
+            registry = load()
+        except RegistryError:
+            registry = None
+    return list(dict.fromkeys(source_names() + (registry.names() if registry else [])))
+
+
+def check_name(name, label: str, registry: Registry | None = None) -> str:
+    """name when it is a protocol, built or not (whether it is built is the runner's business); for a typo a
+    ValueError '<label>: not a protocol (did you mean janus?); protocols: ...'. When neither the source list nor
+    a registry can be read nothing can be told: the name passes."""
+    known = known_names(registry)
+    if not known or name in known:
+        return name
+    hint = difflib.get_close_matches(str(name), known, n=1)
+    raise ValueError(f"{label}: not a protocol" + (f" (did you mean {hint[0]}?)" if hint else "")
+                     + f"; protocols: {', '.join(known)}")
 
 
 def server_binary() -> Path:

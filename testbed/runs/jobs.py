@@ -4,8 +4,9 @@
         ... stop.check() ...
 
 - swarm jobs (inside the driver container) hold the lock of the deployment (containers.yml's name), inherited
-  from a host-side job that started them (testbed/core/lock.py), and, when started with `docker exec -i`, stop when
-  their client goes away or the host forwards a stop (testbed/core/interrupts.py);
+  from a host-side job that started them (testbed/core/lock.py); one the host launcher started stops when the host
+  forwards a stop or goes away (its stdin, testbed/runs/driverexec.py); one started by hand runs to its end unless
+  it gets a signal (Ctrl-C under `docker exec -it`, `docker exec <driver> kill -INT <pid>`);
 - local jobs hold the lock of their results folder (two sweeps into one folder would mix their runs).
 """
 from __future__ import annotations
@@ -38,7 +39,6 @@ def job(kind: str, out_root="results", wait: bool = False, say=print):
     """kind: local | swarm (the backend the job's runs use). Yields the job's interrupts.Stop; raises lock.Busy
     when another job holds the lock (unless wait)."""
     with interrupts.stop_on_signals() as stop:
-        if inside_driver() and interrupts.stdin_is_attached_pipe():
-            interrupts.watch_stdin(stop)
+        interrupts.watch_stdin_if_asked(stop)
         with lock.JobLock(lock_name(kind, out_root)).acquire(wait, say=say):
             yield stop

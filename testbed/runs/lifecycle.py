@@ -73,12 +73,9 @@ def _cmd(args) -> str:
 
 
 def git_sha() -> str | None:
-    if os.environ.get("EDGE_TXN_GIT_SHA"):  # set by the host for runs driven from the driver container (no git)
-        return os.environ["EDGE_TXN_GIT_SHA"]
-    sha = _cmd(["git", "rev-parse", "HEAD"])
-    if not sha:
-        return None
-    return sha + ("-dirty" if _cmd(["git", "status", "--porcelain", "--untracked-files=no"]) else "")
+    """The code version of the checkout that runs (testbed/core/gitinfo.py: also in the driver, which has no git)."""
+    from testbed.core import gitinfo
+    return gitinfo.code_version()
 
 
 def tail_lines(text: str, n: int = 15) -> str:
@@ -231,6 +228,9 @@ class Runner(ABC):
         if meta["machine_cpu"].get("steal_pct", 0) > STEAL_WARN_PCT:
             self.say(f"warning: the hypervisor took {meta['machine_cpu']['steal_pct']:.0f} % of this machine's CPU "
                      "time during the run (steal); its latencies carry that")
+        # every file is final (meta.json but for its status): files.json hashes the raw files and binds the derived
+        # ones to them (check.json stamped with the run id and the raw files' digest; meta.json recorded)
+        write_json(run_dir / "meta.json", meta)
         validate.write_manifest(run_dir)
         if res.status == "ok" and not probe:  # what was just written must read back whole and agree with itself
             problems = validate.validate_run(run_dir)

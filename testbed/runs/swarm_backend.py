@@ -37,6 +37,7 @@ from testbed.core import rtt as rttlib
 from testbed.core.config import load_exp_config
 from testbed.core.runtypes import RunError, RunResult
 from testbed.runs.backend import Backend
+from testbed.runs.driverexec import ENV_JOB
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
 
 DRIVER_ETC = Path("/etc/edge-txn")
@@ -262,9 +263,12 @@ class SwarmRunner(Runner):
         if host is not None and host != self.driver_host:
             return (f"container {name} ({ip}, on host {host}) stopped answering over SSH ({why}): the host may be "
                     f"down or cut off, or the container gone; look at `docker ps -a` on {host}")
-        state = docker_state(name, self._t_start)
+        state = docker_state(name, self._t_start, network=self.state.get("network"))
         if state:
             return f"container {name} {state} (ssh: {why})"
+        if state == "":
+            return (f"container {name} ({ip}) stopped answering over SSH ({why}) although Docker shows it running "
+                    f"and attached to {self.state.get('network')}: its sshd, or the overlay on its host?")
         return (f"container {name} ({ip}) stopped answering over SSH ({why}); its state is not visible from the "
                 "driver: look at `docker ps -a` on its host")
 
@@ -388,10 +392,12 @@ class SwarmRunner(Runner):
             self._drop(ip)
 
 
-def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_SOCKET) -> str | None:
+def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_SOCKET,
+                 network: str | None = None) -> str | None:
     """What this host's Docker says about a container that stopped answering: `exited (137)`, `is restarting
-    (last exit 137)`, `restarted at ... (its processes are gone)`, `is paused`, `no longer exists`; None when the
-    socket is not there (a container on another host) or Docker sees nothing wrong."""
+    (last exit 137)`, `restarted at ... (its processes are gone)`, `is paused`, `no longer exists`, `is running but
+    not attached to the overlay network <network>`; "" when Docker sees nothing wrong; None when it cannot be asked
+    (no socket: a container on another host)."""
     if not os.path.exists(socket_path):
         return None
     try:
@@ -403,9 +409,10 @@ def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_S
         return None
     try:
         try:
-            st = client.containers.get(name).attrs.get("State", {})
+            ct = client.containers.get(name)
         except NotFound:
             return "no longer exists"
+        st = ct.attrs.get("State", {})
         status, code = st.get("Status"), st.get("ExitCode")
         if status in ("exited", "dead"):
             return f"exited ({code})" + (" (OOM-killed)" if st.get("OOMKilled") else "")
@@ -416,7 +423,10 @@ def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_S
         started = _iso_unix(st.get("StartedAt"))
         if since_unix and started and started > since_unix:
             return f"restarted at {st.get('StartedAt', '?')[:19]} (its processes are gone; last exit {code})"
-        return None
+        if network and network not in ((ct.attrs.get("NetworkSettings") or {}).get("Networks") or {}):
+            return (f"is running but not attached to the overlay network {network} (disconnected from it; "
+                    "`make up` replaces it)")
+        return ""
     except Exception:  # noqa: BLE001 -- Docker unreachable: nothing to add
         return None
     finally:
@@ -485,7 +495,8 @@ class SwarmBackend(Backend):
         if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container
             self._apply_jitter(round(rttlib.rtt_jitter(deploy["link"].get("jitter_ms", 0)), 6))
         meta = {"backend": self.name, "deployment": self.deployment_name,
-                "containers": [m.name for m in self.cluster.members], **(meta_extra or {})}
+                "containers": [m.name for m in self.cluster.members],
+                **({"job": os.environ[ENV_JOB]} if os.environ.get(ENV_JOB) else {}), **(meta_extra or {})}
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)
 
     def _apply_jitter(self, rtt_jitter_ms: float) -> None:

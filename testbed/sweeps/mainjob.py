@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path, PurePosixPath
 
 from tenacity import stop_after_delay
@@ -20,12 +21,12 @@ from tenacity import stop_after_delay
 from testbed.cluster import swarm
 from testbed.cluster.cluster import Cluster
 from testbed.cluster.hosts import load_hosts
-from testbed.core import interrupts, lock
+from testbed.core import gitinfo, interrupts, lock
 from testbed.core.config import load_exp_config
 from testbed.core.polling import poll
 from testbed.core.runtypes import Interrupted
-from testbed.runs.driverexec import REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver, relay_paths
-from testbed.runs.lifecycle import git_sha
+from testbed.runs.driverexec import (ENV_JOB, REPO_IN_DRIVER as _DRIVER_REPO, container_state, exec_in_driver,
+                                     new_job_id, record_cut_off, relay_paths)
 from testbed.runs.selftest import swarm_self_test
 from testbed.runs.swarm_backend import inside_driver
 
@@ -134,18 +135,17 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
                 return 2
             state = swarm.up(cfg, hosts, log=log)
             stop.check()
-            if not swarm_self_test(cfg, state, log=log, env=held.env()):
+            if not swarm_self_test(cfg, state, log=log, env=held.env(), reuse="--fresh" not in argv):
                 log("main job: the RTT self-test failed: the emulated network is not what exp_config.py says; "
                     "stopping")
                 return 128 + stop.signum if stop.requested else 2
-            driver = Cluster(state).driver.name
-            sha = git_sha()
-            env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
+            driver, job_id, t0 = Cluster(state).driver.name, new_job_id(), time.time()
+            env = {**held.env(), **gitinfo.host_env(), ENV_JOB: job_id}
             job = ["python", script, *driver_argv(strip_backend(argv), swarm.REPO), "--backend", "swarm"]
             log(f"main job: docker exec -i {driver} {' '.join(job)}")
             rc = exec_in_driver(driver, job, env, line_filter=relay_paths(str(swarm.REPO)), stop=stop)
             if rc != 0:
-                _after_bad_exit(driver, hosts, state, log, rc)
+                _after_bad_exit(driver, hosts, state, log, rc, (out_root(argv, swarm.REPO), job_id, t0))
             log("main job: the containers stay up for the next run; `make down` removes them")
             return rc
     except (lock.Busy, ValueError) as e:
@@ -156,40 +156,74 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
         return e.exit_code
 
 
-def _after_bad_exit(driver: str, hosts, state: dict, log, rc: int = 1, settle_s: float = 5.0) -> None:
-    """The job in the driver ended badly (or was stopped): name the driver's own state when it was the driver
-    that died, and stop whatever engine processes the job left in the shard containers. When the job was killed
-    by a signal (rc >= 128), `docker stop` may end the exec before Docker marks the container exited: its state
-    is then asked again for up to `settle_s`."""
+def out_root(argv: list[str], repo: Path, cwd: Path | None = None) -> Path:
+    """The results folder of a job's argv on this machine (--out, else the checkout's results/)."""
+    for i, x in enumerate(argv):
+        if x.startswith("--out="):
+            return Path(cwd or os.getcwd()) / x.partition("=")[2]
+        if x == "--out" and i + 1 < len(argv):
+            return Path(cwd or os.getcwd()) / argv[i + 1]
+    return repo / "results"
+
+
+def _after_bad_exit(driver: str, hosts, state: dict, log, rc: int = 1, job: tuple | None = None,
+                    settle_s: float = 5.0) -> None:
+    """The job in the driver ended badly (or was stopped): name the cause when the job died without a word (the
+    driver container stopped or killed, or the job itself killed: exit 137), record the runs it left `running` as
+    failed with that cause (job: (results folder, job id, start time)), and stop whatever engine processes it left
+    in the shard containers. When the job was killed by a signal (rc >= 128), `docker stop` may end the exec before
+    Docker marks the container exited: its state is then asked again for up to `settle_s`."""
     where = poll(lambda: container_state(driver), stop_after_delay(settle_s if rc >= 128 else 0), 0.2,
                  done=lambda state: state != "running")
+    cause, then = None, ""
     if where and where != "running":
-        log(f"the driver container {driver} {where} during the job: its run was cut off (recorded as failed); "
-            "the next `make main` (or `make up`) replaces the driver")
+        cause = f"the driver container {driver} {where} during the job"
+        then = "; the next `make main` (or `make up`) replaces the driver"
+    elif where == "running" and rc == 137:
+        cause = f"the job in {driver} was killed (SIGKILL, exit 137: kill -9, or the kernel's OOM killer)"
+    if cause:
+        runs = record_cut_off(job[0], job[1], f"cut off: {cause}", job[2] - 1) if job else []
+        shown = ", ".join(_shown(r) for r in runs)
+        log(f"{cause}: " + (f"its run {shown} recorded as failed" if len(runs) == 1 else
+                            f"its {len(runs)} runs left running recorded as failed ({shown})" if runs else
+                            "it left no run running in this checkout") + then)
     left = swarm.stop_engines(hosts, state)
     if left:
         log("stopped engine processes the job left behind: " + ", ".join(f"{n} in {c}" for c, n in sorted(left.items())))
 
 
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def run_job_in_driver(job_argv: list[str], config=None, wait: bool = False, log=print) -> int:
     """A one-off job (e.g. `python -m testbed.cli ...`) in the driver of the deployment that is up (DEPLOYMENT of
     the config; its containers.yml in this checkout), holding the deployment's lock; Ctrl-C here stops it there."""
-    path = swarm.state_paths(load_exp_config(config).deployment)[1]
+    cfg = load_exp_config(config)
+    path = swarm.state_paths(cfg.deployment)[1]
     state = swarm.load_state(path)
     if state is None:
         log(f"error: {path.name} not found: deployment is not up; `make up` brings it up")
+        return 2
+    try:  # taken over by another checkout since: its driver would write there and run that code
+        swarm.ensure_owner(cfg, load_hosts(), state.get("deployment"))
+    except swarm.SwarmError as e:
+        log(f"error: {e}")
         return 2
     cluster = Cluster(state)
     driver = cluster.driver.name
     try:
         with interrupts.stop_on_signals(say=log) as stop, \
                 lock.JobLock(lock.swarm_lock_name(cluster.deployment)).acquire(wait, say=log) as held:
-            sha = git_sha()
-            env = {**held.env(), **({"EDGE_TXN_GIT_SHA": sha} if sha else {})}
+            job_id, t0 = new_job_id(), time.time()
+            env = {**held.env(), **gitinfo.host_env(), ENV_JOB: job_id}
             rc = exec_in_driver(driver, driver_argv(job_argv, swarm.REPO), env,
                                 line_filter=relay_paths(str(swarm.REPO)), stop=stop)
             if rc != 0:
-                _after_bad_exit(driver, load_hosts(), state, log, rc)
+                _after_bad_exit(driver, load_hosts(), state, log, rc, (out_root(job_argv, swarm.REPO), job_id, t0))
             return rc
     except (lock.Busy, ValueError) as e:
         log(f"error: {e}")

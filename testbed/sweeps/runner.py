@@ -9,8 +9,9 @@ the figure is still drawn from what exists, and the exit code is 128 + the signa
 
 Resume: a run is identified by its point key (a hash of the experiment, the protocol, every deploy knob but
 the per-repeat seed, the backend and its shaping mechanism) and its repeat index. A run with the same key and
-repeat that ended ok, and whose folder still validates (testbed/analysis/rundirs.py), is reused; failed, interrupted,
-cut-off or damaged ones are run again; --fresh runs everything again (old folders stay).
+repeat that ended ok, and whose folder still validates (testbed/analysis/rundirs.py: its summary derived again from
+the records, its verdict and identity bound to them), is reused; failed, interrupted, cut-off, damaged or doctored
+ones are run again, saying why; --fresh runs everything again (old folders stay).
 """
 from __future__ import annotations
 
@@ -101,22 +102,25 @@ class Sweep:
 # ---------------------------------------------------------------- planning
 
 def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
-    """Every (system, point, repeat) to run, knobs validated before anything starts (ValueError). What a protocol
-    needs (its minimum number of regions, its options) comes from the engine's registry."""
+    """Every (system, point, repeat) to run, knobs validated before anything starts (ValueError, also when there is
+    nothing to run). What a protocol needs (its minimum number of regions, its options) comes from the engine's
+    registry; SYSTEMS holds protocol names only (testbed/core/config.py), of which an unbuilt one is skipped."""
     sweep = Sweep(exp)
     try:
         registry = backend.registry()
+        lists = f"txn-server --list-modes lists: {', '.join(registry.names())}"
     except protocols.RegistryError as e:
-        log(f"no protocol is built ({e})")
-        registry = None
+        registry, lists = None, f"no protocol is built: {e}"
+        log(lists)
     built = registry.names() if registry else []
     systems = []
     for s in cfg.systems or built:
         if s in built:
             systems.append(s)
-        else:
+        else:   # a real protocol, not built (a name no protocol has is refused)
+            protocols.check_name(s, f"SYSTEMS item {s!r}", registry)
             sweep.skipped[s] = "not built"
-            log(f"skipping {s}: not built (txn-server --list-modes lists: {', '.join(sorted(built)) or 'nothing'})")
+            log(f"skipping {s}: not built ({lists})")
     sweep.systems = list(cfg.systems or built)
     for name in sorted(set(dict(cfg.protocol_options)) - set(built)):
         log(f"PROTOCOL_OPTIONS[{name!r}] ignored: {name} is not built")
@@ -140,6 +144,9 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
             key = point_key(exp.name, s, knobs, backend.name, backend.mechanism, cfg.seed)
             for r in range(cfg.n_repeat):
                 sweep.tasks.append(Task(s, p, r, {**knobs, "seed": cfg.seed + r}, key))
+    if not sweep.tasks:  # refused before sweep.json is written: the last sweep's stays, and its figure
+        raise ValueError(f"nothing to run: no protocol of SYSTEMS ({', '.join(sweep.systems) or 'every built one'}) "
+                         f"is built ({lists}); `make build` builds the engine")
     return sweep
 
 
@@ -160,13 +167,14 @@ def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "points": points, "exp_config": cfg.as_dict()}
 
 
-def reusable_runs(exp_dir: Path) -> dict:
-    """(point_key, repeat) -> the newest run folder of that point and repeat, when that run ended ok and its
-    folder validates (a newer failed or damaged run is not papered over by an older ok one)."""
+def previous_runs(exp_dir: Path) -> dict:
+    """(point_key, repeat) -> (run_dir, meta) of the newest run of that point and repeat, reused when its outcome
+    is ok (rundirs.run_outcome: ended ok, and its folder validates), else run again (a newer failed or damaged run is
+    not papered over by an older ok one)."""
     newest = {}
     for run_dir, meta in scan_runs(exp_dir):   # oldest first: newer ones overwrite
         newest[(meta["point_key"], int(meta.get("repeat", 0)))] = (run_dir, meta)
-    return {k: rd for k, (rd, meta) in newest.items() if run_outcome(rd, meta)[0] == "ok"}
+    return newest
 
 
 # ---------------------------------------------------------------- progress
@@ -265,7 +273,7 @@ def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fres
     exp_dir = out_root / exp.name
     exp_dir.mkdir(parents=True, exist_ok=True)
     (exp_dir / figures.MANIFEST).write_text(json.dumps(manifest(sweep, cfg, backend, quick), indent=2) + "\n")
-    reuse = {} if fresh else reusable_runs(exp_dir)
+    previous = {} if fresh else previous_runs(exp_dir)
     est = cfg.duration_s + EST_STARTUP_S
     progress = Progress(len(sweep.tasks), est, tty=tty)
     try:
@@ -273,10 +281,13 @@ def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fres
             for t in sweep.tasks:
                 stop.check()
                 progress.start(t, cfg.n_repeat)
-                old = reuse.get((t.key, t.repeat))
-                if old is not None:
-                    o = Outcome(t, "ok", "", old, reused=True)
+                old = previous.get((t.key, t.repeat))
+                status, reason = run_outcome(*old) if old else ("", "")
+                if status == "ok":
+                    o = Outcome(t, "ok", "", old[0], reused=True)
                 else:
+                    if old:  # why this point runs again
+                        progress.write(f"    running it again: its last run {old[0].name} {status} ({reason})")
                     o = run_one(backend, exp, cfg, t, out_root, quick)
                 sweep.outcomes.append(o)
                 progress.finish(o)
@@ -395,6 +406,8 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     except (lock.Busy, RuntimeError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
+    if rc == 2 and not pdfs:  # refused before anything ran: its one line says it all
+        return rc
     print("\nfigures:" if pdfs else "\nno figure written")
     for p in pdfs:
         print(f"  {p}")

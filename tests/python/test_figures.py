@@ -19,17 +19,26 @@ def rec(i, cls, start_s, lat_ms, status="committed", attempts=1):
             attempts, status)
 
 
+def records(tput, committed=True, given_up=0):
+    """Records whose throughput in WINDOW's 7 s window is tput: IRTs of 10 ms and every sixth a CRT of 200 ms, all
+    started and committed in the window (or all given up: committed False), and given_up CRTs given up in it."""
+    n = round(tput * 7)
+    rows = [rec(i, "CRT" if i % 6 == 5 else "IRT", 3 + i * 5 / n, 200 if i % 6 == 5 else 10,
+                status="committed" if committed else "given_up") for i in range(n)]
+    return rows + [rec(n + i, "CRT", 4.0, 500, status="given_up", attempts=20) for i in range(given_up)]
+
+
 def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, start="2024-01-01T00:00:00",
              status="ok", error=None, check_code=0, clients=None, tput=100.0, committed=None, series="",
              regions=3, jitter=0.0, run_id=None, busy=None, given_up=0):
-    """A run folder as the runner leaves it; clients: {name: [record tuples]}."""
+    """A run folder as the runner leaves it, its summary.json derived from its records; clients: {name: [record
+    tuples]}, default: records() of tput (committed=0: none committed)."""
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
     d = root / exp / run_id
     (d / "clients").mkdir(parents=True)
-    dep = deploy.build_deployment(regions=regions, shards=2, jitter=jitter, **WINDOW)
+    dep = deploy.build_deployment(mode=system, regions=regions, shards=2, jitter=jitter, **WINDOW)
     deploy.write_yaml(dep, d / "deploy.yml")
-    clients = clients if clients is not None else {"c0.0.0": [rec(i, "IRT", 3 + i * 0.01, 10) for i in range(50)]
-                                                   + [rec(100 + i, "CRT", 3 + i * 0.01, 200) for i in range(10)]}
+    clients = clients if clients is not None else {"c0.0.0": records(tput, committed != 0, given_up)}
     for name, rows in clients.items():
         (d / "clients" / f"{name}.records.csv").write_text(HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
     meta = {"run_id": run_id, "name": exp, "backend": "local", "shaping": "app", "start_time": start,
@@ -42,9 +51,7 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
         meta["machine_cpu"] = {"busy_pct": busy, "steal_pct": 0.1}
     (d / "meta.json").write_text(json.dumps(meta))
     if status == "ok":
-        n = sum(len(r) for r in clients.values()) if committed is None else committed
-        (d / "summary.json").write_text(json.dumps({"classes": {"all": {"committed": n, "throughput_tps": tput},
-                                                                "CRT": {"given_up": given_up}}}))
+        results.summarize_run(d)
         (d / "check.json").write_text(json.dumps({"exit_code": check_code, "verdict": "CONSISTENT" if check_code == 0
                                                   else "INCONSISTENT (2 violations)"}))
     seal_run(d)

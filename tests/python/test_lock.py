@@ -27,6 +27,12 @@ def lockdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def ended(p: subprocess.Popen) -> None:
+    p.kill()
+    p.wait()
+    p.stdout.close()
+
+
 def holder(seconds: float) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(seconds)], stdout=subprocess.PIPE,
                          text=True, env=os.environ.copy())
@@ -81,3 +87,48 @@ def test_locks_of_different_deployments_and_results_folders_are_independent(lock
     assert lock.local_lock_name(tmp_path / "x") != lock.local_lock_name(tmp_path / "y")
     assert lock.local_lock_name("results") == lock.local_lock_name(os.path.abspath("results"))
     assert lock.what_is_locked(lock.local_lock_name("results")) == "this results folder"
+
+
+HOLD_IN_DRIVER = """
+import sys, time
+from pathlib import Path
+from testbed.core import lock
+lock.DRIVER_STATE = Path(sys.argv[2])          # as in the driver container (its containers.yml is there)
+with lock.JobLock("swarm-tst", "python -m testbed.cli").acquire():
+    print("held", flush=True)
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_the_busy_message_says_how_to_stop_a_holder_in_the_driver_from_the_host(lockdir, tmp_path, monkeypatch):
+    state = tmp_path / "containers.yml"
+    state.write_text("deployment: tst\n")
+    p = subprocess.Popen([sys.executable, "-c", HOLD_IN_DRIVER, "30", str(state)], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "EDGE_TXN_NAME": "tst_driver"})
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with pytest.raises(lock.Busy) as e:            # from the host: its pid means nothing here
+            lock.JobLock("swarm-tst").acquire()
+        assert f"(pid {p.pid} in the driver container tst_driver, " in str(e.value)
+        assert f"stop it (Ctrl-C there, or `docker exec tst_driver kill -INT {p.pid}`)" in str(e.value)
+        monkeypatch.setattr(lock, "DRIVER_STATE", state)   # from the same driver container: the pid as it is
+        monkeypatch.setenv("EDGE_TXN_NAME", "tst_driver")
+        with pytest.raises(lock.Busy) as e:
+            lock.JobLock("swarm-tst").acquire()
+        assert f"stop it (Ctrl-C there, or `kill -INT {p.pid}`)" in str(e.value)
+    finally:
+        ended(p)
+
+
+def test_the_busy_message_in_the_driver_names_the_host_of_a_holder_there(lockdir, tmp_path, monkeypatch):
+    import platform
+    p = holder(30)
+    try:
+        state = tmp_path / "containers.yml"
+        state.write_text("deployment: tst\n")
+        monkeypatch.setattr(lock, "DRIVER_STATE", state)
+        with pytest.raises(lock.Busy) as e:
+            lock.JobLock("swarm-tst").acquire()
+        assert f"stop it (Ctrl-C there, or `kill -INT {p.pid}` on host {platform.node()})" in str(e.value)
+    finally:
+        ended(p)

@@ -20,8 +20,30 @@ def test_load_reads_every_protocol_rule_and_option(fake_registry):
     assert [(r.name, r.prefix, r.placement, r.size) for r in alpha.roles] == [("manager", "m", "per_region", 1)]
     assert alpha.defaults() == {"defer_commutative": True, "count": 2, "ratio": 0.5, "flavour": "plain"}
     assert alpha.option("flavour").choices == ("plain", "spicy") and alpha.option("nope") is None
-    with pytest.raises(ValueError, match=r"mode='paxos': must be one of alpha, ordered \(built into "):
+    with pytest.raises(ValueError, match=r"^mode='paxos': not a protocol; protocols: dast, janus, tapir, slog, alpha, "
+                                         r"ordered$"):
         reg.get("paxos")
+    with pytest.raises(ValueError, match=r"^mode='odrered': not a protocol \(did you mean ordered\?\); protocols: "):
+        reg.get("odrered")
+    # a protocol of the source that this binary does not have: not built, not a typo
+    with pytest.raises(ValueError, match=r"^mode='janus': not built into .*txn-server \(it has alpha, ordered\); "
+                                         r"`make build` builds the engine of this checkout$"):
+        reg.get("janus")
+
+
+def test_a_protocol_name_is_checked_against_the_source_and_the_registry(fake_registry, monkeypatch, tmp_path):
+    assert protocols.source_names() == ["dast", "janus", "tapir", "slog"]   # src/protocols/protocols.inc
+    assert protocols.known_names() == ["dast", "janus", "tapir", "slog", "alpha", "ordered"]
+    for name in ("dast", "ordered"):   # of the source only, of the built engine only
+        assert protocols.check_name(name, "SYSTEMS item") == name
+    with pytest.raises(ValueError) as e:
+        protocols.check_name("janis", "SYSTEMS item 'janis'")
+    assert str(e.value) == ("SYSTEMS item 'janis': not a protocol (did you mean janus?); protocols: dast, janus, "
+                            "tapir, slog, alpha, ordered")
+    # nothing to tell a protocol by (no source list, no engine): a name passes, the runner says it is not built
+    monkeypatch.setattr(protocols, "SOURCE_LIST", tmp_path / "none.inc")
+    monkeypatch.setenv("TXN_SERVER", str(tmp_path / "no-txn-server"))
+    assert protocols.known_names() == [] and protocols.check_name("janis", "x") == "janis"
 
 
 def test_roles_give_the_processes_of_a_deployment(fake_registry):

@@ -59,15 +59,16 @@ class FakeBackend(Backend):
         run_dir = Path(out_root) / name / new_run_id()
         (run_dir / "clients").mkdir(parents=True)
         deploy.write_yaml(deploy_dict, run_dir / "deploy.yml")
+        rundirs.write_json(run_dir / "config.json", config if config is not None else deploy_dict)
         meta = {"run_id": run_dir.name, "backend": self.name, "shaping": "app",
                 "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(meta_extra or {})}
         if self.busy:
             meta["machine_cpu"] = {"busy_pct": self.busy(knobs), "steal_pct": 0.0}
 
-        def finish(status, reason):
+        def finish(status, reason):   # as the lifecycle ends a run: meta.json, then files.json
             meta.update(status=status, reason=reason or None)
-            seal_run(run_dir)
             rundirs.write_json(run_dir / "meta.json", meta)
+            seal_run(run_dir)
 
         if what == "error":
             finish("failed", "server s0.0.1 exited with code 6")
@@ -458,3 +459,126 @@ def test_a_local_sweep_refuses_while_another_writes_the_same_results(tmp_path, m
         assert runner.run_experiments(["n_clients"], a, [], "run_experiments.py") == 2
     err = capsys.readouterr().err
     assert "this results folder is busy: `run_experiments.py --quick`" in err
+
+
+# ---------------------------------------------------------------- what is reused or drawn is the run's own
+
+def edit_json(path, fn):
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def copy_check_of_the_ok_run(run):
+    other = next(d for d in run.parent.iterdir() if d.is_dir() and d != run)
+    (run / "check.json").write_text((other / "check.json").read_text())
+
+
+@pytest.mark.parametrize("target,doctor,reason", [
+    ("ok", lambda run: edit_json(run / "summary.json", lambda s: s["classes"]["all"].update(throughput_tps=999.0)),
+     "summary.json: classes.all.throughput_tps 999.0, the records give 66.66666666666667"),
+    ("inconsistent", copy_check_of_the_ok_run, "check.json: the verdict of run "),
+    ("inconsistent", lambda run: edit_json(run / "check.json", lambda c: c.update(verdict="CONSISTENT", exit_code=0)),
+     "check.json: changed since the run (sha256 differs from files.json; edited?)"),
+    ("ok", lambda run: edit_json(run / "meta.json", lambda m: m["x"].update(value=8)),
+     "meta.json: x.value 8, files.json recorded 2 when the run ended"),
+    ("ok", lambda run: edit_json(run / "meta.json", lambda m: m.update(system="janus")),
+     'meta.json: system "janus", files.json recorded "dast" when the run ended'),
+], ids=["summary-throughput-999", "check-copied-from-an-ok-run", "check-verdict-edited", "meta-x", "meta-system"])
+def test_a_doctored_run_is_not_reused_nor_drawn_and_says_why(tmp_path, capsys, target, doctor, reason):
+    """Issue 29, finding 2: a parseable but wrong derived file makes a failed run: run again, never drawn."""
+    c = cfg(CONCURRENCY_LEVELS=[1], N_REPEAT=2)
+    sweep(tmp_path, FakeBackend(lambda k: "inconsistent" if k["seed"] == 1 else "ok"), c=c)
+    runs = {json.loads((d / "meta.json").read_text())["repeat"]: d for d in (tmp_path / "n_clients").glob("*-*")}
+    run = runs[0] if target == "inconsistent" else runs[1]
+    assert rundirs.run_outcome(runs[0])[0] == "failed" and rundirs.run_outcome(runs[1]) == ("ok", "")
+    doctor(run)
+    if target == "inconsistent":   # and its meta.json says ok (its status is the outcome's, which is re-derived)
+        edit_json(run / "meta.json", lambda m: m.update(status="ok", reason=None))
+    status, why = rundirs.run_outcome(run)
+    assert status == "failed" and why.startswith(f"invalid run folder: {reason}"), why
+    # never drawn: the figure has it failed, with the reason, and no number of it
+    drawn = figures.load_runs(tmp_path / "n_clients", 99).set_index("run_id")
+    assert drawn.loc[run.name, "status"] == "failed" and drawn.loc[run.name, "reason"] == why
+    assert math.isnan(drawn.loc[run.name, "throughput_tps"])
+    # not reused: the next sweep runs it again, saying why (repeat 0, inconsistent, runs again anyway)
+    capsys.readouterr()
+    b = FakeBackend()
+    s, _ = sweep(tmp_path, b, c=c)
+    assert sorted(k[2] for k in b.calls) == ([1] if target == "inconsistent" else [1, 2])
+    assert f"    running it again: its last run {run.name} failed ({why})\n" in capsys.readouterr().err
+    assert all(o.status == "ok" for o in s.outcomes) and sum(o.reused for o in s.outcomes) == (target == "inconsistent")
+
+
+def test_an_untouched_run_is_reused_and_drawn(tmp_path):
+    sweep(tmp_path, FakeBackend(), c=cfg(CONCURRENCY_LEVELS=[1], N_REPEAT=1))
+    run = next((tmp_path / "n_clients").glob("*-*"))
+    assert rundirs.run_outcome(run) == ("ok", "")
+    b = FakeBackend()
+    s, logs = sweep(tmp_path, b, c=cfg(CONCURRENCY_LEVELS=[1], N_REPEAT=1))
+    assert b.calls == [] and s.outcomes[0].reused and not any("running it again" in line for line in logs)
+
+
+# ---------------------------------------------------------------- a protocol name that is no protocol
+
+def test_a_typo_in_systems_is_refused_before_anything_and_sweep_json_stays(tmp_path, monkeypatch, capsys):
+    """Issue 29, finding 3: SYSTEMS = ['dast', 'janis'] was "not built" and the figure drawn without it, exit 0;
+    with only the typo sweep.json was rewritten with zero points."""
+    b = FakeBackend(modes=("dast", "janus"))
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast']\nN_REPEAT = 1\nDURATION_S = 3\nWARMUP_S = 1\nCOOLDOWN_S = 0.5\n"
+                       "CONCURRENCY_LEVELS = [1]\n")
+    assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res")[0] == 0
+    manifest = (tmp_path / "res" / "n_clients" / "sweep.json").read_text()
+    calls = list(b.calls)
+    capsys.readouterr()
+    for systems in ("['dast', 'janis']", "['janis']"):
+        cfgfile.write_text(cfgfile.read_text().replace("SYSTEMS = ['dast']", f"SYSTEMS = {systems}"))
+        assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res") == (2, None)
+        err = capsys.readouterr().err
+        assert err.splitlines() == ["experiments/exp1_n_clients.py: error: SYSTEMS item 'janis': not a protocol (did "
+                                    "you mean janus?); protocols: dast, janus, tapir, slog"]
+        assert b.calls == calls and (tmp_path / "res" / "n_clients" / "sweep.json").read_text() == manifest
+        cfgfile.write_text(cfgfile.read_text().replace(f"SYSTEMS = {systems}", "SYSTEMS = ['dast']"))
+
+
+def test_a_real_protocol_not_built_is_skipped_and_none_built_is_nothing_to_run(tmp_path, monkeypatch, capsys):
+    b = FakeBackend(modes=("dast",))
+    monkeypatch.setattr(runner, "open_backend", lambda kind, c: b)
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast', 'janus']\nN_REPEAT = 1\nDURATION_S = 3\nWARMUP_S = 1\nCOOLDOWN_S = 0.5\n"
+                       "CONCURRENCY_LEVELS = [1]\n")
+    assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res")[0] == 0     # as before: janus skipped
+    assert "skipping janus: not built (txn-server --list-modes lists: dast)" in capsys.readouterr().out
+    manifest = (tmp_path / "res" / "n_clients" / "sweep.json").read_text()
+    assert json.loads(manifest)["systems"] == {"dast": "run", "janus": "not built"}
+    cfgfile.write_text(cfgfile.read_text().replace("['dast', 'janus']", "['janus', 'slog']"))
+    assert runner.run_experiment("exp1", config=cfgfile, out=tmp_path / "res") == (2, None)
+    assert capsys.readouterr().err.splitlines() == [
+        "experiments/exp1_n_clients.py: error: nothing to run: no protocol of SYSTEMS (janus, slog) is built "
+        "(txn-server --list-modes lists: dast); `make build` builds the engine"]
+    assert (tmp_path / "res" / "n_clients" / "sweep.json").read_text() == manifest and len(b.calls) == 1
+
+
+def test_a_typo_in_a_protocol_name_on_the_command_line_is_refused(capsys):
+    from testbed.cli import run as cli_run
+    for backend in ("local", "swarm"):   # before a swarm job would be handed to the driver
+        assert cli_run.main(["--mode", "janis", "--backend", backend]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "run_local: error: mode='janis': not a protocol (did you mean janus?); protocols: dast, janus, tapir, slog"]
+
+
+def test_a_typo_through_the_command_line_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from testbed.core import lock
+    monkeypatch.setenv(lock.ENV_DIR, str(tmp_path / "locks"))
+    cfgfile = tmp_path / "exp_config.py"
+    cfgfile.write_text("SYSTEMS = ['dast', 'janis']\n")
+    monkeypatch.chdir(tmp_path)
+    a = argparse.Namespace(backend="local", out=str(tmp_path / "res"), wait=False, config=str(cfgfile), quick=True,
+                           fresh=False, seed=None, repeats=None)
+    assert runner.run_experiments(["n_clients", "tpca"], a, [], "run_experiments.py") == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["experiments/exp1_n_clients.py: error: SYSTEMS item 'janis': not a protocol (did you "
+                                "mean janus?); protocols: dast, janus, tapir, slog"]
+    assert "figure" not in out and not (tmp_path / "res" / "claims.md").exists()

@@ -255,3 +255,27 @@ def test_every_address_of_a_name_is_tried(monkeypatch, silent, closed_port):
         swarm.probe_ssh("two-addrs", 22, 1)
     with pytest.raises(swarm._Unreachable, match="^connection refused by two-refusing:22$"):
         swarm.probe_ssh("two-refusing", 22, 1)
+
+
+def test_a_reset_before_the_banner_is_not_taken_for_a_refusing_sshd():
+    """Accepted, then reset (SO_LINGER 0: an RST, as a firewall or an overloaded sshd may send), vs closed."""
+    import struct
+
+    def reset(c):
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+    s = listener()
+    serve(s, reset)
+    port = s.getsockname()[1]
+    msg, took, _ = try_connect(port)
+    assert took < T, msg
+    assert msg.endswith(f"127.0.0.1:{port} reset the connection before its SSH banner; reset by the peer: a "
+                        "firewall or sshd dropping it (MaxStartups)?"), msg
+    s.close()
+    s = listener()
+    serve(s, lambda c: c.close())
+    port = s.getsockname()[1]
+    msg, took, _ = try_connect(port)
+    assert msg.endswith(f"127.0.0.1:{port} closed the connection before its SSH banner; is sshd on 127.0.0.1 "
+                        "refusing this machine (MaxStartups, tcp wrappers)?"), msg
+    s.close()

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from testbed.analysis import checker, results, validate
+from testbed.analysis import checker, derived, results, rundirs, validate
 from testbed.core import deploy
 
 CLIENT_SUMMARY = ('{{"node": "{name}", "n_records": {n}, "interrupted": false, "window_start_s": 2.000, '
@@ -23,10 +23,10 @@ def dump(name, gshard, replica):
                  "no_count": 9, "sum_ol_cnt": 300, "ol_count": 300} for i in range(10)]}]}}
 
 
-def make_run(root, n=400, probe=False):
+def make_run(root, n=400, probe=False, run_id="20261121-231500-ab12"):
     """results/n_clients/<run-id>/ as a finished local run leaves it, files.json included. -> run_dir."""
     dep = deploy.build_deployment(regions=2, shards=2, duration=10, warmup=2, cooldown=1, base_port=24000)
-    run = root / "n_clients" / "20261121-231500-ab12"
+    run = root / "n_clients" / run_id
     for sub in ("logs", "servers", "clients"):
         (run / sub).mkdir(parents=True)
     deploy.write_yaml(dep, run / "deploy.yml")
@@ -84,6 +84,12 @@ def test_a_whole_run_is_valid_and_its_manifest_says_what_it_holds(run):
     assert m["n_records"] == {c: 400 for c in clients_of(run)}
     assert m["processes"]["replicas"][:3] == ["s0.0.0", "s0.0.1", "s0.0.2"] and len(m["processes"]["replicas"]) == 12
     assert m["processes"]["clients"] == clients_of(run) and m["processes"]["managers"] == ["m0", "m1"]
+    # the derived files bound to the raw ones: check.json to this run and its raw files, both hashed, meta recorded
+    check = json.loads((run / "check.json").read_text())
+    assert check["run_id"] == run.name and check["raw_files_sha256"] == derived.raw_digest(files)
+    assert m["run_id"] == run.name and set(m["derived"]) == {"summary.json", "check.json"}
+    assert m["derived"]["check.json"]["sha256"] == derived.sha256(run / "check.json")
+    assert m["meta"] == {k: v for k, v in json.loads((run / "meta.json").read_text()).items() if k != "status"}
 
 
 def test_truncated_summary(run):
@@ -219,3 +225,121 @@ def test_csv_streaming_across_chunk_boundaries(run, monkeypatch, chunk):
         "files.json: missing (no manifest: a folder from before manifests, or a run cut off); raw files unchecked",
         "clients/c1.1.0.records.csv: line 201 has 9 fields, not 8",   # line 1 is the header
         "clients/c1.1.0.records.csv: last line cut (no newline at the end)"]
+
+
+# ---------------------------------------------------------------- the derived files: re-derived, or bound by hashes
+
+def edit_json(path, fn):
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def test_a_summary_the_records_do_not_give_is_named_field_by_field(run):
+    """The issue's repro: a parseable summary.json whose throughput was set to 999.0 is not this run's summary."""
+    true = json.loads((run / "summary.json").read_text())
+    edit_json(run / "summary.json", lambda s: s["classes"]["all"].update(throughput_tps=999.0))
+    tput = true["classes"]["all"]["throughput_tps"]
+    line = f"summary.json: classes.all.throughput_tps 999.0, the records give {tput}"
+    assert validate.validate_run(run) == [line]
+    assert rundirs.run_outcome(run) == ("failed", f"invalid run folder: {line}")
+    # any field, at any depth: counters (from the state dumps), a percentile gone, a field added, a type's count
+    edit_json(run / "summary.json", lambda s: (s["counters"].update(irts=5), s["classes"]["CRT"].pop("p99_ms"),
+                                               s.update(note="x"), s["by_type"].update(NewOrder=1)))
+    assert validate.validate_run(run) == [   # in the summary's order, at most 3 lines
+        f"summary.json: classes.CRT.p99_ms missing, the records give {true['classes']['CRT']['p99_ms']}", line,
+        f"summary.json: by_type.NewOrder 1, the records give {true['by_type']['NewOrder']}",
+        "summary.json: 2 more field(s) differ from the records"]   # counters.irts, note
+    # the same numbers written another way (a float for an int, the last digits of a float) are the same
+    true["classes"]["all"]["throughput_tps"] *= 1 + 1e-12
+    true["records"] = float(true["records"])
+    (run / "summary.json").write_text(json.dumps(true))
+    assert validate.validate_run(run) == []
+
+
+def test_a_check_json_of_another_run_fails(tmp_path):
+    run = make_run(tmp_path / "a", run_id="20261121-231500-aaaa")
+    other = make_run(tmp_path / "b", n=300, run_id="20261121-231500-bbbb")
+    shutil.copy(other / "check.json", run / "check.json")
+    probs = validate.validate_run(run)
+    assert probs[0] == "check.json: the verdict of run 20261121-231500-bbbb, not of this one (copied from another run?)"
+    assert probs[1:] == ["check.json: changed since the run (sha256 differs from files.json; edited?)"]
+    # its run id made this run's: it was recorded for other raw files
+    edit_json(run / "check.json", lambda c: c.update(run_id=run.name))
+    assert validate.validate_run(run) == [
+        "check.json: recorded for other raw files than files.json lists (copied from another run?)",
+        "check.json: changed since the run (sha256 differs from files.json; edited?)"]
+    assert rundirs.run_outcome(run)[0] == "failed"
+
+
+@pytest.mark.parametrize("edit,more", [
+    (lambda c: c.update(exit_code=0),
+     ["check.json: exit_code 0 does not go with verdict 'INCONSISTENT (1 violations)'"]),
+    (lambda c: c.update(verdict="CONSISTENT"), ["check.json: exit_code 1 does not go with verdict 'CONSISTENT'"]),
+    (lambda c: c.update(violations=[]), ["check.json: exit_code 1 with 0 violation(s)"]),
+    (lambda c: c.update(verdict="CONSISTENT", exit_code=0, violations=[]), []),   # whole in itself: the hash tells
+], ids=["exit-code-1-to-0", "verdict", "violations", "all-three"])
+def test_an_edited_check_json_fails(run, edit, more):
+    # the fixture's verdict: INCONSISTENT (a transaction given up before the retry limit)
+    assert rundirs.run_outcome(run)[1].startswith("inconsistent: INCONSISTENT (1 violations)")
+    edit_json(run / "check.json", edit)
+    assert validate.validate_run(run) == ["check.json: changed since the run (sha256 differs from files.json; "
+                                          "edited?)"] + more
+    assert rundirs.run_outcome(run)[1].startswith("invalid run folder: check.json: changed since the run")
+
+
+def test_a_folder_written_before_the_bindings_is_re_run(run):
+    """files.json version 1 and a check.json without run id and digest: an older testbed wrote them."""
+    edit_json(run / "check.json", lambda c: [c.pop(k) for k in ("run_id", "raw_files_sha256")])
+    edit_json(run / "files.json", lambda m: [m.pop(k) for k in ("run_id", "derived", "meta")] and m.update(version=1))
+    assert validate.validate_run(run) == [
+        "files.json: written by an older testbed, before summary.json, check.json and meta.json were bound to the raw "
+        "files; re-run it",
+        "check.json: not bound to its run (no run id and raw-file digest: written by an older testbed, or not at the "
+        "end of a run); re-run it"]
+
+
+def test_an_edited_meta_json_fails(run):
+    edit_json(run / "meta.json", lambda m: m.update(backend="swarm", status="failed"))   # the status may change
+    assert validate.validate_run(run) == ['meta.json: backend "swarm", files.json recorded "local" when the run ended']
+    edit_json(run / "meta.json", lambda m: (m.update(backend="local"), m.pop("shaping")))
+    assert validate.validate_run(run) == ['meta.json: shaping missing, files.json recorded "app" when the run ended']
+
+
+def test_a_run_folder_moved_or_renamed_fails(tmp_path):
+    run = make_run(tmp_path)
+    edit_json(run / "meta.json", lambda m: m.update(experiment="n_clients"))
+    validate.write_manifest(run)
+    moved = run.parents[1] / "crt_ratio" / "20261121-231501-cd34"
+    moved.parent.mkdir()
+    run.rename(moved)
+    probs = validate.validate_run(moved)
+    assert probs[0] == "files.json: written for run 20261121-231500-ab12, not for this folder (copied?)"
+    assert "check.json: the verdict of run 20261121-231500-ab12, not of this one (copied from another run?)" in probs
+    assert "meta.json: run_id \"20261121-231500-ab12\", but the folder is 20261121-231501-cd34" in probs
+    assert "meta.json: experiment \"n_clients\", but the folder is under crt_ratio/" in probs
+
+
+def test_files_json_edited_to_match_changed_files_or_dropping_a_binding_fails(run):
+    """files.json is itself bound: check.json carries the digest of its raw-file list, and must be hashed in it."""
+    log = run / "logs" / "m0.log"
+    log.write_text("READY m0 forged\n")
+    edit_json(run / "files.json", lambda m: m["files"]["logs/m0.log"].update(size=log.stat().st_size,
+                                                                             sha256=derived.sha256(log)))
+    assert validate.validate_run(run) == [
+        "check.json: recorded for other raw files than files.json lists (copied from another run?)"]
+    validate.write_manifest(run)     # sealed again: consistent
+    edit_json(run / "check.json", lambda c: c.update(exit_code=0, verdict="CONSISTENT", violations=[]))
+    edit_json(run / "files.json", lambda m: m["derived"].pop("check.json"))
+    assert validate.validate_run(run) == ["check.json: files.json holds no sha256 of it (written after the run?)"]
+
+
+def test_a_check_run_again_by_hand_is_bound_when_the_raw_files_are_the_runs(run, capsys):
+    assert checker.main([str(run)]) in (0, 1)    # `python -m testbed.analysis.checker RUN` writes check.json
+    assert validate.validate_run(run) == [] and "not bound" not in capsys.readouterr().err
+    (run / "logs" / "m0.log").write_text("changed\n")
+    checker.main([str(run)])
+    assert ("checker: note: check.json is not bound to the run (the raw files changed since files.json was written): "
+            "sweeps run it again, figures skip it") in capsys.readouterr().err
+    assert ("check.json: not bound to its run (no run id and raw-file digest: written by an older testbed, or not at "
+            "the end of a run); re-run it") in validate.validate_run(run)
