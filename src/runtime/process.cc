@@ -50,6 +50,14 @@ bool write_file(const std::string& path, const std::string& text) {
   return static_cast<bool>(f);
 }
 
+// This kernel's boot id: processes that report the same one share CLOCK_MONOTONIC ("" when unreadable).
+std::string boot_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
 // Adds `fields` (already "k": v, ...) in front of the keys of a JSON object.
 std::string prepend_fields(const std::string& obj, const std::string& fields) {
   size_t b = obj.find('{');
@@ -292,7 +300,12 @@ int run(Role role, const char* prog, int argc, char** argv) {
       const auto& recs = h.client->records();
       Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
       if (!h.txns->close()) throw Fatal{1, "cannot write " + h.txns->path()};
+      // run_start_mono_us + a record's start_us is its start on CLOCK_MONOTONIC, which every process under one
+      // kernel (boot_id) shares: the checker's real-time order (docs/checker.md).
       std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(h.info->name) +
+                                                           ", \"run_start_mono_us\": " +
+                                                           std::to_string(h.client->run_start_us()) +
+                                                           ", \"boot_id\": " + json_string(boot_id()) +
                                                            ", \"n_records\": " + std::to_string(recs.size()) +
                                                            ", \"n_txns\": " + std::to_string(h.txns->entries()) +
                                                            ", \"interrupted\": " + (interrupted ? "true" : "false") +

@@ -11,6 +11,8 @@ Checks, each with a verdict (pass / fail / skipped) and its reason in check.json
   order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
   atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did
   serializability  (c) the conflict graph of the per-shard orders has no cycle (the shortest one is printed)
+  realtime         (e) no transaction executed before a conflicting one whose client had its answer before it
+                   was issued (strict serializability's real-time order, over direct conflicts; one kernel's clock)
   replay           (d) a serial replay of the committed transactions reproduces every digest and client output
 Protocol-neutral: it knows pieces, shards, conflict keys and orders, never how a protocol orders.
 """
@@ -29,7 +31,7 @@ from testbed.analysis.histories import Skip, Unreadable
 
 TPCA_TABLES = ("customer", "teller", "branch")
 EPS = 0.01
-CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "replay")
+CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "realtime", "replay")
 
 
 def load_dumps(run_dir) -> list[dict]:
@@ -286,6 +288,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
                          "transactions": len(data.txns), "given_up": len(data.given_up),
                          "conflict_edges": sum(len(v) for v in adj.values())}
             rep.run("serializability", lambda: histories.check_serializability(data, adj, pre)[0])
+            rep.run("realtime", lambda: histories.check_realtime(data, adj))
             rep.run("replay", lambda: histories.check_replay(data, adj, Path(run_dir) / "deploy.yml", replicas,
                                                              replay_bin))
         n = len(rep.violations)

@@ -10,6 +10,8 @@ Checks (each returns violation lines):
                        touches; no given-up attempt and no unknown transaction executed anywhere
   serializability  (c) the union of the per-shard orders over conflicting pieces has no cycle (shortest printed)
   replay           (d) a serial replay (txn-replay) in a topological order reproduces digests and outputs
+  realtime         (e) no conflict edge runs against real time: a transaction answered before another was issued
+                       executed after it (strict serializability over direct conflicts; clients' CLOCK_MONOTONIC)
 """
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ class RunData:
     histories: dict = field(default_factory=dict)     # replica node -> [(txn, piece, deferred)]
     replicas: dict = field(default_factory=dict)      # shard -> [replica nodes], ascending
     given_up: list = field(default_factory=list)      # Txn
+    times: dict = field(default_factory=dict)         # committed txn id -> (start, end): CLOCK_MONOTONIC us
+    clocks: dict = field(default_factory=dict)        # client -> its kernel's boot id ("" when it did not say)
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
 
 
@@ -147,14 +151,20 @@ def read_txn_log(path: Path, client: str) -> list[Txn]:
             for n, line in enumerate(p.stdout.splitlines(), start=1) if line]
 
 
-def read_record_outputs(path: Path, attempts: bool = False) -> dict[int, tuple]:
-    """txn id -> (status, type_name, outputs) from a client's records.csv (+ attempts with attempts=True)."""
+def read_record_outputs(path: Path, attempts: bool = False, times: dict | None = None,
+                        t0_us: int | None = None) -> dict[int, tuple]:
+    """txn id -> (status, type_name, outputs) from a client's records.csv (+ attempts with attempts=True). times:
+    filled with txn id -> (start, end) of each committed transaction, t0_us (its client's run start) added."""
     out = {}
     try:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
                 rec = (row["status"], row.get("type_name", "?"), row.get("outputs") or "")
-                out[int(row["txn_id"])] = rec + (int(row["attempts"]),) if attempts else rec
+                txn = int(row["txn_id"])
+                out[txn] = rec + (int(row["attempts"]),) if attempts else rec
+                if times is not None and t0_us is not None and row["status"] == "committed":
+                    start = t0_us + int(row["start_us"])
+                    times[txn] = (start, start + int(row["latency_us"]))
     except (OSError, KeyError, ValueError) as e:
         raise Unreadable(f"{path.name}: {e}") from e
     return out
@@ -191,7 +201,10 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
         txns = read_txn_log(log, client)
         if len(txns) != summ["n_txns"]:
             raise Unreadable(f"{log.name}: {len(txns)} transactions, but {s.name} says {summ['n_txns']} (truncated?)")
-        recs = read_record_outputs(clients / f"{client}.records.csv")
+        t0 = summ.get("run_start_mono_us")
+        data.clocks[client] = str(summ.get("boot_id") or "") if isinstance(t0, int) else ""
+        recs = read_record_outputs(clients / f"{client}.records.csv", times=data.times,
+                                   t0_us=t0 if isinstance(t0, int) else None)
         if len(recs) != len(txns):
             raise Unreadable(f"{client}.records.csv: {len(recs)} records for {len(txns)} logged transactions")
         for t in txns:
@@ -508,6 +521,43 @@ def check_serializability(data: RunData, adj: dict, pre: list[str]) -> tuple[lis
                     f"{sum(len(c) for c in comps)} transactions; shortest cycle ({len(best)} transactions): "
                     + describe_cycle(data, adj, best))
     return v, comps
+
+
+# ---- (e) real-time order -------------------------------------------------------------------------------------
+
+# How much later than another's answer a transaction must be issued to count as after it. 0: every client under one
+# kernel reads the same CLOCK_MONOTONIC, in us, taking its answer's time after the answer arrived and its next
+# issue's time before sending, so an answer stamped earlier than an issue really came first. (Across hosts, once
+# checked there, this is the clocks' uncertainty.)
+REALTIME_MARGIN_US = 0
+
+
+def check_realtime(data: RunData, adj: dict, margin_us: int = REALTIME_MARGIN_US) -> list[str]:
+    """Strict serializability's real-time part, over the conflict graph's edges: no edge u -> v (a piece of u
+    executed before a conflicting piece of v at some replica) where v's client had its answer before u was first
+    issued (by more than margin_us): every order that respects real time puts v before u. That covers a client's
+    own order too: its coordinators are closed loops, so the next transaction is issued after the last answer. Times are on
+    CLOCK_MONOTONIC, which every client process under one kernel shares (boot id); a run whose clients ran under
+    several kernels, or did not record their clock, is skipped. One edge deep: an inversion only reached through a
+    chain of conflicts is not looked for (the serializability check's cycle search is over conflicts alone)."""
+    kernels = set(data.clocks.values())
+    if not data.clocks or "" in kernels:
+        raise Skip("the clients did not record their clock (a run from before run_start_mono_us)")
+    if len(kernels) > 1:
+        raise Skip(f"the clients ran under {len(kernels)} kernels: no common clock to order them by")
+    t0 = min((s for s, _ in data.times.values()), default=0)
+    out = _Collector()
+    for u, succ in adj.items():
+        if u not in data.times:
+            continue
+        u_start = data.times[u][0]
+        for v, (shard, key) in succ.items():
+            v_end = data.times.get(v, (0, None))[1]
+            if v_end is not None and v_end + margin_us < u_start:
+                out.add(f"{_describe(data, v)} was answered at {(v_end - t0) / 1e3:.3f} ms, "
+                        f"{(u_start - v_end) / 1e3:.3f} ms before {_describe(data, u)} was issued, yet executed "
+                        f"after it [shard {shard}, {key}]")
+    return out.result()
 
 
 # ---- (d) serial replay --------------------------------------------------------------------------------------------

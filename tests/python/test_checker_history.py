@@ -66,6 +66,38 @@ def test_conflict_graph_orders_only_conflicting_pieces_and_skips_commutative_one
     assert "does not commute" in histories.conflict_graph(data)[1][0]
 
 
+def test_realtime_flags_an_execution_before_a_conflicting_transaction_answered_before_it_was_issued():
+    P = histories.Piece
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, ("x",), ("x",))}, frozenset()) for t in (1, 2, 3)}
+    txns[4] = histories.Txn(4, "c", True, "", {0: P(0, ("y",), ("y",))}, frozenset())   # conflicts with none
+    # 2 executed before 1 on shard 0, although 1 was answered (at 5 ms) before 2 was issued (at 20 ms)
+    data = histories.RunData(txns=txns, replicas={0: ["r0"]},
+                             histories={"r0": [(2, 0, False), (1, 0, False), (3, 0, False), (4, 0, False)]},
+                             times={1: (1_000, 5_000), 2: (20_000, 30_000), 3: (25_000, 40_000), 4: (0, 1_000)},
+                             clocks={"c": "boot-a"})
+    adj, _ = histories.conflict_graph(data)
+    assert histories.check_serializability(data, adj, [])[0] == []   # serializable: 2, 1, 3
+    v = histories.check_realtime(data, adj)
+    assert v == ["txn 1 (?, c) was answered at 5.000 ms, 15.000 ms before txn 2 (?, c) was issued, yet executed "
+                 "after it [shard 0, x]"]
+    # overlapping in time (2 issued before 1's answer): either order is fine
+    data.times[2] = (4_999, 30_000)
+    assert histories.check_realtime(data, adj) == []
+    data.times[2] = (5_001, 30_000)
+    assert len(histories.check_realtime(data, adj)) == 1
+    data.times[2] = (20_000, 30_000)
+    data.histories["r0"] = [(1, 0, False), (2, 0, False), (3, 0, False)]
+    data._ordered.clear()
+    assert histories.check_realtime(data, histories.conflict_graph(data)[0]) == []
+    # no common clock: skipped, not passed
+    data.clocks = {"c": "boot-a", "d": "boot-b"}
+    with pytest.raises(histories.Skip, match="2 kernels"):
+        histories.check_realtime(data, adj)
+    data.clocks = {"c": ""}
+    with pytest.raises(histories.Skip, match="did not record their clock"):
+        histories.check_realtime(data, adj)
+
+
 def _order_data(r0: list, r1: list) -> histories.RunData:
     """Shard 0 with replicas r0 and r1 executing these transaction ids (piece 0 each): 1 and 2 write x, 3 writes
     z, 4 and 5 read x, 6 in no client's log."""
@@ -228,6 +260,38 @@ def test_swapped_conflicting_pair_in_one_replica_is_caught(real_run, tmp_path):
     res = json.loads((run / "check.json").read_text())
     assert res["checks"]["order"]["verdict"] == "fail" and res["checks"]["serializability"]["verdict"] == "fail"
     assert res["checks"]["replay"]["verdict"] == "skipped" and "cycle" in res["checks"]["replay"]["reason"]
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_pair_swapped_alike_at_every_replica_against_real_time_is_caught(real_run, tmp_path):
+    """The same mistake at every replica of a shard (the replicas agree, so `order` passes): a transaction whose
+    client was answered before the other was issued now executes after it."""
+    run = copy_run(real_run, tmp_path)
+    data = load(run)
+    nodes = sorted(data.replicas[1])
+    header, body = history_lines(run, nodes[0])
+    for i in range(len(body) - 1):   # adjacent, conflicting, and the first answered before the second was issued
+        try:
+            j, t1, t2 = _conflicting_neighbours(data, header, body[i:i + 2])
+        except AssertionError:
+            continue
+        if data.times[t1][1] < data.times[t2][0]:
+            break
+    else:
+        pytest.fail("no adjacent conflicting pair ordered in real time on shard 1")
+    for node in nodes:   # the second moved just before the first, at every replica
+        h, b = history_lines(run, node)
+        second = b.pop(b.index(body[i + 1]))
+        b.insert(b.index(body[i]), second)
+        write_history(run, node, h, b)
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads((run / "check.json").read_text())
+    assert res["checks"]["order"]["verdict"] == "pass"
+    assert res["checks"]["realtime"]["verdict"] == "fail", res["checks"]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[realtime]"))
+    assert line.startswith(f"[realtime] txn {t1} ") and f"before txn {t2} " in line and "[shard 1, " in line, line
 
 
 @needs_build
