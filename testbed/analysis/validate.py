@@ -99,12 +99,23 @@ def _n_records(run_dir: Path, client: str):
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
+def _hashed(run_dir: Path, rels) -> dict:
+    """{rel: {size, sha256}} of files of the run folder."""
+    return {rel: {"size": (run_dir / rel).stat().st_size, "sha256": _sha256(run_dir / rel)} for rel in rels}
+
+
+def _store(run_dir: Path, manifest: dict) -> None:
+    """Write files.json atomically."""
+    tmp = run_dir / _TMP
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, run_dir / MANIFEST)
+
+
 def write_manifest(run_dir) -> dict:
     """Write run_dir/files.json (see the module doc) and return it. Call it once the raw files, summary.json,
     check.json and meta.json (but for its status) are final."""
     run_dir = Path(run_dir)
-    files = {rel: {"size": (run_dir / rel).stat().st_size, "sha256": _sha256(run_dir / rel)}
-             for rel in raw_files(run_dir)}
+    files = _hashed(run_dir, raw_files(run_dir))
     try:
         processes = expected_processes(run_dir)
     except ValueError:
@@ -114,12 +125,9 @@ def write_manifest(run_dir) -> dict:
     meta, _ = _read_json(run_dir / "meta.json")
     manifest = {"version": MANIFEST_VERSION, "run_id": run_dir.name, "files": files, "processes": processes,
                 "n_records": {c: _n_records(run_dir, c) for c in clients},
-                "derived": {name: {"size": (run_dir / name).stat().st_size, "sha256": _sha256(run_dir / name)}
-                            for name in ("summary.json", "check.json") if (run_dir / name).is_file()},
+                "derived": _hashed(run_dir, [n for n in ("summary.json", "check.json") if (run_dir / n).is_file()]),
                 "meta": derived.meta_record(meta if isinstance(meta, dict) else {})}
-    tmp = run_dir / _TMP
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, run_dir / MANIFEST)
+    _store(run_dir, manifest)
     return manifest
 
 
@@ -131,16 +139,12 @@ def rebind_check(run_dir) -> str | None:
     manifest, why = _read_json(run_dir / MANIFEST)
     if why or not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         return f"{MANIFEST}: {why or 'not a manifest'}"
-    files = {rel: {"size": (run_dir / rel).stat().st_size, "sha256": _sha256(run_dir / rel)}
-             for rel in raw_files(run_dir)}
+    files = _hashed(run_dir, raw_files(run_dir))
     if files != manifest["files"]:
         return f"the raw files changed since {MANIFEST} was written"
     derived.stamp_check(run_dir, derived.raw_digest(files))
-    check = run_dir / "check.json"
-    manifest.setdefault("derived", {})["check.json"] = {"size": check.stat().st_size, "sha256": _sha256(check)}
-    tmp = run_dir / _TMP
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, run_dir / MANIFEST)
+    manifest.setdefault("derived", {}).update(_hashed(run_dir, ["check.json"]))
+    _store(run_dir, manifest)
     return None
 
 

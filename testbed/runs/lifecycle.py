@@ -20,7 +20,6 @@ import os
 import platform
 import resource
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -30,10 +29,9 @@ from pathlib import Path
 from tenacity import stop_before_delay
 
 from testbed.analysis import checker, results, validate
-from testbed.core import deploy as deploylib, interrupts, rtt
+from testbed.core import deploy as deploylib, gitinfo, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_id
-from testbed.core.paths import REPO
 from testbed.core.polling import poll
 
 STEAL_WARN_PCT = 10
@@ -65,16 +63,8 @@ def cpu_shares(before, after) -> dict:
     return {"busy_pct": round(100.0 * (total - idle - d[7]) / total, 1), "steal_pct": round(100.0 * d[7] / total, 1)}
 
 
-def _cmd(args) -> str:
-    try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=10, cwd=REPO).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def git_sha() -> str | None:
     """The code version of the checkout that runs (testbed/core/gitinfo.py: also in the driver, which has no git)."""
-    from testbed.core import gitinfo
     return gitinfo.code_version()
 
 
