@@ -1,12 +1,16 @@
 # Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja). `setup` builds everything
 # (the unit tests too); `engine` only the engine's programs, which is all a run needs.
-.PHONY: setup engine build test main main-all demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
+.PHONY: setup engine engine-image build test main main-all demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
 
 setup:
 	scripts/setup.sh
 
 engine:
 	scripts/setup.sh --engine
+
+# the engine, and the image's Debian base made while it compiles (for the targets that build the image)
+engine-image:
+	scripts/setup.sh --engine --image-base
 
 build:
 	@[ -f build/build.ninja ] || cmake -S . -B build -G Ninja
@@ -16,10 +20,10 @@ test: setup
 	ctest --test-dir build --output-on-failure
 	.venv/bin/pytest
 
-main: engine
+main: engine-image
 	.venv/bin/python run_experiments.py --quick
 
-main-all: engine
+main-all: engine-image
 	.venv/bin/python run_experiments.py --quick --all
 
 demo: engine
@@ -35,20 +39,20 @@ mutants: setup
 image:
 	docker/build_image.sh
 
-up: engine
+up: engine-image
 	docker/build_image.sh --if-stale
 	.venv/bin/python start_containers.py --self-test
 
 down: engine
 	.venv/bin/python start_containers.py --down
 
-bench-swarm: engine
+bench-swarm: engine-image
 	docker/build_image.sh --if-stale
 	.venv/bin/python scripts/bench_swarm.py
 
 # A multi-host cluster on this machine: extra Docker daemons in network namespaces join the swarm; bring-up, self-test,
 # every protocol once, a host lost mid-run, teardown (docs/multi-host.md); ~4 min.
-rehearsal: engine
+rehearsal: engine-image
 	docker/build_image.sh --if-stale
 	.venv/bin/python scripts/rehearse.py
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Build the edge-txn image:  docker/build_image.sh [--if-stale] [IMAGE_NAME]   (default edge-txn:latest)
+# Build the edge-txn image:  docker/build_image.sh [--if-stale | --base-only] [IMAGE_NAME]   (default edge-txn:latest)
 # --if-stale: do nothing when the image was built from the same sources (label edge-txn.source).
+# --base-only: only make sure BASE is here (scripts/setup.sh --image-base runs it while the engine compiles).
 # Env: BASE (default debian:bookworm-slim), DEBIAN_MIRROR (default: from this host's apt sources).
 # If BASE is neither local nor pullable (no registry), it is created locally with debootstrap
 # (minbase bookworm) and `docker import`ed under the same name. Idempotent: later runs reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-IF_STALE=0
-if [[ ${1:-} == --if-stale ]]; then IF_STALE=1; shift; fi
+IF_STALE=0 BASE_ONLY=0
+if [[ ${1:-} == --if-stale ]]; then IF_STALE=1; shift; elif [[ ${1:-} == --base-only ]]; then BASE_ONLY=1; shift; fi
 IMAGE=${1:-edge-txn:latest}
 # What the image is built from (the Python testbed is also mounted from the checkout in the driver):
 SOURCE_HASH=$(cat CMakeLists.txt pyproject.toml constraints.txt docker/Dockerfile docker/entrypoint.sh \
@@ -62,9 +63,10 @@ elif timeout 120 docker pull -q "$BASE" >/dev/null 2>&1; then
 else
   make_base
 fi
+((BASE_ONLY)) && exit 0
 
-# The context is streamed as a tar filtered like docker/Dockerfile.dockerignore, because the legacy
-# builder (Docker < 23 without BuildKit) has no per-Dockerfile ignore file and the repo root has none.
+# The context is streamed as a tar of only what docker/Dockerfile copies (the legacy builder, Docker < 23 without
+# BuildKit, has no per-Dockerfile ignore file and the repo root has none).
 # EXTRA_CA_DIR (default /usr/local/share/ca-certificates): its *.crt go to docker/extra-ca/ in the
 # stream only, trusted by pip in the build (needed behind a TLS-intercepting proxy), not in the image.
 ctx=$(mktemp -d /tmp/edge-txn-ctx.XXXXXX); trap 'rm -rf "$ctx"' EXIT
@@ -92,9 +94,12 @@ if [[ -z $why ]]; then
 else
   echo "build_image: compiling the engine in the image ($why)"
 fi
+# app/: what the image runs of the checkout (one COPY step: each step costs the legacy builder seconds)
+mkdir -p "$ctx/app/docker"
+cp -pr ./*.py pyproject.toml testbed docs "$ctx/app/"
+cp -p docker/entrypoint.sh "$ctx/app/docker/"
+find "$ctx/app" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
 start=$SECONDS
-tar -c --exclude=./.git --exclude=./build --exclude=./.venv --exclude=./results --exclude=./.pytest_cache \
-    --exclude=__pycache__ --exclude='*.pyc' --exclude=./config/deploy.yml --exclude=./containers.yml --exclude=./docker/extra-ca \
-    --exclude=./docker/prebuilt . -C "$ctx" docker/extra-ca docker/prebuilt |
+tar -c CMakeLists.txt src pyproject.toml constraints.txt docker/Dockerfile -C "$ctx" docker/extra-ca docker/prebuilt app |
   docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" --label "edge-txn.source=$SOURCE_HASH" -t "$IMAGE" -
 echo "build_image: built $IMAGE in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec))"

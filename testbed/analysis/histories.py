@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,7 @@ class RunData:
     times: dict = field(default_factory=dict)         # committed txn id -> (start, end): CLOCK_MONOTONIC us
     clocks: dict = field(default_factory=dict)        # client -> its kernel's boot id ("" when it did not say)
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
+    _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -141,9 +143,14 @@ def _parse_entry(line: str, client: str, where: str) -> Txn:
         raise Unreadable(f"{where}: malformed transaction entry ({type(err).__name__}: {err})") from err
 
 
-def read_txn_log(path: Path, client: str) -> list[Txn]:
-    """A client's transaction log (binary, src/core/txn_log.h), through `txn-replay --dump` as JSON lines."""
-    p = subprocess.run([str(require_replay_binary()), "--dump", str(path)], capture_output=True, text=True)
+def dump_txn_log(path: Path) -> subprocess.CompletedProcess:
+    """`txn-replay --dump` of a client's transaction log (binary, src/core/txn_log.h): JSON lines on stdout."""
+    return subprocess.run([str(require_replay_binary()), "--dump", str(path)], capture_output=True, text=True)
+
+
+def read_txn_log(path: Path, client: str, dumped: subprocess.CompletedProcess | None = None) -> list[Txn]:
+    """A client's transaction log as its transactions; dumped: its dump_txn_log, if already made."""
+    p = dumped if dumped is not None else dump_txn_log(path)
     if p.returncode != 0:
         raise Unreadable((p.stderr.strip().splitlines() or [f"txn-replay --dump exited with {p.returncode}"])[-1]
                          .removeprefix("txn-replay: error: "))
@@ -185,6 +192,9 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
     if len(named) != len(replica_dumps):
         raise Unreadable("state dump(s) without an execution history: "
                          + ", ".join(sorted(d["node"] for d in replica_dumps if d not in named)))
+    # the logs are decoded by txn-replay processes, all at once (the checker's largest wait)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(logs), os.cpu_count() or 1))) as pool:
+        dumps = dict(zip(logs, pool.map(dump_txn_log, logs)))
     for d in sorted(named, key=lambda d: d["node"]):
         h = d["execution_history"]
         data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]))
@@ -198,7 +208,7 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
         log = clients / f"{client}.txns.pb.gz"
         if "n_txns" not in summ:
             raise Unreadable(f"{s.name}: no n_txns (a client without a transaction log)")
-        txns = read_txn_log(log, client)
+        txns = read_txn_log(log, client, dumps.get(log))
         if len(txns) != summ["n_txns"]:
             raise Unreadable(f"{log.name}: {len(txns)} transactions, but {s.name} says {summ['n_txns']} (truncated?)")
         t0 = summ.get("run_start_mono_us")
@@ -250,8 +260,20 @@ def _commutes(data: RunData, txn: int, piece: int) -> bool:
 def ordered_events(data: RunData, node: str) -> list[tuple[int, int]]:
     """A replica's executions in order, without the commutative pieces (whose place does not matter)."""
     if node not in data._ordered:
-        data._ordered[node] = [(t, p) for t, p, _ in data.histories[node] if not _commutes(data, t, p)]
+        commutative = {(t.id, p) for t in data.txns.values() for p in t.commutative}
+        data._ordered[node] = [(t, p) for t, p, _ in data.histories[node] if (t, p) not in commutative]
     return data._ordered[node]
+
+
+def piece_keys(data: RunData) -> dict:
+    """(txn, piece) -> (keys the piece writes, keys it only reads), each once, for every logged piece."""
+    if data._keys is None:
+        data._keys = {}
+        for t in data.txns.values():
+            for p, piece in t.pieces.items():
+                writes = tuple(dict.fromkeys(piece.writes))
+                data._keys[(t.id, p)] = (writes, tuple(k for k in dict.fromkeys(piece.reads) if k not in writes))
+    return data._keys
 
 
 def _describe(data: RunData, txn: int) -> str:
@@ -270,24 +292,20 @@ def key_accesses(data: RunData, node: str) -> tuple[dict, list]:
     (a piece that writes the key, whether or not it also reads it) one group and each run of reads between two
     writes one set (reads of a key commute with each other); and, apart, the pieces of transactions no client
     logged (their keys are unknown, so their order among themselves is compared as it is)."""
-    per_key, unknown = defaultdict(list), []
-    for t, p in ordered_events(data, node):
-        txn = data.txns.get(t)
-        piece = txn.pieces.get(p) if txn is not None else None
-        if piece is None:
-            unknown.append((t, p))
+    per_key, unknown, keys_of = defaultdict(list), [], piece_keys(data)
+    for ev in ordered_events(data, node):
+        keys = keys_of.get(ev)
+        if keys is None:
+            unknown.append(ev)
             continue
-        writes = set(piece.writes)
-        for k in writes:
-            per_key[k].append(("w", (t, p)))
-        for k in piece.reads:
-            if k in writes:
-                continue
+        for k in keys[0]:
+            per_key[k].append(("w", ev))
+        for k in keys[1]:
             groups = per_key[k]
             if groups and groups[-1][0] == "r":
-                groups[-1][1].add((t, p))
+                groups[-1][1].add(ev)
             else:
-                groups.append(("r", {(t, p)}))
+                groups.append(("r", {ev}))
     return per_key, unknown
 
 
@@ -319,7 +337,7 @@ def check_order(data: RunData) -> list[str]:
                 (t, p), _ = min(diff.items())
                 out.add(f"shard {shard}: {node} and {ref} executed different pieces ({len(diff)} differ, e.g. "
                         f"{_describe(data, t)} piece {p})")
-            else:
+            elif ordered_events(data, node) != ordered_events(data, ref):  # one sequence has the same accesses
                 keys, unknown = key_accesses(data, node)
                 differ = sorted(k for k in set(keys) | set(ref_keys) if keys.get(k, []) != ref_keys.get(k, []))
                 if differ:

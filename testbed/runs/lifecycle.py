@@ -188,6 +188,7 @@ class Runner(ABC):
         write_json(run_dir / "meta.json", meta)
         procs: list[Proc] = []
         res = RunResult(run_dir)
+        self._phases, self._phase_t = {}, time.monotonic()
         cpu0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
         self._engine_cpu = self._machine1 = None
         failure: BaseException | None = None
@@ -202,6 +203,7 @@ class Runner(ABC):
                 traceback.print_exc(file=sys.stderr)
             finally:
                 notes = self.teardown(run_dir, procs)
+                self._phase("teardown")
             if failure is None and stop.requested:  # a stop that came after the last check: honour it
                 failure = Interrupted(stop.signum, stop.why)
         if failure is not None:
@@ -215,6 +217,7 @@ class Runner(ABC):
             end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine_cpu=cpu_shares(machine0, self._machine1 or cpu_times()))
         if notes:
             meta["cleanup_notes"] = notes
+        meta["phases_s"] = self._phases
         if meta["machine_cpu"].get("steal_pct", 0) > STEAL_WARN_PCT:
             self.say(f"warning: the hypervisor took {meta['machine_cpu']['steal_pct']:.0f} % of this machine's CPU "
                      "time during the run (steal); its latencies carry that")
@@ -227,6 +230,7 @@ class Runner(ABC):
             if problems:
                 res.status, res.reason = "failed", "invalid run folder: " + problems[0]
                 meta.update(status=res.status, reason=res.reason)
+        self._phase("record")
         write_json(run_dir / "meta.json", meta)
         if failure is not None:
             failure.run_dir = run_dir
@@ -242,11 +246,21 @@ class Runner(ABC):
             res.summary = results.summarize_run(run_dir)
         except (OSError, ValueError, KeyError) as e:
             raise RunError(f"cannot summarize the client records: {e}") from None
+        self._phase("summarize")
         res.check = checker.check_run(run_dir)
+        self._phase("check")
         res.status, res.reason = verdict(res.check, res.summary)
+
+    def _phase(self, name: str) -> None:
+        """Record the seconds since the previous phase ended under `name` (meta.json phases_s: where a run's
+        wall time beyond its duration goes)."""
+        now = time.monotonic()
+        self._phases[name] = round(now - self._phase_t, 3)
+        self._phase_t = now
 
     def _execute(self, deploy: dict, cfg: Path, run_dir: Path, procs: list, probe: int, stop) -> dict:
         self.prepare(deploy, cfg, run_dir)
+        self._phase("prepare")
         nodes = deploy["nodes"]
 
         def start(node, role, out, extra=()):
@@ -270,6 +284,7 @@ class Runner(ABC):
             if pending:
                 stop.sleep(0.05)
         self.say(f"all servers READY after {time.monotonic() - t0:.1f}s")
+        self._phase("servers_ready")
 
         c = deploy["client"]
         mixed = [p for p, n in zip(servers, engine_processes(nodes, clients=False)) if n.get("clients")]
@@ -287,8 +302,11 @@ class Runner(ABC):
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
         self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
                            expected + self.margin_s, probe, stop)
+        self._phase("clients")
         self._drain(servers, stop)
+        self._phase("drain")
         self.collect(run_dir)
+        self._phase("collect")
         bad = [p for p in servers if p.poll() != 0]
         if bad:
             raise RunError(f"server {bad[0].describe_exit()}")

@@ -28,6 +28,10 @@ def test_successful_run(fake_bin, tmp_path):
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "ok" and meta["shaping"] == "app" and meta["kernel"] and meta["hostname"]
     assert set(meta["processes"]) == {n["name"] for n in small()["nodes"]}
+    # where the wall time went, phase by phase, in their order
+    assert list(meta["phases_s"]) == ["prepare", "servers_ready", "clients", "drain", "collect", "summarize",
+                                      "check", "teardown", "record"]
+    assert all(v >= 0 for v in meta["phases_s"].values()) and meta["phases_s"]["clients"] > 0
     for f in ("deploy.yml", "config.json", "summary.json", "check.json", "logs/s0.0.0.log", "logs/c1.0.0.log"):
         assert (run / f).is_file(), f
     assert "READY s0.0.0" in (run / "logs/s0.0.0.log").read_text()
