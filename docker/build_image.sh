@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Build the edge-txn image:  docker/build_image.sh [--if-stale | --base-only] [IMAGE_NAME]   (default edge-txn:latest)
+# Build the edge-txn image:  docker/build_image.sh [--if-stale | --deps-only] [IMAGE_NAME]   (default edge-txn:latest)
 # --if-stale: do nothing when the image was built from the same sources (label edge-txn.source).
-# --base-only: only make sure BASE is here (scripts/setup.sh --image-base runs it while the engine compiles).
+# --deps-only: when the image is stale, only its part that needs no engine program (the base, the Debian packages,
+# the venv: the Dockerfile's deps stage), left in Docker's cache for the build; scripts/setup.sh --image-base runs it
+# while the engine compiles.
 # Env: BASE (default debian:bookworm-slim), DEBIAN_MIRROR (default: from this host's apt sources).
 # If BASE is neither local nor pullable (no registry), it is created locally with debootstrap
 # (minbase bookworm) and `docker import`ed under the same name. Idempotent: later runs reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-IF_STALE=0 BASE_ONLY=0
-if [[ ${1:-} == --if-stale ]]; then IF_STALE=1; shift; elif [[ ${1:-} == --base-only ]]; then BASE_ONLY=1; shift; fi
+IF_STALE=0 DEPS_ONLY=0
+if [[ ${1:-} == --if-stale ]]; then IF_STALE=1; shift; elif [[ ${1:-} == --deps-only ]]; then IF_STALE=1 DEPS_ONLY=1; shift; fi
 IMAGE=${1:-edge-txn:latest}
 # What the image is built from (the Python testbed is also mounted from the checkout in the driver):
 SOURCE_HASH=$(cat CMakeLists.txt pyproject.toml constraints.txt docker/Dockerfile docker/entrypoint.sh \
@@ -63,7 +65,6 @@ elif timeout 120 docker pull -q "$BASE" >/dev/null 2>&1; then
 else
   make_base
 fi
-((BASE_ONLY)) && exit 0
 
 # The context is streamed as a tar of only what docker/Dockerfile copies (the legacy builder, Docker < 23 without
 # BuildKit, has no per-Dockerfile ignore file and the repo root has none).
@@ -87,8 +88,10 @@ prebuilt_why() {
   command -v ninja >/dev/null && ninja -C build -j"${JOBS:-2}" "${ENGINE[@]}" >/tmp/edge-txn-engine-build.log 2>&1 ||
     echo "building them in build/ failed (log: /tmp/edge-txn-engine-build.log)"
 }
-why=$(prebuilt_why)
-if [[ -z $why ]]; then
+why=$( ((DEPS_ONLY)) || prebuilt_why)   # --deps-only: the engine is being compiled, and is not needed yet
+if ((DEPS_ONLY)); then
+  :
+elif [[ -z $why ]]; then
   for b in "${ENGINE[@]}"; do install -s -m 755 "build/$b" "$ctx/docker/prebuilt/"; done
   echo "build_image: the engine's programs from this host's build/ (bookworm like the image; EDGE_TXN_IMAGE_COMPILE=1 compiles them in the image)"
 else
@@ -101,5 +104,10 @@ cp -p docker/entrypoint.sh "$ctx/app/docker/"
 find "$ctx/app" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
 start=$SECONDS
 tar -c CMakeLists.txt src pyproject.toml constraints.txt docker/Dockerfile -C "$ctx" docker/extra-ca docker/prebuilt app |
-  docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" --label "edge-txn.source=$SOURCE_HASH" -t "$IMAGE" -
+  if ((DEPS_ONLY)); then
+    docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" --target deps -q - >/dev/null
+  else
+    docker build --force-rm -f docker/Dockerfile --build-arg BASE="$BASE" --label "edge-txn.source=$SOURCE_HASH" -t "$IMAGE" -
+  fi
+((DEPS_ONLY)) && { echo "build_image: the image's deps stage is built (${BASE}, packages, venv) in $((SECONDS - start))s"; exit 0; }
 echo "build_image: built $IMAGE in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$IMAGE" | numfmt --to=iec))"

@@ -2,8 +2,9 @@
 # One place for set-up (idempotent): system packages, Python venv, C++ build.
 # Called by `make setup`, `make test`, `make demo` and .ci/run.
 #   --engine      only the engine's programs (the main job, a run, the bench): not the unit tests, not the netem VM
-#   --image-base  also the container image's Debian base (docker/build_image.sh --base-only) when Docker is here and
-#                 it is not: made while the engine compiles, as the venv is (both mostly wait for the network)
+#   --image-base  also the part of the container image that needs no engine program (docker/build_image.sh
+#                 --deps-only: its Debian base, packages and venv) when Docker is here and the image is stale: built
+#                 while the engine compiles, as the venv is (they mostly wait for the network)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENGINE=0 IMAGE_BASE=0
@@ -21,12 +22,10 @@ APT_PKGS=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # the tests (--engine: the main job, a run, the bench -- skips them)
 ((ENGINE)) || APT_PKGS+=(qemu-system-x86 linux-image-amd64 busybox-static cpio dash)
 PY=${PYTHON:-python3}
-# the image's base: only where Docker answers and the base is missing (debootstrap makes it when no registry has it)
-BASE_IMAGE=${BASE:-debian:bookworm-slim}
-if ((IMAGE_BASE)) && ! { docker info >/dev/null 2>&1 && ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; }; then
-  IMAGE_BASE=0
-fi
-((IMAGE_BASE)) && APT_PKGS+=(debootstrap)
+# the image's deps: only where Docker answers (build_image.sh does nothing when the image is current); debootstrap
+# makes its base when that is missing (no registry has it) and is installed here, before the background starts
+((IMAGE_BASE)) && ! docker info >/dev/null 2>&1 && IMAGE_BASE=0
+((IMAGE_BASE)) && ! docker image inspect "${BASE:-debian:bookworm-slim}" >/dev/null 2>&1 && APT_PKGS+=(debootstrap)
 
 # 1. Debian packages: only the missing ones, only as root.
 missing=()
@@ -58,8 +57,7 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   pip_pid=$!
 fi
 if ((IMAGE_BASE)); then
-  echo "setup: creating the image's base $BASE_IMAGE, in the background"
-  docker/build_image.sh --base-only >"$logs/base.log" 2>&1 &
+  docker/build_image.sh --deps-only >"$logs/base.log" 2>&1 &
   base_pid=$!
 fi
 
@@ -80,10 +78,10 @@ if [[ -n $pip_pid ]] && ! wait "$pip_pid"; then
 fi
 if [[ -n $base_pid ]]; then
   if wait "$base_pid"; then
-    grep '^build_image: created' "$logs/base.log" || true
+    grep -E '^build_image: (created|the image)' "$logs/base.log" || true
   else  # not fatal here: docker/build_image.sh tries again when the image is built, and stops there with the reason
     tail -n 5 "$logs/base.log" >&2
-    echo "setup: warning: creating the image's base failed (above); docker/build_image.sh will try again" >&2
+    echo "setup: warning: building the image's deps stage failed (above); docker/build_image.sh will try again" >&2
   fi
 fi
 rm -rf "$logs"

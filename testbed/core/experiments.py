@@ -16,7 +16,7 @@ from typing import Callable
 
 from testbed.core.config import ExpConfig, validate
 
-QUICK_DURATION_S, QUICK_WARMUP_S, QUICK_COOLDOWN_S = 15, 4, 1
+QUICK_DURATION_S, QUICK_WARMUP_S, QUICK_COOLDOWN_S = 14, 3, 1
 QUICK_MAX_POINTS = 3
 
 
@@ -131,7 +131,7 @@ def _thin(values, n=QUICK_MAX_POINTS) -> tuple:
 
 def quick_config(cfg: ExpConfig, exp: Experiment | None = None) -> ExpConfig:
     """The --quick preset for a 2-core machine: every sweep thinned to at most 3 points (first, middle, last),
-    one client-process count, 15 s runs (4 s warm-up, 1 s cool-down), 1 repeat. Exp 4 with fewer than two
+    one client-process count, 14 s runs (3 s warm-up, 1 s cool-down), 1 repeat. Exp 4 with fewer than two
     configured region counts sweeps 2..MAX_REGIONS instead (SLOG is skipped below 3 regions)."""
     q = dataclasses.replace(
         cfg, duration_s=QUICK_DURATION_S, warmup_s=QUICK_WARMUP_S, cooldown_s=QUICK_COOLDOWN_S, n_repeat=1,

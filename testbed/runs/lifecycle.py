@@ -230,7 +230,6 @@ class Runner(ABC):
             if problems:
                 res.status, res.reason = "failed", "invalid run folder: " + problems[0]
                 meta.update(status=res.status, reason=res.reason)
-        self._phase("record")
         write_json(run_dir / "meta.json", meta)
         if failure is not None:
             failure.run_dir = run_dir
@@ -253,7 +252,7 @@ class Runner(ABC):
 
     def _phase(self, name: str) -> None:
         """Record the seconds since the previous phase ended under `name` (meta.json phases_s: where a run's
-        wall time beyond its duration goes)."""
+        wall time beyond its duration goes; the last is teardown, as meta.json is final once files.json is)."""
         now = time.monotonic()
         self._phases[name] = round(now - self._phase_t, 3)
         self._phase_t = now

@@ -360,7 +360,7 @@ def test_quick_preset():
             CRT_RATIOS=[10, 20, 30, 40, 50, 60, 70, 80, 90], N_REPEAT=5, DURATION_S=60, SCALABILITY_N_REGIONS=[3])
     q = experiments.quick_config(c)
     assert q.concurrency_levels == (1, 20, 50) and q.crt_ratios == (10, 50, 90)
-    assert q.client_process_per_shard == (2,) and q.n_repeat == 1 and q.duration_s == 15
+    assert q.client_process_per_shard == (2,) and q.n_repeat == 1 and q.duration_s == 14 and q.warmup_s == 3
     assert q.duration_s - q.warmup_s - q.cooldown_s == 10  # a 10 s measurement window
     assert len(EXP1.points(q)) == 3
     assert experiments.quick_config(c, experiments.get("exp4")).scalability_n_regions == (2, 3)
