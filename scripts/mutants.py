@@ -106,14 +106,20 @@ def sim_tests(protocol: str, build_dir: Path, log: Path) -> str:
 
 
 def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int, attempt: int = 0) -> dict:
-    """3 x 2, TPC-C with districts drawn per transaction (conflicts at any load). `stress` adds 4 coordinators
-    per client, cross-region jitter, and for DAST no anticipation (a margin far below zero): CRTs are decided
-    later than their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the
-    default load. Attempt k runs with seed k + 1, and every second attempt with 60 % of Payments cross-region (a
-    CRT, a SLOG multi-home entry, in about a third of the transactions instead of a tenth: two in a row is what
-    slog.swapped_global_order needs)."""
-    knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, district="uniform",
-                 base_port=base_port, name="mutants", seed=attempt + 1, payment_crt_rate=60 if attempt % 2 else -1)
+    """3 x 2. Attempt k runs with seed k + 1. The first and third (every even attempt) run the anomaly workload
+    (`append`: 4 hot lists per shard, 30 % cross-region; the checker infers every key's version order and names
+    the anomaly class of a cycle, docs/checker.md); the second (every odd one) TPC-C with districts drawn per
+    transaction (conflicts at any load) and 60 % of Payments cross-region (a CRT, a SLOG multi-home entry, in about
+    a third of the transactions instead of a tenth: two in a row is what slog.swapped_global_order needs).
+    `stress` adds 4 coordinators per client, cross-region jitter, and for DAST no anticipation (a margin far below
+    zero): CRTs are decided later than their T_r and replicas counter-propose, so what depends on the decision
+    shows. `plain` is the default load."""
+    knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, base_port=base_port, name="mutants",
+                 seed=attempt + 1)
+    if attempt % 2:
+        knobs.update(workload="tpcc", district="uniform", payment_crt_rate=60)
+    else:
+        knobs.update(workload="append", append_keys=4, append_crt_ratio=0.3)
     if profile == "stress":
         knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}))
     return deploy.build_deployment(mode=protocol, **knobs)
@@ -160,12 +166,13 @@ def main(argv=None) -> int:
     options.add_results_root(ap, default=str(REPO / "results"))
     ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s (default %(default)s)")
     ap.add_argument("--runs", type=int, default=3,
-                    help="end-to-end runs (seeds, and the cross-region share of Payments, differ): a safety mutant "
+                    help="end-to-end runs (seeds differ; the odd ones run the anomaly workload, the even ones TPC-C): "
+                         "a safety mutant "
                          "is run until one catches it, the unbroken protocol must pass them all; latency and "
                          "durability mutants run once (default %(default)s)")
     ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
                     help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
-                         "or plain (the default load); both with TPC-C districts drawn per transaction")
+                         "or plain (the default load); both alternate the anomaly workload and TPC-C")
     ap.add_argument("--base-port", type=int, default=27000)
     ap.add_argument("--no-e2e", action="store_true", help="sim tests only")
     a = ap.parse_args(argv)

@@ -13,6 +13,9 @@
 //
 // --dump prints client transaction logs (binary, core/txn_log.h) as those JSON
 // lines, one per entry, in the files' order: how the checker and people read them.
+// An entry's outputs (workloads that log them: append) print as a map of
+// Values, e.g. "outputs":{"r0_0":{"s":"0"}}; a set oneof member is printed
+// even when it holds its type's default.
 #include <getopt.h>
 #include <google/protobuf/util/json_util.h>
 

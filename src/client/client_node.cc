@@ -92,6 +92,7 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
     for (uint64_t id : s.failed) e.add_failed_attempts(id);
     for (const auto& p : e.txn().pieces())
       if (w_.commutes(p)) e.add_commutative(p.id());
+    if (committed && outputs && w_.log_outputs()) *e.mutable_outputs() = *outputs;
     sink_(e);
   }
 }

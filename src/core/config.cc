@@ -72,6 +72,11 @@ void range(const std::string& key, double v, double lo, double hi) {
   }
 }
 
+void int_range(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    fail(key, std::to_string(v) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
 // The `kind`s a node may have under `spec`, for error messages.
 std::string kinds_of(const ProtocolSpec& spec) {
   std::string k = "replica|client";
@@ -243,6 +248,9 @@ void validate(const Deployment& d) {
   range("workload.zipf", w.zipf, 0, 1);
   if (w.tpca_rows < 1) fail("workload.tpca_rows", "must be >= 1");
   range("workload.tpca_crt_ratio", w.tpca_crt_ratio, 0, 1);
+  int_range("workload.append_keys", w.append_keys, 1, 100000);
+  range("workload.append_crt_ratio", w.append_crt_ratio, 0, 1);
+  int_range("workload.append_read_tail", w.append_read_tail, 0, 64);
   if (w.district != "fixed" && w.district != "uniform")
     fail("workload.district", "'" + w.district + "' (expected fixed or uniform)");
 
@@ -365,7 +373,8 @@ Deployment parse_deployment(const std::string& text) {
   if (auto w = root["workload"]) {
     check_keys(w, "workload", {"name", "scale", "mix", "payment_crt_rate", "remote_item_prob",
                                "remote_customer_prob", "by_name_prob", "zipf", "tpca_rows",
-                               "tpca_crt_ratio", "district"});
+                               "tpca_crt_ratio", "district", "append_keys", "append_crt_ratio",
+                               "append_read_tail"});
     auto& c = d.workload;
     if (w["name"]) c.name = str(w["name"], "workload.name");
     if (w["scale"]) c.scale = num(w["scale"], "workload.scale");
@@ -382,6 +391,9 @@ Deployment parse_deployment(const std::string& text) {
     if (w["tpca_rows"]) c.tpca_rows = integer(w["tpca_rows"], "workload.tpca_rows");
     if (w["tpca_crt_ratio"]) c.tpca_crt_ratio = num(w["tpca_crt_ratio"], "workload.tpca_crt_ratio");
     if (w["district"]) c.district = str(w["district"], "workload.district");
+    if (w["append_keys"]) c.append_keys = integer(w["append_keys"], "workload.append_keys");
+    if (w["append_crt_ratio"]) c.append_crt_ratio = num(w["append_crt_ratio"], "workload.append_crt_ratio");
+    if (w["append_read_tail"]) c.append_read_tail = integer(w["append_read_tail"], "workload.append_read_tail");
   }
   if (auto c = root["client"]) {
     check_keys(c, "client", {"n_concurrent", "duration_s", "warmup_s", "cooldown_s",

@@ -46,7 +46,7 @@ struct LinkModel {
 };
 
 struct WorkloadConfig {
-  std::string name = "tpcc";                  // tpcc | tpca
+  std::string name = "tpcc";                  // tpcc | tpca | append
   double scale = 0.01;                         // table-size multiplier (1.0 = the artifact's sizes)
   // TPC-C
   std::vector<double> mix = {44, 44, 4, 4, 4}; // NewOrder, Payment, Delivery, OrderStatus, StockLevel
@@ -59,6 +59,10 @@ struct WorkloadConfig {
   double zipf = 0.5;                           // coefficient in [0, 1]
   int64_t tpca_rows = 100000;                  // rows per table in total (before scale)
   double tpca_crt_ratio = 0.10;
+  // append (Elle-style list-append, docs/workloads.md); accepted whatever the name
+  int64_t append_keys = 8;                     // lists per shard, 1..100000
+  double append_crt_ratio = 0.10;              // share of transactions forced cross-region, [0, 1]
+  int64_t append_read_tail = 4;                // trailing elements a read returns, 0..64
 };
 
 struct ClientConfig {

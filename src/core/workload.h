@@ -59,12 +59,16 @@ class Workload {
   // (TPC-C's HISTORY insert: no transaction reads HISTORY, rows are a bag).
   // A protocol may then apply it after transactions ordered later.
   virtual bool commutes(const Piece& piece) const { (void)piece; return false; }
+  // True when the client's transaction log keeps the outputs each committed
+  // transaction returned (TxnLogEntry::outputs): for workloads whose checker
+  // reads them (append's reads). Others leave the log at its usual size.
+  virtual bool log_outputs() const { return false; }
   // Human-readable name of a transaction type (for raw records).
   virtual std::string type_name(uint32_t type) const = 0;
   virtual uint32_t n_types() const = 0;
 };
 
-// tpcc | tpca, configured from the deployment. Throws ConfigError for an unknown name.
+// tpcc | tpca | append, configured from the deployment. Throws ConfigError for an unknown name.
 std::unique_ptr<Workload> make_workload(const Deployment& d);
 
 }  // namespace txn

@@ -203,4 +203,44 @@ std::string TpcaStore::dump_json() const {
   return o.str();
 }
 
+// ---- list-append ---------------------------------------------------------------------
+
+AppendStore::AppendStore(uint32_t shard, uint32_t n_shards, int64_t keys) : shard(shard), n_shards(n_shards) {
+  lists_.reserve(static_cast<size_t>(keys));
+  for (int64_t i = 0; i < keys; ++i) lists_.push_back(std::make_shared<std::vector<int64_t>>());
+}
+
+void AppendStore::append(int64_t i, int64_t v) {
+  auto& l = lists_[static_cast<size_t>(i)];
+  if (l.use_count() > 1) l = std::make_shared<std::vector<int64_t>>(*l);   // shared with a clone: copy first
+  l->push_back(v);
+}
+
+std::string AppendStore::digest() const {
+  Fnv f;
+  f.i(keys());
+  for (const auto& l : lists_) {
+    f.i(static_cast<int64_t>(l->size()));
+    for (int64_t v : *l) f.i(v);
+  }
+  return f.hex();
+}
+
+std::string AppendStore::dump_json() const {
+  size_t elements = 0;
+  for (const auto& l : lists_) elements += l->size();
+  std::ostringstream o;
+  o << "{\"shard\": " << shard << ", \"workload\": \"append\", \"digest\": \"" << digest()
+    << "\", \"rows\": {\"lists\": " << lists_.size() << ", \"elements\": " << elements
+    << "}, \"executed_pieces\": " << executed << ", \"append\": {\"lists\": {";
+  for (int64_t i = 0; i < keys(); ++i) {
+    o << (i ? ", " : "") << "\"l" << global_key(i) << "\": [";
+    const auto& l = list(i);
+    for (size_t k = 0; k < l.size(); ++k) o << (k ? ", " : "") << l[k];
+    o << "]";
+  }
+  o << "}}}";
+  return o.str();
+}
+
 }  // namespace txn::wl

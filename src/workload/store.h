@@ -1,9 +1,10 @@
-// In-memory shard stores for TPC-C and TPC-A plus small shared helpers
+// In-memory shard stores for TPC-C, TPC-A and list-append plus small shared helpers
 // (deterministic RNG draws, FNV-1a hashing, argument access).
 #pragma once
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -134,8 +135,30 @@ class TpcaStore : public ShardStore {
   std::array<TpcaTable, 3> table;
 };
 
+// ---- list-append (Elle) ---------------------------------------------------------------
+// One list of int64 per key; key i of shard s is the global key g = s + P*i ("l<g>"),
+// i in [0, keys). Lists are shared between a store and its clones until either
+// appends (copy on write), so clone() costs the number of keys, not the elements.
+class AppendStore : public ShardStore {
+ public:
+  AppendStore(uint32_t shard, uint32_t n_shards, int64_t keys);
+  std::string digest() const override;
+  std::string dump_json() const override;
+  std::unique_ptr<ShardStore> clone() const override { return std::make_unique<AppendStore>(*this); }
+  int64_t keys() const { return static_cast<int64_t>(lists_.size()); }
+  int64_t global_key(int64_t i) const { return shard + static_cast<int64_t>(n_shards) * i; }
+  const std::vector<int64_t>& list(int64_t i) const { return *lists_[static_cast<size_t>(i)]; }
+  void append(int64_t i, int64_t v);
+  uint32_t shard, n_shards;
+  uint64_t executed = 0;
+
+ private:
+  std::vector<std::shared_ptr<std::vector<int64_t>>> lists_;   // by i
+};
+
 std::unique_ptr<Workload> make_tpcc(const Deployment& d);
 std::unique_ptr<Workload> make_tpca(const Deployment& d);
+std::unique_ptr<Workload> make_append(const Deployment& d);
 
 // Zipf(alpha, n) over ranks 0..n-1 (rank 0 hottest): precomputed CDF + binary search.
 class ZipfSampler {

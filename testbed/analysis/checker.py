@@ -5,7 +5,8 @@ It writes check.json, bound to the run (testbed/analysis/validate.py rebind_chec
 
 Checks, each with a verdict (pass / fail / skipped) and its reason in check.json:
   replicas         replicas of a shard have identical digests and aggregates
-  workload         TPC-C consistency conditions 3.3.2.1-3.3.2.12 (as far as the scaled tables allow); TPC-A deltas
+  workload         TPC-C consistency conditions 3.3.2.1-3.3.2.12 (as far as the scaled tables allow); TPC-A deltas;
+                   append: every list on its shard, the dump's row counts its lists'
   run              no transaction left unfinished, no message dropped or rejected, every server drained in time
                    (transactions given up after the retry limit are recorded as notes, not violations)
   order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
@@ -13,6 +14,10 @@ Checks, each with a verdict (pass / fail / skipped) and its reason in check.json
   serializability  (c) the conflict graph of the per-shard orders has no cycle (the shortest one is printed)
   realtime         (e) no transaction executed before a conflicting one whose client had its answer before it
                    was issued (strict serializability's real-time order, over direct conflicts; one kernel's clock)
+  anomalies        append only (listappend.py): Elle's list-append inference from the final lists and the clients'
+                   reads and appends: value-level anomalies (G1a, G1b, garbage, duplicate, lost append, incompatible
+                   order, internal) and dependency cycles classified G0 / G1c / G-single / G2; check.json's
+                   anomaly_classes counts them per class
   replay           (d) a serial replay of the committed transactions reproduces every digest and client output
 Protocol-neutral: it knows pieces, shards, conflict keys and orders, never how a protocol orders.
 """
@@ -26,12 +31,12 @@ from pathlib import Path
 
 import yaml
 
-from testbed.analysis import histories, validate
+from testbed.analysis import histories, listappend, validate
 from testbed.analysis.histories import Skip, Unreadable
 
 TPCA_TABLES = ("customer", "teller", "branch")
 EPS = 0.01
-CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "realtime", "replay")
+CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "realtime", "anomalies", "replay")
 
 
 def load_dumps(run_dir) -> list[dict]:
@@ -170,6 +175,29 @@ def check_tpca(dumps) -> list[str]:
     return v
 
 
+def check_append(dumps) -> list[str]:
+    """append: every key l<g> of a shard's lists is one of its own (g mod the number of shards is the shard), every
+    shard has as many lists, and the dump's rows count its lists and their elements. Its anomalies: listappend.py."""
+    v, n_shards = [], len({d["shard"] for d in dumps})
+    sizes = {}
+    for d in dumps:
+        lists, rows = d["append"]["lists"], d.get("rows") or {}
+        sizes[d["node"]] = len(lists)
+        wrong = sorted(k for k in lists
+                       if not (k[:1] == "l" and k[1:].isdigit() and int(k[1:]) % n_shards == d["shard"]))
+        if wrong:
+            v.append(f"{d['node']}: {len(wrong)} list(s) not of shard {d['shard']} (of {n_shards}): "
+                     + ", ".join(wrong[:5]))
+        total = sum(len(x) for x in lists.values())
+        if rows.get("lists", len(lists)) != len(lists) or rows.get("elements", total) != total:
+            v.append(f"{d['node']}: rows say {rows.get('lists')} lists of {rows.get('elements')} elements, its lists "
+                     f"are {len(lists)} of {total}")
+    if len(set(sizes.values())) > 1:
+        v.append("shards hold different numbers of lists: "
+                 + ", ".join(f"{n} {k}" for n, k in sorted(sizes.items())[:6]))
+    return v
+
+
 def check_workload(dumps) -> list[str]:
     workloads = {d["workload"] for d in dumps}
     if len(workloads) != 1:
@@ -180,6 +208,8 @@ def check_workload(dumps) -> list[str]:
             return [x for d in dumps for x in check_tpcc(d)] + check_tpcc_balances(dumps)
         if wl == "tpca":
             return check_tpca(dumps)
+        if wl == "append":
+            return check_append(dumps)
     except (KeyError, TypeError, AttributeError) as e:
         raise Unreadable(f"malformed dump section: {type(e).__name__} {e}") from e
     raise Unreadable(f"unknown workload {wl!r}")
@@ -268,6 +298,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
     """Check a run folder; returns {'verdict', 'exit_code', 'violations', 'checks', ...} and writes check.json."""
     t0 = time.monotonic()
     rep = _Report()
+    found = []   # the anomaly check's listappend.Anomalies, when it ran
     try:
         dumps = load_dumps(run_dir)
         replicas = [d for d in dumps if d.get("kind") != "manager"]
@@ -289,6 +320,13 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
                          "conflict_edges": sum(len(v) for v in adj.values())}
             rep.run("serializability", lambda: histories.check_serializability(data, adj, pre)[0])
             rep.run("realtime", lambda: histories.check_realtime(data, adj))
+
+            def anomalies():
+                found.append(listappend.analyze(data, replicas))
+                return found[-1].lines
+            rep.run("anomalies", anomalies)
+            if found:
+                rep.stats["dependency_edges"] = found[-1].edges
             rep.run("replay", lambda: histories.check_replay(data, adj, Path(run_dir) / "deploy.yml", replicas,
                                                              replay_bin))
         n = len(rep.violations)
@@ -300,7 +338,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
                "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
                "checks": rep.checks, "dumps": len(replicas),
                "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
-               "stats": rep.stats}
+               "stats": rep.stats, "anomaly_classes": found[-1].counts if found else {}}
     except Unreadable as e:
         res = {"verdict": "UNREADABLE", "exit_code": 2, "violations": rep.violations, "checks": rep.checks,
                "error": str(e)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 
 # The knobs that take one of a few words, and their words (checked by config.py and deploy.py alike).
-WORKLOADS = ("tpcc", "tpca")
+WORKLOADS = ("tpcc", "tpca", "append")
 DISTRICTS = ("fixed", "uniform")                  # TPCC_DISTRICT / --district
 PROCESS_LAYOUTS = ("container", "split", "node")  # ENGINE_PROCESSES / --processes (docs/efficiency.md)
 TRANSPORTS = ("tcp", "grpc")  # ENGINE_TRANSPORT / --transport (docs/efficiency.md)
@@ -107,6 +107,12 @@ KNOBS = (
          default=dict(payment_crt_rate=-1)),
     Knob(("CRT_RATIOS",), 0, 100, False, "%", "exp 2: share of cross-region transactions",
          default=dict(CRT_RATIOS=(10, 50, 90))),
+    # append (Elle-style list-append, docs/workloads.md): written into every deployment, whatever the workload
+    Knob(("append_keys",), 1, 100000, True, "", "append: lists (keys) per shard", default=dict(append_keys=8)),
+    Knob(("append_crt_ratio",), 0, 1, False, "", "append: share of transactions forced cross-region",
+         default=dict(append_crt_ratio=0.1)),
+    Knob(("append_read_tail",), 0, 64, True, "", "append: last elements of its list a read returns",
+         default=dict(append_read_tail=4)),
     # network
     Knob(("intra_rtt", "INTRA_RTT_MS"), 0, 10000, False, "ms", "RTT between two nodes of a region",
          default=dict(intra_rtt=5.0, INTRA_RTT_MS=5)),

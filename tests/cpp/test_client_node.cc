@@ -1,3 +1,4 @@
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,6 +55,8 @@ class FakeWorkload : public Workload {
     return t;
   }
   bool commutes(const Piece& p) const override { return p.proc() == 7; }
+  bool log_outputs() const override { return log; }
+  bool log = false;   // keep the outputs in the transaction log (append does)
   void execute(ShardStore&, const Piece&, const Vars&, Vars*) const override {}
   std::string type_name(uint32_t t) const override { return "T" + std::to_string(t); }
   uint32_t n_types() const override { return 2; }
@@ -218,4 +221,49 @@ TEST(ClientNode, LogsEveryFinishedTransactionForTheChecker) {
     }
   }
   EXPECT_EQ(std::count_if(log.begin(), log.end(), [](const TxnLogEntry& e) { return e.committed(); }), 3);
+}
+
+// Workload::log_outputs (append): each committed transaction's log entry carries the outputs its client
+// received; a given-up one, or any under a workload that does not ask, carries none. txn-replay --dump prints
+// them as protobuf JSON, a string Value as {"s": ...}, whatever the string.
+TEST(ClientNode, LogsOutputsOnlyWhenTheWorkloadAsksAndTheTransactionCommitted) {
+  for (bool ask : {false, true}) {
+    Deployment d = dep();
+    d.client.drain_timeout_s = 0.5;
+    FakeWorkload w;
+    w.log = ask;
+    ClientNode c(d, 4, w, std::make_unique<FakeDriver>(400000, 1));  // as above: 3 commit, 3 are given up
+    std::vector<TxnLogEntry> log;
+    c.set_txn_sink([&](const TxnLogEntry& e) { log.push_back(e); });
+    FakeEnv env;
+    c.start(env);
+    env.run(c, 1500000);
+    ASSERT_TRUE(c.finished());
+    ASSERT_EQ(log.size(), 6u);
+    int with_outputs = 0;
+    for (const TxnLogEntry& e : log) {
+      if (!ask || !e.committed()) {
+        EXPECT_EQ(e.outputs_size(), 0) << "ask " << ask << " committed " << e.committed();
+        continue;
+      }
+      ++with_outputs;
+      ASSERT_EQ(e.outputs_size(), 1);
+      EXPECT_EQ(e.outputs().at("x").i(), static_cast<int64_t>(e.txn().txn_id()));
+    }
+    EXPECT_EQ(with_outputs, ask ? 3 : 0);
+  }
+  TxnLogEntry e;
+  e.set_committed(true);
+  (*e.mutable_outputs())["r0_0"].set_s("0");
+  (*e.mutable_outputs())["r1_2"].set_s("2:5,7");
+  google::protobuf::util::JsonPrintOptions opt;   // txn-replay --dump's
+  opt.preserve_proto_field_names = true;
+  std::string json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(e, &json, opt).ok());
+  EXPECT_NE(json.find("\"outputs\":{"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"r0_0\":{\"s\":\"0\"}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"r1_2\":{\"s\":\"2:5,7\"}"), std::string::npos) << json;
+  TxnLogEntry back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &back).ok());
+  EXPECT_EQ(back.outputs().at("r0_0").s(), "0");
 }

@@ -110,6 +110,50 @@ TEST(Config, Errors) {
                "nodes[7].kind: 'sequencer' unknown (expected replica|client|manager)");
 }
 
+// The append workload's knobs (docs/workloads.md): accepted whatever the workload's name, each checked
+// against its range with one line naming it.
+TEST(Config, AppendKnobsAreParsedAndRangeChecked) {
+  Deployment def = parse_deployment(kBase);
+  EXPECT_EQ(def.workload.append_keys, 8);
+  EXPECT_DOUBLE_EQ(def.workload.append_crt_ratio, 0.1);
+  EXPECT_EQ(def.workload.append_read_tail, 4);
+  auto with = [](const std::string& knobs) {
+    return replace(kBase, "workload: {name: tpca, zipf: 0.5}", "workload: {name: tpca, zipf: 0.5, " + knobs + "}");
+  };
+  Deployment d = parse_deployment(
+      replace(with("append_keys: 16, append_crt_ratio: 0.25, append_read_tail: 0"), "name: tpca", "name: append"));
+  EXPECT_EQ(d.workload.name, "append");
+  EXPECT_EQ(d.workload.append_keys, 16);
+  EXPECT_DOUBLE_EQ(d.workload.append_crt_ratio, 0.25);
+  EXPECT_EQ(d.workload.append_read_tail, 0);
+  // The bounds, under another workload's name.
+  Deployment lo = parse_deployment(with("append_keys: 1, append_crt_ratio: 0, append_read_tail: 0"));
+  EXPECT_EQ(lo.workload.name, "tpca");
+  EXPECT_EQ(lo.workload.append_keys, 1);
+  Deployment hi = parse_deployment(with("append_keys: 100000, append_crt_ratio: 1, append_read_tail: 64"));
+  EXPECT_EQ(hi.workload.append_keys, 100000);
+  EXPECT_DOUBLE_EQ(hi.workload.append_crt_ratio, 1);
+  EXPECT_EQ(hi.workload.append_read_tail, 64);
+  expect_error(with("append_keys: 0"), "workload.append_keys: 0 out of range [1, 100000]");
+  expect_error(with("append_keys: 100001"), "workload.append_keys: 100001 out of range [1, 100000]");
+  expect_error(with("append_keys: 2.5"), "workload.append_keys: expected an integer, got '2.5'");
+  expect_error(with("append_crt_ratio: 1.5"), "workload.append_crt_ratio: 1.5 out of range [0, 1]");
+  expect_error(with("append_crt_ratio: -0.1"), "workload.append_crt_ratio: -0.1 out of range [0, 1]");
+  expect_error(with("append_crt_ratio: often"), "workload.append_crt_ratio: expected a number, got 'often'");
+  expect_error(with("append_read_tail: -1"), "workload.append_read_tail: -1 out of range [0, 64]");
+  expect_error(with("append_read_tail: 65"), "workload.append_read_tail: 65 out of range [0, 64]");
+  expect_error(with("append_tail: 4"), "workload.append_tail: unknown key");
+  // Programmatic deployments are checked too (validate).
+  Deployment p = make_local_deployment("dast", 2, 1, 1);
+  p.workload.append_read_tail = 100;
+  try {
+    validate(p);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "workload.append_read_tail: 100 out of range [0, 64]");
+  }
+}
+
 TEST(Config, ProtocolOptionsComeFromTheSchemaAndTheFile) {
   ProtocolOptions def = protocol_options(parse_deployment(kBase));
   EXPECT_TRUE(def.flag("defer_commutative"));

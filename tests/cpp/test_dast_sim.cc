@@ -101,6 +101,22 @@ TEST(DastSim, TpcaZipfUnderReordering) {
   run_closed_loop("tpca", o);
 }
 
+// List-append's hot lists (docs/workloads.md) under reordering and clock skew:
+// the protocol-neutral checks, DAST's timestamp-order oracle, and reads that
+// the serial replay reproduces (the history checker compares every output).
+TEST(DastSim, AppendUnderReorderingAndClockSkew) {
+  for (uint64_t seed : {6, 7}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    sim::Options o;
+    o.seed = seed;
+    o.extra_delay_us = 4000;
+    if (seed % 2) o.clock_skew_us = {{0, 3000}, {4, -2500}, {9, 7000}, {13, -1000}};
+    Deployment d = small_deployment("append");
+    d.workload.append_crt_ratio = 0.2;
+    run_closed_loop(d, o);
+  }
+}
+
 using txn::test::find_txn;
 using txn::test::submit;
 

@@ -167,7 +167,7 @@ Deployment contended(const std::string& workload) {
 // through the local logs, multi-home ones through the global log, batches;
 // every run passes the protocol-neutral checks and the history checker.
 TEST(SlogSim, BothPathsUnderContentionAreCounted) {
-  for (const std::string workload : {"tpca", "tpcc"}) {
+  for (const std::string workload : {"tpca", "tpcc", "append"}) {
     Deployment d = contended(workload);
     if (workload == "tpcc") d.workload.district = "uniform";
     SimCluster c(d, sim_options(3, 4'000), true);
@@ -186,8 +186,9 @@ TEST(SlogSim, BothPathsUnderContentionAreCounted) {
     EXPECT_GE(static_cast<uint64_t>(k.at("single_home_entries")), n.irt);
     EXPECT_GE(static_cast<uint64_t>(k.at("multi_home_entries")), 2 * n.crt) << "a CRT enters >= 2 shards' logs";
     EXPECT_EQ(k.at("batch_entries"), k.at("single_home_entries") + k.at("multi_home_entries"));
-    // TPC-A's pieces need no value from another shard: an entry runs whole when its batch arrives, so none is
-    // pending when the next comes. TPC-C's Payment by last name and New-Order with remote stock wait for values.
+    // TPC-A's and append's pieces need no value from another shard: an entry runs whole when its batch arrives,
+    // so none is pending when the next comes. TPC-C's Payment by last name and New-Order with remote stock wait
+    // for values.
     if (workload == "tpcc") EXPECT_GT(k.at("blocked_entries"), 0);
     else EXPECT_EQ(k.at("blocked_entries"), 0);
     // A multi-home entry waits at least the global log's round trip (100 ms); a single-home one the hop from

@@ -3,9 +3,15 @@
 
 #include "serial_exec.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "workload/store.h"
@@ -13,6 +19,7 @@
 using namespace txn;
 using txn::wl::TpccStore;
 using txn::wl::TpcaStore;
+using txn::wl::AppendStore;
 
 namespace {
 
@@ -77,6 +84,58 @@ bool is_crt(const Deployment& d, const TxnRequest& t) {
   return false;
 }
 
+// One op of an append piece, as the test reads args["ops"] (independently of the workload's parser).
+struct AppendOp {
+  bool read = false;
+  int64_t key = 0;     // global key id g (conflict key "l<g>")
+  int64_t value = 0;   // appends
+};
+
+// The ops of an append piece; a failure and nothing when the string is malformed.
+std::vector<AppendOp> append_ops(const Piece& p) {
+  static const std::regex op("(r) l(0|[1-9][0-9]*)|(a) l(0|[1-9][0-9]*) ([1-9][0-9]*)");
+  std::vector<AppendOp> ops;
+  if (!p.args().count("ops") || p.args().at("ops").v_case() != Value::kS) {
+    ADD_FAILURE() << "piece " << p.id() << " has no ops string";
+    return ops;
+  }
+  const std::string text = p.args().at("ops").s();
+  size_t from = 0;
+  for (;;) {
+    const size_t at = text.find(';', from);
+    const std::string item = text.substr(from, at == std::string::npos ? std::string::npos : at - from);
+    std::smatch m;
+    if (!std::regex_match(item, m, op)) {
+      ADD_FAILURE() << "malformed op '" << item << "' in '" << text << "'";
+      return {};
+    }
+    AppendOp o;
+    o.read = m[1].matched;
+    o.key = std::stoll(o.read ? m[2].str() : m[4].str());
+    if (!o.read) o.value = std::stoll(m[5].str());
+    ops.push_back(o);
+    if (at == std::string::npos) break;
+    from = at + 1;
+  }
+  return ops;
+}
+
+Piece append_piece(uint32_t shard, const std::string& ops, uint32_t id = 0) {
+  Piece p;
+  p.set_id(id);
+  p.set_shard(shard);
+  p.set_proc(1);
+  (*p.mutable_args())["ops"] = wl::str_value(ops);
+  return p;
+}
+
+google::protobuf::Struct parse_json(const std::string& text) {
+  google::protobuf::Struct s;
+  auto st = google::protobuf::util::JsonStringToMessage(text, &s);
+  EXPECT_TRUE(st.ok()) << st.message() << "\n" << text.substr(0, 400);
+  return s;
+}
+
 }  // namespace
 
 TEST(Workload, FactoryRejectsUnknownName) {
@@ -84,10 +143,15 @@ TEST(Workload, FactoryRejectsUnknownName) {
   try {
     make_workload(dep("tpcx", 1, 2));
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "unknown workload 'tpcx' (known: tpcc, tpca)");
+    EXPECT_STREQ(e.what(), "unknown workload 'tpcx' (known: tpcc, tpca, append)");
   }
   EXPECT_EQ(make_workload(dep("tpcc", 1, 2))->name(), "tpcc");
   EXPECT_EQ(make_workload(dep("tpca", 1, 2))->name(), "tpca");
+  EXPECT_EQ(make_workload(dep("append", 1, 2))->name(), "append");
+  // Only append asks the clients to log the outputs.
+  EXPECT_FALSE(make_workload(dep("tpcc", 1, 2))->log_outputs());
+  EXPECT_FALSE(make_workload(dep("tpca", 1, 2))->log_outputs());
+  EXPECT_TRUE(make_workload(dep("append", 1, 2))->log_outputs());
 }
 
 TEST(Workload, TpccMixFrequencies) {
@@ -141,7 +205,7 @@ TEST(Workload, PaymentCrtRateForcesMixAndRatio) {
 }
 
 TEST(Workload, CrtClassificationAndPieceStructure) {
-  for (const char* name : {"tpcc", "tpca"}) {
+  for (const char* name : {"tpcc", "tpca", "append"}) {
     auto d = dep(name, 3, 2);
     auto w = make_workload(d);
     std::mt19937_64 g(4);
@@ -214,11 +278,13 @@ TEST(Workload, OnlyTheHistoryInsertCommutes) {
     }
   }
   EXPECT_GT(history, 500);
-  auto a = dep("tpca", 3, 2);
-  auto tpca = make_workload(a);
-  for (int i = 0; i < 200; ++i) {
-    TxnRequest t = tpca->generate(g, {0, 0});
-    for (const auto& p : t.pieces()) EXPECT_FALSE(tpca->commutes(p));
+  for (const char* name : {"tpca", "append"}) {
+    auto a = dep(name, 3, 2);
+    auto other = make_workload(a);
+    for (int i = 0; i < 200; ++i) {
+      TxnRequest t = other->generate(g, {0, 0});
+      for (const auto& p : t.pieces()) EXPECT_FALSE(other->commutes(p)) << name;
+    }
   }
 }
 
@@ -322,7 +388,7 @@ TEST(Workload, TpccInitialStateSatisfiesConditions) {
 }
 
 TEST(Workload, ReplayIsDeterministicAndKeepsConsistency) {
-  for (const char* name : {"tpcc", "tpca", "tpcc-uniform"}) {
+  for (const char* name : {"tpcc", "tpca", "tpcc-uniform", "append"}) {
     const bool uniform = std::string(name) == "tpcc-uniform";
     auto d = dep(uniform ? "tpcc" : name, 2, 2);
     if (uniform) d.workload.district = "uniform";
@@ -336,12 +402,20 @@ TEST(Workload, ReplayIsDeterministicAndKeepsConsistency) {
     for (const auto& t : txns) run(*w, a, t);
     for (const auto& t : txns) run(*w, b, t);
     int64_t total_delta[3] = {0, 0, 0};
+    int64_t appends = 0, elements = 0;
+    if (d.workload.name == "append")
+      for (const auto& t : txns)
+        for (const auto& p : t.pieces())
+          for (const auto& op : append_ops(p)) appends += !op.read;
     for (uint32_t s = 0; s < d.n_shards(); ++s) {
       EXPECT_EQ(a[s]->digest(), b[s]->digest()) << name << " shard " << s;
       EXPECT_NE(a[s]->digest(), initial[s]) << name << " shard " << s;
       EXPECT_EQ(a[s]->dump_json(), b[s]->dump_json());
       if (d.workload.name == "tpcc") {
         expect_tpcc_consistent(*a[s]);
+      } else if (d.workload.name == "append") {
+        const auto& st = dynamic_cast<const AppendStore&>(*a[s]);
+        for (int64_t i = 0; i < st.keys(); ++i) elements += static_cast<int64_t>(st.list(i).size());
       } else {
         const auto& st = dynamic_cast<const TpcaStore&>(*a[s]);
         for (int k = 0; k < 3; ++k) {
@@ -351,6 +425,7 @@ TEST(Workload, ReplayIsDeterministicAndKeepsConsistency) {
       }
     }
     if (d.workload.name == "tpcc") expect_tpcc_balances(a);
+    EXPECT_EQ(elements, appends) << "every append is in its list once";
     EXPECT_EQ(total_delta[0], total_delta[1]);
     EXPECT_EQ(total_delta[1], total_delta[2]);
   }
@@ -381,7 +456,7 @@ TEST(Workload, TpccDistrictFixedPerCoordinatorOrUniformPerTransaction) {
 }
 
 TEST(Workload, BadPiecesThrowBadMessageAndLeaveStateUnchanged) {
-  for (const char* name : {"tpcc", "tpca"}) {
+  for (const char* name : {"tpcc", "tpca", "append"}) {
     auto d = dep(name, 1, 2);
     auto w = make_workload(d);
     auto s = w->load(0);
@@ -431,4 +506,246 @@ TEST(Workload, DeliveryDrainsDistrictAndStaysConsistent) {
   expect_tpcc_balances(stores);
   EXPECT_EQ(a.deliveries, 9);
   for (const auto& [k, o] : st.order) EXPECT_TRUE(k.first != 4 || o.carrier > 0);
+}
+
+// ---- append (list-append, docs/workloads.md) ------------------------------------------------
+
+TEST(Workload, AppendGeneratesWellFormedTransactions) {
+  auto d = dep("append", 3, 2);   // P = 6
+  d.workload.append_keys = 5;
+  d.workload.append_crt_ratio = 0.3;
+  auto w = make_workload(d);
+  ASSERT_EQ(w->n_types(), 1u);
+  EXPECT_EQ(w->type_name(0), "append");
+  const uint32_t P = d.n_shards();
+  std::mt19937_64 g(12);
+  std::set<int64_t> values;
+  std::set<int64_t> keys_seen;
+  std::map<int, int> irt_pieces, crt_pieces, ops_per_piece;
+  int crt = 0, reads = 0, appends = 0;
+  const int draws = 6000;
+  for (int i = 0; i < draws; ++i) {
+    const uint32_t home = i % P;
+    TxnRequest t = w->generate(g, {home, static_cast<uint32_t>(i)});
+    ASSERT_EQ(t.type(), 0u);
+    ASSERT_EQ(t.home_shard(), home);
+    ASSERT_EQ(t.crt(), is_crt(d, t)) << "the crt flag is the real classification";
+    ASSERT_GE(t.pieces_size(), t.crt() ? 2 : 1);
+    ASSERT_LE(t.pieces_size(), 3);
+    ASSERT_EQ(t.pieces(0).shard(), home) << "the home shard first";
+    crt += t.crt();
+    ++(t.crt() ? crt_pieces : irt_pieces)[t.pieces_size()];
+    std::set<uint32_t> shards;
+    for (int j = 0; j < t.pieces_size(); ++j) {
+      const Piece& p = t.pieces(j);
+      ASSERT_EQ(p.id(), static_cast<uint32_t>(j));
+      ASSERT_EQ(p.proc(), 1u);
+      ASSERT_LT(p.shard(), P);
+      EXPECT_TRUE(shards.insert(p.shard()).second) << "one piece per shard";
+      if (!t.crt()) {
+        EXPECT_EQ(d.region_of_shard(p.shard()), d.region_of_shard(home)) << "an IRT stays home";
+      }
+      EXPECT_EQ(p.args_size(), 1);
+      EXPECT_TRUE(p.inputs().empty());
+      const std::vector<AppendOp> ops = append_ops(p);
+      ASSERT_GE(ops.size(), 1u);
+      ASSERT_LE(ops.size(), 4u);
+      ++ops_per_piece[static_cast<int>(ops.size())];
+      std::vector<std::string> want_reads, want_writes, want_outputs;
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const AppendOp& op = ops[k];
+        EXPECT_EQ(op.key % P, p.shard()) << "key on the piece's shard";
+        EXPECT_LT(op.key / P, 5) << "one of the shard's keys";
+        keys_seen.insert(op.key);
+        const std::string key = "l" + std::to_string(op.key);
+        auto& list = op.read ? want_reads : want_writes;
+        if (std::find(list.begin(), list.end(), key) == list.end()) list.push_back(key);
+        if (op.read) {
+          ++reads;
+          want_outputs.push_back("r" + std::to_string(j) + "_" + std::to_string(k));
+        } else {
+          ++appends;
+          EXPECT_GE(op.value, 1);
+          EXPECT_LT(op.value, int64_t{1} << 62);
+          EXPECT_TRUE(values.insert(op.value).second) << "value " << op.value << " appended twice";
+        }
+      }
+      EXPECT_EQ(std::vector<std::string>(p.read_keys().begin(), p.read_keys().end()), want_reads);
+      EXPECT_EQ(std::vector<std::string>(p.write_keys().begin(), p.write_keys().end()), want_writes);
+      EXPECT_EQ(std::vector<std::string>(p.outputs().begin(), p.outputs().end()), want_outputs);
+    }
+    if (t.crt()) {
+      bool away = false;
+      for (const auto& p : t.pieces()) away |= d.region_of_shard(p.shard()) != d.region_of_shard(home);
+      EXPECT_TRUE(away);
+    }
+  }
+  EXPECT_NEAR(crt / double(draws), 0.3, 0.02);
+  // k uniform in 1..3: an IRT has at most 2 pieces here (2 shards per region), a CRT at least 2.
+  const int irt = draws - crt;
+  EXPECT_EQ(irt_pieces.count(3), 0u);
+  EXPECT_NEAR(irt_pieces[1] / double(irt), 1 / 3.0, 0.03);
+  EXPECT_NEAR(crt_pieces[2] / double(crt), 2 / 3.0, 0.04);
+  EXPECT_NEAR(crt_pieces[3] / double(crt), 1 / 3.0, 0.04);
+  int pieces = 0;
+  for (const auto& [n, c] : ops_per_piece) pieces += c;
+  for (int n = 1; n <= 4; ++n) EXPECT_NEAR(ops_per_piece[n] / double(pieces), 0.25, 0.03) << n << " ops";
+  EXPECT_NEAR(reads / double(reads + appends), 0.5, 0.02);
+  EXPECT_EQ(keys_seen.size(), static_cast<size_t>(5 * P)) << "every key is drawn";
+
+  // One region: never a CRT. One shard per region: an IRT has one piece.
+  auto d1 = dep("append", 1, 4);
+  d1.workload.append_crt_ratio = 1;
+  auto w1 = make_workload(d1);
+  for (int i = 0; i < 300; ++i) EXPECT_FALSE(w1->generate(g, {1, 0}).crt());
+  auto d2 = dep("append", 3, 1);
+  d2.workload.append_crt_ratio = 0.5;
+  auto w2 = make_workload(d2);
+  for (int i = 0; i < 300; ++i) {
+    TxnRequest t = w2->generate(g, {static_cast<uint32_t>(i % 3), 0});
+    EXPECT_EQ(t.crt(), is_crt(d2, t));
+    if (t.crt()) {
+      EXPECT_GE(t.pieces_size(), 2);
+    } else {
+      EXPECT_EQ(t.pieces_size(), 1);
+    }
+  }
+  // The workload checks its knobs itself (deployments built in code skip validate()).
+  for (auto [knob, set] : std::vector<std::pair<std::string, std::function<void(WorkloadConfig&)>>>{
+           {"workload.append_keys", [](WorkloadConfig& c) { c.append_keys = 0; }},
+           {"workload.append_crt_ratio", [](WorkloadConfig& c) { c.append_crt_ratio = 1.01; }},
+           {"workload.append_read_tail", [](WorkloadConfig& c) { c.append_read_tail = 65; }}}) {
+    auto bad = dep("append", 1, 2);
+    set(bad.workload);
+    try {
+      make_workload(bad);
+      ADD_FAILURE() << knob << " not checked";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(knob + ": ", 0), 0u) << e.what();
+    }
+  }
+  // Same seed, same transactions.
+  std::mt19937_64 x(5), y(5);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(w->generate(x, {2, 0}).SerializeAsString(), w->generate(y, {2, 0}).SerializeAsString());
+}
+
+TEST(Workload, AppendExecuteReadsTheTailAndItsOwnAppends) {
+  auto d = dep("append", 1, 2);   // P = 2: shard 0 holds l0, l2, l4
+  d.workload.append_keys = 3;
+  d.workload.append_read_tail = 2;
+  auto w = make_workload(d);
+  auto s = w->load(0);
+  const auto& st = dynamic_cast<const AppendStore&>(*s);
+  Vars out;
+  Piece p = append_piece(0, "r l0;a l0 5;r l0;a l0 7;a l0 9;r l0;r l2;a l4 11", 1);
+  w->execute(*s, p, p.args(), &out);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out.at("r1_0").s(), "0");
+  EXPECT_EQ(out.at("r1_2").s(), "1:5") << "a read sees its piece's earlier append";
+  EXPECT_EQ(out.at("r1_5").s(), "3:7,9") << "the last append_read_tail elements, in list order";
+  EXPECT_EQ(out.at("r1_6").s(), "0");
+  EXPECT_EQ(st.list(0), (std::vector<int64_t>{5, 7, 9}));
+  EXPECT_EQ(st.list(1), std::vector<int64_t>{});
+  EXPECT_EQ(st.list(2), std::vector<int64_t>{11});
+  EXPECT_EQ(st.executed, 1u);
+  // A later piece sees the earlier one's appends.
+  out.clear();
+  Piece q = append_piece(0, "r l4;r l0", 0);
+  w->execute(*s, q, q.args(), &out);
+  EXPECT_EQ(out.at("r0_0").s(), "1:11");
+  EXPECT_EQ(out.at("r0_1").s(), "3:7,9");
+
+  // append_read_tail 0: the length only; a tail longer than the list: the whole list.
+  auto d0 = d;
+  d0.workload.append_read_tail = 0;
+  auto w0 = make_workload(d0);
+  auto s0 = w0->load(1);
+  out.clear();
+  Piece r = append_piece(1, "a l3 4;a l3 6;r l3;r l1");
+  w0->execute(*s0, r, r.args(), &out);
+  EXPECT_EQ(out.at("r0_2").s(), "2");
+  EXPECT_EQ(out.at("r0_3").s(), "0");
+  auto d64 = d;
+  d64.workload.append_read_tail = 64;
+  auto w64 = make_workload(d64);
+  auto s64 = w64->load(1);
+  out.clear();
+  w64->execute(*s64, r, r.args(), &out);
+  EXPECT_EQ(out.at("r0_2").s(), "2:4,6");
+
+  // Malformed ops, keys of another shard or none, bad values: BadMessage, nothing applied.
+  const std::string before = s->digest();
+  for (const char* bad : {"", ";", "r l0;", "x l0", "r", "r l0 5", "a l0", "a l0 0", "a l0 -1", "a l0 +3",
+                          "a l0 4611686018427387904", "a l0 99999999999999999999", "a l0 12x", "r l1", "r l6",
+                          "r 0", "r l", "r l00", "r  l0", "R l0", "r l0\n", "a l2 5;r l3", "a l2 5;a l2 1 2"}) {
+    Piece b = append_piece(0, bad);
+    out.clear();
+    EXPECT_THROW(w->execute(*s, b, b.args(), &out), BadMessage) << "'" << bad << "'";
+    EXPECT_TRUE(out.empty()) << bad;
+  }
+  EXPECT_EQ(s->digest(), before);
+  EXPECT_EQ(st.executed, 2u);
+  Piece largest = append_piece(0, "a l2 4611686018427387903");   // 2^62 - 1
+  EXPECT_NO_THROW(w->execute(*s, largest, largest.args(), &out));
+  Piece elsewhere = append_piece(1, "r l1");
+  EXPECT_THROW(w->execute(*s, elsewhere, elsewhere.args(), &out), BadMessage) << "a piece for another shard";
+  EXPECT_THROW(w->execute(*s0, p, p.args(), &out), BadMessage) << "shard 0's piece on shard 1";
+  Vars no_ops;
+  EXPECT_THROW(w->execute(*s, q, no_ops, &out), BadMessage);
+  Vars int_ops;
+  int_ops["ops"] = wl::int_value(3);
+  EXPECT_THROW(w->execute(*s, q, int_ops, &out), BadMessage);
+  Piece proc2 = q;
+  proc2.set_proc(2);
+  EXPECT_THROW(w->execute(*s, proc2, proc2.args(), &out), BadMessage);
+}
+
+TEST(Workload, AppendDumpListsEveryKeyAndClonesAreIndependent) {
+  auto d = dep("append", 2, 2);   // P = 4: shard 1 holds l1, l5, l9
+  d.workload.append_keys = 3;
+  auto w = make_workload(d);
+  auto s = w->load(1);
+  const std::string empty = s->digest();
+  Vars out;
+  Piece p = append_piece(1, "a l5 4611686018427387903;a l5 2;a l1 7");
+  w->execute(*s, p, p.args(), &out);
+  const std::string j = s->dump_json();
+  const google::protobuf::Struct json = parse_json(j);
+  const auto& f = json.fields();
+  EXPECT_EQ(f.at("shard").number_value(), 1);
+  EXPECT_EQ(f.at("workload").string_value(), "append");
+  EXPECT_EQ(f.at("digest").string_value(), s->digest());
+  EXPECT_EQ(f.at("rows").struct_value().fields().at("lists").number_value(), 3);
+  EXPECT_EQ(f.at("rows").struct_value().fields().at("elements").number_value(), 3);
+  EXPECT_EQ(f.at("executed_pieces").number_value(), 1);
+  const auto& lists = f.at("append").struct_value().fields().at("lists").struct_value().fields();
+  std::set<std::string> keys;
+  for (const auto& [k, _] : lists) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"l1", "l5", "l9"})) << "every key of the shard";
+  EXPECT_EQ(lists.at("l9").list_value().values_size(), 0);
+  ASSERT_EQ(lists.at("l1").list_value().values_size(), 1);
+  EXPECT_EQ(lists.at("l1").list_value().values(0).number_value(), 7);
+  EXPECT_NE(j.find("\"l5\": [4611686018427387903, 2]"), std::string::npos) << "exact integers: " << j;
+  EXPECT_NE(j.find("\"l9\": []"), std::string::npos) << j;
+
+  // The digest covers every list in order; a clone is a copy that changes alone.
+  EXPECT_NE(s->digest(), empty);
+  auto other = w->load(1);
+  Piece swapped = append_piece(1, "a l5 2;a l5 4611686018427387903;a l1 7");
+  w->execute(*other, swapped, swapped.args(), &out);
+  EXPECT_NE(other->digest(), s->digest()) << "the order of a list's elements matters";
+  auto copy = s->clone();
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->digest(), s->digest());
+  const std::string original = s->dump_json();
+  Piece more = append_piece(1, "a l5 8;a l9 9;r l5");
+  out.clear();
+  w->execute(*copy, more, more.args(), &out);
+  EXPECT_EQ(out.at("r0_2").s(), "3:4611686018427387903,2,8");
+  EXPECT_EQ(s->dump_json(), original) << "appending to a clone leaves the store alone";
+  out.clear();
+  w->execute(*s, more, more.args(), &out);
+  EXPECT_EQ(s->digest(), copy->digest());
+  EXPECT_EQ(dynamic_cast<const AppendStore&>(*copy).list(1), (std::vector<int64_t>{4611686018427387903, 2, 8}));
 }
