@@ -63,3 +63,16 @@ class RunResult:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def new_run_dir(parent) -> Path:
+    """A new run folder under parent, created here and by no one else: two runs started in the same second
+    (sweeps of fast fake runs, two jobs on one results folder) could draw the same id's 4 random hex digits."""
+    Path(parent).mkdir(parents=True, exist_ok=True)
+    while True:
+        d = Path(parent) / new_run_id()
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue

@@ -31,7 +31,7 @@ from tenacity import stop_before_delay
 from testbed.analysis import checker, results, validate
 from testbed.core import deploy as deploylib, gitinfo, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
-from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_id
+from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
 from testbed.core.polling import poll
 
 STEAL_WARN_PCT = 10
@@ -173,7 +173,7 @@ class Runner(ABC):
         """Run the deployment into <out_root>/<name>/<run-id>/ and return its RunResult (status ok or failed with
         the reason). Raises RunError when the run could not finish and Interrupted when a signal stopped it; the
         folder is recorded either way. probe > 0: an RTT self-test (clients run `txn-client --probe N`)."""
-        run_dir = Path(out_root) / name / (run_id or new_run_id())
+        run_dir = Path(out_root) / name / run_id if run_id else new_run_dir(Path(out_root) / name)
         if probe:  # a prober listens on its own port: clients run in processes of their own
             deploy = deploylib.split_clients(deploy)
         for sub in ("logs", "servers", "clients"):

@@ -19,7 +19,7 @@ from testbed.analysis import figures, results, rundirs
 from testbed.sweeps import runner
 from testbed.runs.backend import Backend, LocalBackend
 from testbed.core.config import load_exp_config
-from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_id
+from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
 
 from conftest import procs_mentioning, seal_run
 
@@ -56,8 +56,8 @@ class FakeBackend(Backend):
         knobs = deploy_dict.pop("_knobs")
         self.calls.append((knobs["mode"], knobs["concurrency"], knobs["seed"]))
         what = self.behaviour(knobs)
-        run_dir = Path(out_root) / name / new_run_id()
-        (run_dir / "clients").mkdir(parents=True)
+        run_dir = new_run_dir(Path(out_root) / name)
+        (run_dir / "clients").mkdir()
         deploy.write_yaml(deploy_dict, run_dir / "deploy.yml")
         rundirs.write_json(run_dir / "config.json", config if config is not None else deploy_dict)
         meta = {"run_id": run_dir.name, "backend": self.name, "shaping": "app",
@@ -582,3 +582,15 @@ def test_a_typo_through_the_command_line_is_one_line_and_exit_2(tmp_path, monkey
     assert err.splitlines() == ["experiments/exp1_n_clients.py: error: SYSTEMS item 'janis': not a protocol (did you "
                                 "mean janus?); protocols: dast, janus, tapir, slog"]
     assert "figure" not in out and not (tmp_path / "res" / "claims.md").exists()
+
+
+def test_a_run_folder_is_never_shared_by_two_runs_of_one_second(tmp_path, monkeypatch):
+    """Run ids are the second and 4 random hex digits: when the digits repeat within a second, the second run gets
+    a folder of its own (it used to write into the first one's)."""
+    from testbed.core import runtypes
+    digits = iter(["abcd", "abcd", "abcd", "ef01"])
+    monkeypatch.setattr(runtypes.secrets, "token_hex", lambda n: next(digits))
+    monkeypatch.setattr(runtypes.time, "strftime", lambda fmt: "20261126-120000")
+    first, second = new_run_dir(tmp_path / "x"), new_run_dir(tmp_path / "x")
+    assert first.name == "20261126-120000-abcd" and second.name == "20261126-120000-ef01"
+    assert first.is_dir() and second.is_dir()
