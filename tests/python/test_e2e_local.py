@@ -65,18 +65,12 @@ def test_tpca_zipf_runs_consistent(tmp_path, mode):
     assert res.ok, res.reason
 
 
-# Janus is left out, and not quietly: under this workload its runs are not serializable (a cycle over three
-# transactions on three shards, each pair sharing one shard, found by both the conflict-graph check and the anomaly
-# check in 1 of 2 runs of 15 s here, and in the first stress run of `make mutants`; docs/protocols/janus.md, "Known
-# issue"). This test is for the workload and the checker on the protocols that pass it; put janus back when fixed.
-APPEND_MODES = [m for m in MODES if m != "janus"]
-
-
-@pytest.mark.parametrize("mode", APPEND_MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_append_runs_consistent_with_every_dependency_kind(tmp_path, mode):
-    """The anomaly workload: the anomaly check ran (not skipped), inferred ww, wr and rw dependencies from real
-    reads, and found nothing; a run that gives up transactions (TAPIR's crossed CRTs, which abort each other
-    without backoff: docs/workloads.md) is still consistent."""
+    """The anomaly workload on every protocol: the anomaly check ran (not skipped), inferred ww, wr and rw
+    dependencies from real reads, and found nothing (Janus did not, before its execution rule waited for whole
+    earlier components: docs/protocols/janus.md); a run that gives up transactions (TAPIR's crossed CRTs, which
+    abort each other without backoff: docs/workloads.md) is still consistent."""
     d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=1, concurrency=2, duration=6, warmup=1,
                                 cooldown=1, mode=mode, workload="append", append_keys=4, append_crt_ratio=0.3,
                                 base_port=26150 + 200 * MODES.index(mode))

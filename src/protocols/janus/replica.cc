@@ -20,7 +20,11 @@
 // committed transaction T of its shard once it knows T's component, every
 // member with a smaller id that touches this shard has executed here, and so
 // has every transaction of this shard that a member depends on outside the
-// component. Following those paths, every shard executes conflicting pieces in
+// component -- and so has every other member of that transaction's component
+// that touches this shard (members run by id, not in the order of this
+// shard's per-key chains: without this, a transaction whose chain ends at a
+// member could run before another member it conflicts with). Following those
+// paths, every shard executes conflicting pieces in
 // the order of one global order (a linear extension of the components' order,
 // ids within a component): serializable, and nothing waits for a transaction
 // that global order puts later, so execution cannot deadlock.
@@ -463,19 +467,29 @@ bool Site::decide_scc(Env& env, TxnId t) {
 
 // The safety rule (Execution, above): a committed transaction of this shard executes only after every member
 // of its component with a smaller id that touches this shard, and every transaction of this shard a member
-// depends on outside the component, has executed here.
+// depends on outside the component, has executed here -- and, with such a transaction, every other member of its
+// component that touches this shard: that component precedes this one, and its members run by id, not in the order
+// of this shard's per-key chains, so the chain from this component may end at a member that ran before another
+// one of its component (found by the anomaly workload: a transaction depending on member A of an earlier
+// component ran before member B, whose id is larger than A's, and B wrote a list it wrote).
 bool Site::ready(TxnId t) const {
   if (mutant::kNoDependencyWait) return true;
   const auto& scc = *graph_.at(t).scc;
+  auto unexecuted_here = [this](TxnId x) {
+    auto it = graph_.find(x);
+    return it != graph_.end() && it->second.local && it->second.status != Status::Executed;
+  };
   for (TxnId m : scc) {
     auto it = graph_.find(m);
     if (it == graph_.end()) continue;
     const Vertex& v = it->second;
     if (!mutant::kNoComponentOrder && m < t && v.local && v.status != Status::Executed) return false;
     for (TxnId p : v.deps) {
-      if (std::binary_search(scc.begin(), scc.end(), p)) continue;
+      if (mutant::kNoExternalWait || std::binary_search(scc.begin(), scc.end(), p)) continue;
       const Vertex& d = graph_.at(p);
-      if (!mutant::kNoExternalWait && d.local && d.status != Status::Executed) return false;
+      if (!d.local) continue;
+      if (d.status != Status::Executed) return false;
+      if (d.scc && std::any_of(d.scc->begin(), d.scc->end(), unexecuted_here)) return false;
     }
   }
   return true;
