@@ -81,6 +81,7 @@ class RunData:
     clocks: dict = field(default_factory=dict)        # client -> its kernel's boot id ("" when it did not say)
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
+    _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -259,9 +260,10 @@ def _commutes(data: RunData, txn: int, piece: int) -> bool:
 
 def ordered_events(data: RunData, node: str) -> list[tuple[int, int]]:
     """A replica's executions in order, without the commutative pieces (whose place does not matter)."""
+    if data._commutative is None:
+        data._commutative = {(t.id, p) for t in data.txns.values() for p in t.commutative}
     if node not in data._ordered:
-        commutative = {(t.id, p) for t in data.txns.values() for p in t.commutative}
-        data._ordered[node] = [(t, p) for t, p, _ in data.histories[node] if (t, p) not in commutative]
+        data._ordered[node] = [(t, p) for t, p, _ in data.histories[node] if (t, p) not in data._commutative]
     return data._ordered[node]
 
 
