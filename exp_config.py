@@ -62,6 +62,11 @@ WARMUP_S = 5                # trimmed from the start of every run's measurement 
 COOLDOWN_S = 2              # trimmed from the end; WARMUP_S + COOLDOWN_S < DURATION_S
 TAIL_PERCENTILE = 99        # tail latency plotted, in (50, 100); 90 or 95 if the machines are shared/contended
 
+FAULTS = None               # a fault schedule every run carries (docs/nemesis.md), e.g.
+                            # 'partition:r1@5+3; pause:follower@4+2; clock:r2+50ms; spike:r0-r1+100ms@5+3';
+                            # None: none. Times in s from the start of the load; windows must end by DURATION_S
+FAULTS_SEED = None          # seed of the schedule's random targets (random-region, follower, ...): None = the run's
+
 # ---------------------------------------------------------------- sweeps of the five experiments
 CONCURRENCY_LEVELS = [1, 2, 4]       # exp 1: closed-loop coordinators per client process (not per region!)
 CLIENT_PROCESS_PER_SHARD = [1]       # exp 1: client processes per shard (1..16);

@@ -34,21 +34,33 @@ MUTANTS = [
     ("dast.crt_at_proposal", "a replica executes a CRT at its own proposal, not at the decision", "safety"),
     ("dast.no_counter_proposal", "a T_r at or below the replica's clock is accepted as it is", "safety"),
     ("dast.decide_on_majority", "the coordinator decides on 2 of 3 proposals per shard", "safety"),
+    ("dast.pass_undecided", "the first decided entry of the queue executes past undecided CRTs below it", "safety"),
+    ("dast.reply_on_home_result", "the coordinator answers once the home shard's result is in, not every shard's",
+     "safety"),
     ("janus.none", "the protocol as built", "-"),
     ("janus.majority_replies", "the coordinator decides on a majority of PreAccept replies per shard", "safety"),
     ("janus.no_component_order", "members of a component run as they become ready, not by id", "safety"),
     ("janus.no_external_wait", "a component does not wait for its members' dependencies outside it", "safety"),
     ("janus.writes_only", "PreAccept ignores read keys (only writes make dependencies)", "safety"),
     ("janus.no_dependency_wait", "a transaction runs once its component is known, whatever it waits for", "safety"),
+    ("janus.component_order_descending", "members of a component run by descending id, at every replica", "safety"),
+    ("janus.reply_on_first_result", "the coordinator answers on the first shard's result, not on every shard's",
+     "safety"),
     ("tapir.none", "the protocol as built", "-"),
     ("tapir.no_abstain", "Prepare ignores conflicting prepared or committed-unapplied transactions", "safety"),
     ("tapir.no_stale_check", "Prepare ignores the read versions", "safety"),
     ("tapir.apply_without_deps", "a Commit is applied on arrival, not after its dependencies", "safety"),
     ("tapir.unapplied_not_held", "a committed transaction not prepared here holds nothing until applied", "safety"),
+    ("tapir.no_write_write", "the OCC check ignores write-write conflicts with prepared transactions", "safety"),
+    ("tapir.reads_unvalidated", "Prepare validates the versions of the keys it writes only, not of those it reads",
+     "safety"),
     ("slog.none", "the protocol as built", "-"),
     ("slog.no_conflict_wait", "an entry runs past earlier unfinished entries that hold its keys", "latency"),
     ("slog.reversed_batches", "replica 1 of every shard appends each batch in reverse", "safety"),
     ("slog.swapped_global_order", "the global log swaps consecutive indices for region 1", "safety"),
+    ("slog.multi_home_jumps_log", "a multi-home entry waits for no earlier entry of the local log (the global log "
+     "ordered it already)", "safety"),
+    ("slog.reply_on_first_result", "the handler answers on the first shard's result, not on every shard's", "safety"),
 ]
 # Each protocol's own simulator suites, beside the protocol-neutral one.
 OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*"}
@@ -111,9 +123,9 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
     the anomaly class of a cycle, docs/checker.md); the second (every odd one) TPC-C with districts drawn per
     transaction (conflicts at any load) and 60 % of Payments cross-region (a CRT, a SLOG multi-home entry, in about
     a third of the transactions instead of a tenth: two in a row is what slog.swapped_global_order needs).
-    `stress` adds 4 coordinators per client, cross-region jitter, and for DAST no anticipation (a margin far below
-    zero): CRTs are decided later than their T_r and replicas counter-propose, so what depends on the decision
-    shows. `plain` is the default load."""
+    `stress` adds 4 coordinators per client, cross-region jitter, the nemesis (stress_faults), and for DAST no
+    anticipation (a margin far below zero): CRTs are decided later than their T_r and replicas counter-propose, so
+    what depends on the decision shows. `plain` is the default load."""
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, base_port=base_port, name="mutants",
                  seed=attempt + 1)
     if attempt % 2:
@@ -121,8 +133,22 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
     else:
         knobs.update(workload="append", append_keys=4, append_crt_ratio=0.3)
     if profile == "stress":
-        knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}))
+        knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}),
+                     faults=stress_faults(duration), faults_seed=attempt + 1)
     return deploy.build_deployment(mode=protocol, **knobs)
+
+
+def stress_faults(duration: float) -> str:
+    """The stress runs' nemesis (docs/nemesis.md), scaled to the run: two replicas of a shard with their protocol
+    clocks a few ms apart and a region's clock ahead for a while, jitter inside two regions (channels stay FIFO,
+    but a replica's messages from different senders interleave differently at each replica: the replicas stop
+    making the same race alike), a follower's process paused, a region partitioned and healed."""
+    def t(x):
+        return round(duration * x, 2)
+    return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
+                      f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", f"jitter:r0+3ms@{t(0.1)}+{t(0.7)}",
+                      f"jitter:r1+3ms@{t(0.1)}+{t(0.7)}", f"pause:follower@{t(0.4)}+{min(2.0, t(0.1))}",
+                      f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}"])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,

@@ -82,7 +82,8 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
   const Vars& out = outputs ? *outputs : kNone;
   std::string digest = committed ? outputs_digest(out) : "";
   records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
-                      end_us - s.first_start, s.attempts, committed, std::move(digest)});
+                      end_us - s.first_start, s.attempts, committed, std::move(digest),
+                      static_cast<uint32_t>(&s - slots_.data())});
   s.busy = false;
   if (sink_) {
     // The slot is done with its request (the next issue() generates a new one): the entry takes it, no copy.

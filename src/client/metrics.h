@@ -17,6 +17,7 @@ struct TxnRecord {
   uint32_t attempts = 0;
   bool committed = false;
   std::string outputs;     // committed: outputs_digest of the reply (core/executor.h)
+  uint32_t session = 0;    // the client's coordinator (slot) that ran it: its own order is the session's
 };
 
 // Nearest-rank percentile of an ascending-sorted vector: sorted[ceil(p/100*n)-1].
@@ -43,7 +44,7 @@ struct Summary {
 Summary summarize(const std::vector<TxnRecord>& recs, double duration_s, double warmup_s,
                   double cooldown_s);
 std::string summary_json(const Summary& s);
-// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs
+// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session
 std::string records_csv(const std::vector<TxnRecord>& recs,
                         const std::vector<std::string>& type_names);
 

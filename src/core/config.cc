@@ -3,7 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -120,6 +122,207 @@ void check_roles(const Deployment& d, const ProtocolSpec& spec) {
     } else if (members != role.size) {
       fail("nodes", "mode " + d.mode + " needs " + std::to_string(role.size) + " " + role.name +
                         " nodes in distinct regions, found " + std::to_string(members));
+    }
+  }
+}
+
+
+// ---- faults (docs/nemesis.md)
+std::string secs(TimeUs us) {
+  std::ostringstream o;
+  o << static_cast<double>(us) / 1e6 << " s";
+  return o.str();
+}
+
+// A window: start >= 0, end after it and no later than the clients' load ends (what is held is then released
+// before the clients stop; a fault past the end would not be seen).
+void check_window(const std::string& key, const FaultWindow& w, const Deployment& d, bool needs_end) {
+  const TimeUs run_end = static_cast<TimeUs>(std::llround(d.client.duration_s * 1e6));
+  if (w.start_us < 0) fail(key + ".start_s", "must be >= 0 (times count from the start of the clients' load)");
+  if (w.start_us >= run_end)
+    fail(key + ".start_s", secs(w.start_us) + " is not before the run's end (client.duration_s = " + secs(run_end) + ")");
+  if (!needs_end) return;
+  if (w.end_us == kNoTime) fail(key + ".end_s", "missing");
+  if (w.end_us <= w.start_us) fail(key + ".end_s", "must be after start_s");
+  if (w.end_us > run_end)
+    fail(key + ".end_s", secs(w.end_us) + " is past the run's end (client.duration_s = " + secs(run_end) + ")");
+}
+
+void check_faults(const Deployment& d) {
+  const FaultPlan& f = d.faults;
+  auto region_ok = [&](const std::string& key, uint32_t r) {
+    if (r >= d.regions)
+      fail(key, "region " + std::to_string(r) + " not in the deployment (regions 0.." + std::to_string(d.regions - 1) + ")");
+  };
+  for (size_t i = 0; i < f.partitions.size(); ++i) {
+    const auto& p = f.partitions[i];
+    const std::string key = "faults[partition " + std::to_string(i) + (p.id.empty() ? "" : " " + p.id) + "]";
+    check_window(key, p.w, d, true);
+    if (p.regions.empty()) fail(key + ".regions", "must name at least one region");
+    std::set<uint32_t> seen;
+    for (uint32_t r : p.regions) {
+      region_ok(key + ".regions", r);
+      if (!seen.insert(r).second) fail(key + ".regions", "region " + std::to_string(r) + " listed twice");
+    }
+    if (seen.size() >= d.regions) fail(key + ".regions", "a cut needs regions on both sides, these are all of them");
+    for (size_t j = 0; j < i; ++j)
+      if (f.partitions[j].w.overlaps(p.w))
+        fail(key, "overlaps partition " + std::to_string(j) + " in time (one cut at a time)");
+  }
+  for (size_t i = 0; i < f.links.size(); ++i) {
+    const auto& l = f.links[i];
+    const bool spike = l.kind == LinkFault::Kind::Spike;
+    const std::string key = std::string("faults[") + (spike ? "spike " : "jitter ") + std::to_string(i) +
+                            (l.id.empty() ? "" : " " + l.id) + "]";
+    check_window(key, l.w, d, true);
+    if (l.links.empty()) fail(key + ".links", "must name at least one link");
+    for (const auto& [a, b] : l.links) {
+      region_ok(key + ".links", a);
+      region_ok(key + ".links", b);
+    }
+    if (l.amount_us <= 0 || l.amount_us > 60'000'000)
+      fail(key + (spike ? ".extra_ms" : ".jitter_ms"), "must be in (0, 60000]");
+    for (size_t j = 0; j < i; ++j) {
+      const auto& o = f.links[j];
+      if (o.kind != l.kind || !o.w.overlaps(l.w)) continue;
+      for (const auto& [a, b] : l.links)
+        if (o.covers(a, b))
+          fail(key, std::string("overlaps ") + (spike ? "spike" : "jitter") + " " + std::to_string(j) + " on link " +
+                        std::to_string(a) + "->" + std::to_string(b) + " in time");
+    }
+  }
+  for (size_t i = 0; i < f.clocks.size(); ++i) {
+    const auto& c = f.clocks[i];
+    const std::string key = "faults[clock " + std::to_string(i) + (c.id.empty() ? "" : " " + c.id) + "]";
+    check_window(key, FaultWindow{c.start_us, c.end_us}, d, false);
+    if (c.end_us != kNoTime) check_window(key, FaultWindow{c.start_us, c.end_us}, d, true);
+    if (c.ids.empty()) fail(key + ".nodes", "must name at least one node");
+    for (NodeId id : c.ids)
+      if (id >= d.nodes.size()) fail(key + ".nodes", "node id " + std::to_string(id) + " not in the deployment");
+    for (size_t j = 0; j < i; ++j) {
+      const auto& o = f.clocks[j];
+      if (!FaultWindow{o.start_us, o.end_us}.overlaps(FaultWindow{c.start_us, c.end_us})) continue;
+      for (NodeId id : c.ids)
+        if (std::find(o.ids.begin(), o.ids.end(), id) != o.ids.end())
+          fail(key + ".nodes", "a second clock fault on " + d.nodes[id].name + " at the same time (clock " +
+                                   std::to_string(j) + ")");
+    }
+    if (std::llabs(c.offset_us) > 3'600'000'000LL) fail(key + ".offset_ms", "must be in [-3600000, 3600000]");
+    if (!(std::fabs(c.drift_ppm) <= 100000)) fail(key + ".drift_ppm", "must be in [-100000, 100000]");
+    if (c.offset_us == 0 && c.drift_ppm == 0) fail(key, "neither offset_ms nor drift_ppm set: no fault");
+  }
+  for (size_t i = 0; i < f.pauses.size(); ++i) {
+    const auto& p = f.pauses[i];
+    const std::string key = "faults[pause " + std::to_string(i) + (p.id.empty() ? "" : " " + p.id) + "]";
+    check_window(key, p.w, d, true);
+    const NodeInfo* n = d.find(p.node);
+    if (!n) fail(key + ".node", "'" + p.node + "' is not a node of the deployment");
+    if (n->kind == NodeKind::Client) fail(key + ".node", "'" + p.node + "' is a client: pause a server");
+    const TimeUs limit = static_cast<TimeUs>(std::llround(d.runtime.connect_timeout_s * 1e6));
+    if (p.w.end_us - p.w.start_us >= limit)
+      fail(key + ".end_s", "a pause of " + secs(p.w.end_us - p.w.start_us) +
+                               " is not shorter than runtime.connect_timeout_s (its peers would take it for dead)");
+    for (size_t j = 0; j < i; ++j)
+      if (d.process_of(d.find(f.pauses[j].node)->id) == d.process_of(n->id) && f.pauses[j].w.overlaps(p.w))
+        fail(key, "overlaps pause " + std::to_string(j) + " of the same process (" + d.process_of(n->id) + ")");
+  }
+}
+
+TimeUs seconds_us(const YAML::Node& n, const std::string& key) {
+  const double v = num(n, key);
+  if (std::fabs(v) > 1e6) fail(key, "out of range [-1000000, 1000000]");
+  return static_cast<TimeUs>(std::llround(v * 1e6));
+}
+TimeUs ms_us(const YAML::Node& n, const std::string& key) {
+  const double v = num(n, key);
+  if (std::fabs(v) > 1e9) fail(key, "out of range");
+  return static_cast<TimeUs>(std::llround(v * 1e3));
+}
+
+// faults: a list of {kind, ...} (docs/deploy-schema.md); validate() checks the values against the deployment.
+void parse_faults(const YAML::Node& list, Deployment& d) {
+  if (!list.IsSequence()) fail("faults", "expected a list, got " + show(list));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node& y = list[i];
+    const std::string key = "faults[" + std::to_string(i) + "]";
+    if (!y.IsMap()) fail(key, "expected a mapping, got " + show(y));
+    if (!y["kind"]) fail(key + ".kind", "missing (expected partition|spike|jitter|clock|pause)");
+    const std::string kind = str(y["kind"], key + ".kind");
+    std::string id;
+    if (y["id"]) id = str(y["id"], key + ".id");
+    if (y["spec"]) str(y["spec"], key + ".spec");   // free text: the schedule item it came from (docs/nemesis.md)
+    auto window = [&](bool needs_end) {
+      FaultWindow w;
+      if (y["start_s"]) w.start_us = seconds_us(y["start_s"], key + ".start_s");
+      if (y["end_s"]) w.end_us = seconds_us(y["end_s"], key + ".end_s");
+      else if (needs_end) fail(key + ".end_s", "missing");
+      return w;
+    };
+    auto regions = [&](const YAML::Node& n, const std::string& k) {
+      std::vector<uint32_t> out;
+      if (!n || !n.IsSequence()) fail(k, "expected a list of regions (0-based), got " + (n ? show(n) : "nothing"));
+      for (size_t j = 0; j < n.size(); ++j) {
+        const int64_t r = integer(n[j], k);
+        if (r < 0 || r > 1000000) fail(k, std::to_string(r) + " is not a region");
+        out.push_back(static_cast<uint32_t>(r));
+      }
+      return out;
+    };
+    if (kind == "partition") {
+      check_keys(y, key, {"id", "spec", "kind", "regions", "start_s", "end_s"});
+      PartitionFault p;
+      p.id = id;
+      p.regions = regions(y["regions"], key + ".regions");
+      p.w = window(true);
+      d.faults.partitions.push_back(std::move(p));
+    } else if (kind == "spike" || kind == "jitter") {
+      const bool spike = kind == "spike";
+      const char* amount = spike ? "extra_ms" : "jitter_ms";
+      check_keys(y, key, {"id", "spec", "kind", "links", amount, "start_s", "end_s"});
+      LinkFault l;
+      l.id = id;
+      l.kind = spike ? LinkFault::Kind::Spike : LinkFault::Kind::Jitter;
+      const YAML::Node links = y["links"];
+      if (!links || !links.IsSequence())
+        fail(key + ".links", "expected a list of [source region, destination region] pairs");
+      for (size_t j = 0; j < links.size(); ++j) {
+        const auto pair = regions(links[j], key + ".links[" + std::to_string(j) + "]");
+        if (pair.size() != 2) fail(key + ".links[" + std::to_string(j) + "]", "expected [source region, destination region]");
+        l.links.emplace_back(pair[0], pair[1]);
+      }
+      if (!y[amount]) fail(key + "." + amount, "missing");
+      l.amount_us = ms_us(y[amount], key + "." + amount);
+      l.w = window(true);
+      d.faults.links.push_back(std::move(l));
+    } else if (kind == "clock") {
+      check_keys(y, key, {"id", "spec", "kind", "nodes", "offset_ms", "drift_ppm", "start_s", "end_s"});
+      ClockFault c;
+      c.id = id;
+      const YAML::Node nodes = y["nodes"];
+      if (!nodes || !nodes.IsSequence()) fail(key + ".nodes", "expected a list of node names");
+      for (size_t j = 0; j < nodes.size(); ++j) {
+        const std::string name = str(nodes[j], key + ".nodes");
+        const NodeInfo* n = d.find(name);
+        if (!n) fail(key + ".nodes", "'" + name + "' is not a node of the deployment");
+        c.nodes.push_back(name);
+        c.ids.push_back(n->id);
+      }
+      if (y["offset_ms"]) c.offset_us = ms_us(y["offset_ms"], key + ".offset_ms");
+      if (y["drift_ppm"]) c.drift_ppm = num(y["drift_ppm"], key + ".drift_ppm");
+      const FaultWindow w = window(false);
+      c.start_us = w.start_us;
+      c.end_us = w.end_us;
+      d.faults.clocks.push_back(std::move(c));
+    } else if (kind == "pause") {
+      check_keys(y, key, {"id", "spec", "kind", "node", "start_s", "end_s"});
+      PauseFault p;
+      p.id = id;
+      if (!y["node"]) fail(key + ".node", "missing");
+      p.node = str(y["node"], key + ".node");
+      p.w = window(true);
+      d.faults.pauses.push_back(std::move(p));
+    } else {
+      fail(key + ".kind", "'" + kind + "' unknown (expected partition|spike|jitter|clock|pause)");
     }
   }
 }
@@ -323,6 +526,7 @@ void validate(const Deployment& d) {
         fail("nodes", "shard " + std::to_string(s % d.shards_per_region) + " of region " +
                           std::to_string(s / d.shards_per_region) + " has no replica " + std::to_string(r));
   check_roles(d, spec);
+  check_faults(d);
 }
 
 Deployment parse_deployment(const std::string& text) {
@@ -337,7 +541,7 @@ Deployment parse_deployment(const std::string& text) {
   }
   if (!root.IsMap()) throw ConfigError("deployment file: expected a mapping at top level");
   check_keys(root, "", {"name", "mode", "regions", "shards_per_region", "replicas", "seed", "link",
-                        "workload", "client", "protocols", "runtime", "nodes"});
+                        "workload", "client", "protocols", "runtime", "nodes", "faults"});
   Deployment d;
   if (root["name"]) d.name = str(root["name"], "name");
   if (root["mode"]) d.mode = str(root["mode"], "mode");
@@ -481,6 +685,7 @@ Deployment parse_deployment(const std::string& text) {
     }
     d.nodes.push_back(n);
   }
+  if (auto f = root["faults"]) parse_faults(f, d);
   validate(d);
   return d;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "faults.h"
 #include "node.h"
 #include "options.h"
 
@@ -94,6 +95,7 @@ struct Deployment {
   std::map<std::string, OptionValues> protocols;
   RuntimeConfig runtime;
   std::vector<NodeInfo> nodes;      // indexed by NodeId
+  FaultPlan faults;                 // the nemesis's schedule (docs/nemesis.md); empty: none
 
   uint32_t n_shards() const { return regions * shards_per_region; }
   uint32_t region_of_shard(uint32_t shard) const { return shard / shards_per_region; }

@@ -11,8 +11,9 @@ namespace txn {
 
 ShardExecutor::ShardExecutor(const Workload& w, uint32_t shard) : w_(w), shard_(shard), store_(w.load(shard)) {}
 
-void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred) {
-  history_.push_back(ExecEvent{txn_id, p.id(), deferred});
+void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred,
+                            const OrderKey& key) {
+  history_.push_back(ExecEvent{txn_id, p.id(), deferred, key});
   w_.execute(*store_, p, in, out);
 }
 
@@ -55,7 +56,8 @@ void write_ids(std::ostream& o, const std::vector<uint32_t>& ids) {
 }  // namespace
 
 // One line per run of consecutive events of one transaction with one deferred
-// flag: "<txn id> <piece ids>" plus " d" when deferred. Piece ids keep their
+// flag and one order key: "<txn id> <piece ids>" plus " d" when deferred, plus
+// " k=<domain>:<hi>.<lo>" (decimal) when the key is set. Piece ids keep their
 // execution order; only ascending runs are collapsed.
 size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) const {
   o << "# txn-history v1 node=" << node << " shard=" << shard_ << "\n";
@@ -65,7 +67,9 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
     const ExecEvent& first = history_[i];
     ids.clear();
     size_t j = i;
-    for (; j < history_.size() && history_[j].txn == first.txn && history_[j].deferred == first.deferred; ++j)
+    for (; j < history_.size() && history_[j].txn == first.txn && history_[j].deferred == first.deferred &&
+           history_[j].key == first.key;
+         ++j)
       ids.push_back(history_[j].piece);
     o << first.txn << ' ';
     // Collapse only where the ids really ascend, so the order stays readable back.
@@ -77,6 +81,7 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
       for (size_t k = 0; k < ids.size(); ++k) o << (k ? "," : "") << ids[k];
     }
     if (first.deferred) o << " d";
+    if (first.key.set) o << " k=" << first.key.domain << ':' << first.key.hi << '.' << first.key.lo;
     o << '\n';
     ++lines;
     i = j;

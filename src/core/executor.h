@@ -15,12 +15,32 @@
 
 namespace txn {
 
+// The key a protocol executed a piece by (docs/checker.md, "order key"): at one
+// replica, of two conflicting pieces whose keys are set and share a domain, the
+// one executed first has the smaller or equal (hi, lo), compared as integers.
+// Keys of different domains are not compared (e.g. Janus's components, SLOG's
+// regions). Unset: the protocol declares no key for the piece.
+struct OrderKey {
+  uint64_t domain = 0;
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+  bool set = false;
+  bool operator==(const OrderKey& o) const {
+    return set == o.set && (!set || (domain == o.domain && hi == o.hi && lo == o.lo));
+  }
+  bool operator!=(const OrderKey& o) const { return !(*this == o); }
+};
+
+// A set key (a helper for the protocols' call sites).
+inline OrderKey order_key(uint64_t domain, uint64_t hi, uint64_t lo) { return OrderKey{domain, hi, lo, true}; }
+
 struct ExecEvent {
   uint64_t txn = 0;
   uint32_t piece = 0;
   // Run after its transaction's place in the order (a piece that commutes with
   // every other piece, executed when its inputs arrived).
   bool deferred = false;
+  OrderKey key;  // the order key the protocol executed it by (unset: none declared)
 };
 
 class ShardExecutor {
@@ -28,8 +48,10 @@ class ShardExecutor {
   ShardExecutor(const Workload& w, uint32_t shard);
   // Execute one piece of transaction `txn_id` and record it. A piece the
   // workload rejects (BadMessage, rethrown) is recorded too: the rejection is
-  // deterministic and a replay rejects it the same way.
-  void execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred = false);
+  // deterministic and a replay rejects it the same way. `key`: the order key
+  // the protocol executed the piece by (none when unset).
+  void execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred = false,
+               const OrderKey& key = {});
   // What executing `t`'s pieces on this shard would produce now, without
   // executing them: they run in order on a copy of the store, each with its
   // inputs from `vars`, which gains their outputs; nothing is recorded. False

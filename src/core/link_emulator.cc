@@ -20,7 +20,16 @@ TimeUs LinkEmulator::delivery_time(uint32_t src, uint32_t dst, TimeUs now, TimeU
 
 TimeUs LinkChannels::due(const Deployment& d, NodeId from, NodeId to, TimeUs now, std::mt19937_64& rng) {
   TimeUs& last = last_[(uint64_t{from} << 32) | to];
-  last = emu_.delivery_time(d.node(from).region, d.node(to).region, now, last, rng);
+  const uint32_t a = d.node(from).region, b = d.node(to).region;
+  const TimeUs zero = plan_ && anchor_ ? anchor_->get() : kNoTime;
+  if (zero == kNoTime) {
+    last = emu_.delivery_time(a, b, now, last, rng);
+    return last;
+  }
+  // Held by a partition, the message leaves at its heal; the link's delay, spikes and jitter count from then.
+  const TimeUs leaves = plan_->release_time(a, b, now - zero, emu_.model().one_way_us(a, b)) + zero;
+  const TimeUs at = emu_.delivery_time(a, b, leaves, 0, rng) + plan_->extra_delay(a, b, leaves - zero, rng);
+  last = std::max(at, last);   // per-channel FIFO
   return last;
 }
 

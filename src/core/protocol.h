@@ -76,10 +76,22 @@ struct RoleSpec {
 // evenly over all regions (0, R/3, 2R/3 for 3 members), so no region holds two.
 uint32_t group_member_region(uint32_t member, uint32_t size, uint32_t regions);
 
+// The values of ProtocolSpec::guarantee, weakest first.
+inline const std::vector<std::string>& guarantees() {
+  static const std::vector<std::string> g{"serializable", "strict_serializable"};
+  return g;
+}
+
 struct ProtocolSpec {
   std::string name;      // the deployment's `mode`: [a-z][a-z0-9_]*
   std::string summary;   // one line
   uint32_t min_regions = 1;
+  // What its committed histories promise (kGuarantees): "strict_serializable" adds real-time order to
+  // "serializable"; the checker holds a protocol to it (docs/protocol-registry.md).
+  std::string guarantee = "serializable";
+  // One line: the order key its replicas execute by and record in their histories (ShardExecutor::execute,
+  // OrderKey in core/executor.h), which the checker compares at every replica; "" when it records none.
+  std::string order_key;
   std::vector<RoleSpec> roles;
   std::vector<OptionSpec> options;
   std::function<std::unique_ptr<ReplicaNode>(const Deployment&, NodeId, const Workload&)> make_replica;

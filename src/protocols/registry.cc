@@ -37,6 +37,10 @@ void check_spec(const Registry& reg, const ProtocolSpec& p) {
   if (p.summary.empty()) bad("no summary");
   if (!p.make_replica || !p.make_client_driver) bad("needs make_replica and make_client_driver");
   if (p.min_regions < 1) bad("min_regions must be >= 1");
+  const auto& g = guarantees();
+  if (std::find(g.begin(), g.end(), p.guarantee) == g.end())
+    bad("guarantee '" + p.guarantee + "' must be serializable or strict_serializable");
+  if (p.order_key.find('\n') != std::string::npos) bad("order_key must be one line");
   for (size_t i = 0; i < p.roles.size(); ++i) {
     const RoleSpec& r = p.roles[i];
     if (!valid_name(r.name) || r.name == "replica" || r.name == "client")
@@ -168,7 +172,9 @@ std::string registry_json() {
     const ProtocolSpec& p = *specs[i];
     o += std::string(i ? "," : "") + "\n    {\n      \"name\": " + json_string(p.name) +
          ",\n      \"summary\": " + json_string(p.summary) +
-         ",\n      \"min_regions\": " + std::to_string(p.min_regions) + ",\n      \"roles\": [";
+         ",\n      \"min_regions\": " + std::to_string(p.min_regions) +
+         ",\n      \"guarantee\": " + json_string(p.guarantee) + ",\n      \"order_key\": " + json_string(p.order_key) +
+         ",\n      \"roles\": [";
     for (size_t j = 0; j < p.roles.size(); ++j) {
       const RoleSpec& r = p.roles[j];
       o += std::string(j ? "," : "") + "\n        {\"name\": " + json_string(r.name) +

@@ -44,7 +44,12 @@ TimeUs wall_us() {
 RealEnv::RealEnv(const Deployment& d, NodeId self, uint32_t index, EventLoop& loop)
     : d_(d), self_(self), index_(index), loop_(loop), rng_(d.seed ^ self) {}
 
-TimeUs RealEnv::now_us() { return wall_us(); }
+TimeUs RealEnv::now_us() {
+  const TimeUs now = wall_us();
+  if (d_.faults.clocks.empty()) return now;
+  const TimeUs zero = loop_.zero_wall_.get();
+  return zero == kNoTime ? now : now + d_.faults.clock_shift(self_, now - zero);
+}
 
 TimeUs RealEnv::mono_us() { return steady_us(); }
 
@@ -72,6 +77,7 @@ EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
     envs_.push_back(std::make_unique<RealEnv>(d, local_[i], i, *this));
   }
   rejected_.assign(local_.size(), 0);
+  channels_.set_faults(&d_.faults, &zero_mono_);
   // steady_clock is CLOCK_MONOTONIC on Linux: due times are absolute timerfd times.
   tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   if (tfd_ < 0) throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(errno));
@@ -81,6 +87,12 @@ EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
 EventLoop::~EventLoop() = default;   // the Waiter closes the timerfd
 
 asio::io_context& EventLoop::io() { return w_->io; }
+
+void EventLoop::set_load_start(TimeUs wall) {
+  // The steady clock's reading at that wall time: both read now, the difference carried over.
+  zero_mono_.set(wall - wall_us() + steady_us());
+  zero_wall_.set(wall);
+}
 
 void EventLoop::wake_on_signals(std::vector<int> sigs, std::function<void(int)> on_signal) {
   wake_signals_ = std::move(sigs);

@@ -90,6 +90,13 @@ class EventLoop {
   void wake_on_signals(std::vector<int> sigs, std::function<void(int)> on_signal);
   // The io_context the loop waits in: run a tcp transport on it (make_transport), from this loop's thread only.
   asio::io_context& io();
+  // Load start (t = 0 of the deployment's fault plan, docs/nemesis.md) on the wall clock, in microseconds since
+  // the epoch: from then on the loop's in-process channels apply the plan's partitions, spikes and jitter, and its
+  // nodes' protocol clocks the plan's clock faults. Thread-safe; set once. The anchors, on the steady clock (for
+  // link emulation: the transport's channels use it too) and on the wall clock:
+  void set_load_start(TimeUs wall_us);
+  const FaultAnchor& load_start_mono() const { return zero_mono_; }
+  const FaultAnchor& load_start_wall() const { return zero_wall_; }
   bool hosts(NodeId id) const { return id < index_.size() && index_[id] != kNone; }
   // Messages a node rejected (BadMessage): logged and dropped.
   uint64_t rejected(size_t i = 0) const { return rejected_.at(i); }
@@ -113,6 +120,7 @@ class EventLoop {
   Sender sender_;
   Flusher flusher_;
   std::vector<std::unique_ptr<RealEnv>> envs_;
+  FaultAnchor zero_mono_, zero_wall_;               // load start; declared before channels_, which point to them
   LinkChannels channels_;                          // in-process messages; loop thread only, as is link_rng_
   std::mt19937_64 link_rng_;
   int tfd_ = -1;

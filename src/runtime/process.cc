@@ -21,6 +21,7 @@
 #include "core/json.h"
 #include "core/txn_log.h"
 #include "core/protocol.h"
+#include "runtime/clock.h"
 #include "runtime/event_loop.h"
 #include "runtime/transport.h"
 
@@ -48,6 +49,12 @@ bool write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   f << text;
   return static_cast<bool>(f);
+}
+
+// CLOCK_REALTIME in microseconds.
+int64_t wall_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // This kernel's boot id: processes that report the same one share CLOCK_MONOTONIC ("" when unreadable).
@@ -82,6 +89,25 @@ std::string counters_json(const std::map<std::string, int64_t>& c) {
   std::string o = "{";
   for (const auto& [k, v] : c) o += (o.size() > 1 ? ", " : "") + json_string(k) + ": " + std::to_string(v);
   return o + "}";
+}
+
+// Load start (docs/nemesis.md): the runner writes it, in microseconds since the epoch, to `load_start` beside the
+// deployment file before it says go; a process with engine-side faults reads it at the go (servers) or at its
+// start (client processes, started after the go). Without the file, t = 0 is this process's go, and it says so.
+void anchor_faults(EventLoop& loop, const Deployment& d, const std::string& config, const std::string& pname) {
+  if (!d.faults.engine_side() || loop.load_start_wall().known()) return;
+  const size_t slash = config.find_last_of('/');
+  const std::string path = (slash == std::string::npos ? std::string(".") : config.substr(0, slash)) + "/load_start";
+  const TimeUs now = wall_us();
+  TimeUs zero = kNoTime;
+  std::ifstream f(path);
+  long long v = 0;
+  if (f >> v && v > 0) zero = v;
+  std::printf("FAULTS %s load_start_us=%lld read_at_us=%lld source=%s\n", pname.c_str(),
+              static_cast<long long>(zero == kNoTime ? now : zero), static_cast<long long>(now),
+              zero == kNoTime ? "own-go (no load_start file)" : path.c_str());
+  std::fflush(stdout);
+  loop.set_load_start(zero == kNoTime ? now : zero);
 }
 
 // A client in a server's process (docs/efficiency.md): it starts when the runner says go (SIGUSR1), once every
@@ -260,6 +286,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
       d, ids, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
       [&loop](const std::string& l) { loop.env().log(l); }, &loop.io());
   Transport& transport = *transport_ptr;
+  transport.use_faults(&loop.load_start_mono());
   loop.set_sender([&transport](Envelope&& m) { transport.enqueue(std::move(m)); }, [&transport] { transport.flush(); });
   std::string err;
   if (!transport.listen(&err)) throw Fatal{1, err};
@@ -292,6 +319,8 @@ int run(Role role, const char* prog, int argc, char** argv) {
   // A client's outputs, when its process's clients are done (or it is stopped): records, summary, transactions.
   auto write_client_outputs = [&] {
     clients_written = true;
+    // CLOCK_REALTIME - CLOCK_MONOTONIC now: a client's start on the wall clock, which hosts share (to NTP's error)
+    const int64_t mono_to_wall = wall_us() - runtime::steady_us();
     std::vector<std::string> names;
     for (uint32_t t = 0; t < w->n_types(); ++t) names.push_back(w->type_name(t));
     for (size_t i = 0; i < hosted.size(); ++i) {
@@ -306,6 +335,8 @@ int run(Role role, const char* prog, int argc, char** argv) {
                                                            ", \"run_start_mono_us\": " +
                                                            std::to_string(h.client->run_start_us()) +
                                                            ", \"boot_id\": " + json_string(boot_id()) +
+                                                           ", \"run_start_wall_us\": " +
+                                                           std::to_string(h.client->run_start_us() + mono_to_wall) +
                                                            ", \"n_records\": " + std::to_string(recs.size()) +
                                                            ", \"n_txns\": " + std::to_string(h.txns->entries()) +
                                                            ", \"interrupted\": " + (interrupted ? "true" : "false") +
@@ -317,7 +348,9 @@ int run(Role role, const char* prog, int argc, char** argv) {
   };
   Clock::time_point drain_start, idle_since;
   bool idle_seen = false;
+  if (client_process && probe == 0) anchor_faults(loop, d, config, pname);
   loop.run(nodes, [&] {
+    if (g_go) anchor_faults(loop, d, config, pname);
     if (gated_clients && g_go && !opened) {   // the runner's go: every server is READY
       opened = true;
       for (size_t i = 0; i < hosted.size(); ++i)

@@ -21,6 +21,11 @@ Transport::Transport(const Deployment& d, std::vector<NodeId> local, TransportOp
 
 Transport::~Transport() = default;
 
+void Transport::use_faults(const FaultAnchor* zero) {
+  std::lock_guard<std::mutex> g(in_mu_);
+  in_.set_faults(&d_.faults, zero);
+}
+
 bool Transport::route_out(Envelope& msg, NodeId* endpoint) {
   const NodeId to = msg.to();
   if (to >= d_.nodes.size()) {

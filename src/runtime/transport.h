@@ -61,6 +61,9 @@ class Transport {
   virtual void flush() = 0;
   // While draining, an unreachable peer is no longer fatal: its messages are dropped.
   void set_draining(bool v) { draining_ = v; }
+  // The deployment's fault plan applies to incoming channels from load start on (`zero`: on the steady clock,
+  // e.g. EventLoop::load_start_mono(); it outlives the transport). Call before listen().
+  void use_faults(const FaultAnchor* zero);
 
   // Incoming envelope (from a peer, or sent to ourselves): validated and
   // delivered with its due time. Public for tests.

@@ -9,7 +9,9 @@ class Network::SimEnv : public Env {
   SimEnv(Network& net, NodeId id, uint64_t seed) : net_(net), id_(id), rng_(seed) {}
   TimeUs now_us() override {
     auto it = net_.o_.clock_skew_us.find(id_);
-    return net_.now_ + (it == net_.o_.clock_skew_us.end() ? 0 : it->second);
+    const TimeUs t = net_.now_ + (it == net_.o_.clock_skew_us.end() ? 0 : it->second);
+    if (net_.d_.faults.clocks.empty()) return t;
+    return t + net_.d_.faults.clock_shift(id_, net_.now_ - net_.o_.load_start_us);
   }
   TimeUs mono_us() override { return net_.now_; }
   void send(NodeId to, Envelope msg) override { net_.send(id_, to, std::move(msg)); }
@@ -36,7 +38,10 @@ LinkModel simulated(LinkModel m) {
 }  // namespace
 
 Network::Network(const Deployment& d, Options o)
-    : d_(d), o_(std::move(o)), rng_(o_.seed), channels_(simulated(o_.actual_link ? *o_.actual_link : d.link)) {}
+    : d_(d), o_(std::move(o)), rng_(o_.seed), channels_(simulated(o_.actual_link ? *o_.actual_link : d.link)) {
+  load_start_.set(o_.load_start_us);
+  channels_.set_faults(&d_.faults, &load_start_);
+}
 Network::~Network() = default;
 
 void Network::add(NodeId id, std::unique_ptr<Node> node) {

@@ -22,6 +22,9 @@ struct Options {
   uint64_t seed = 1;
   TimeUs extra_delay_us = 0;             // uniform [0, extra] added to every message
   std::map<NodeId, TimeUs> clock_skew_us; // added to a node's now_us()
+  // Virtual time of load start, t = 0 of the deployment's fault plan (d.faults, docs/nemesis.md): partitions,
+  // spikes, jitter and clock faults apply from it as a real process applies them (pauses are the runner's).
+  TimeUs load_start_us = 0;
   // Real link delays (and jitter) when they should differ from what the deployment
   // says (tests that estimates come from measurement, not from configuration).
   std::optional<LinkModel> actual_link;
@@ -62,6 +65,7 @@ class Network {
   const Deployment& d_;
   Options o_;
   std::mt19937_64 rng_;
+  FaultAnchor load_start_;
   LinkChannels channels_;
   std::map<NodeId, std::unique_ptr<Node>> nodes_;
   std::map<NodeId, std::unique_ptr<SimEnv>> envs_;

@@ -12,8 +12,12 @@ Checks, each with a verdict (pass / fail / skipped) and its reason in check.json
   order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
   atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did
   serializability  (c) the conflict graph of the per-shard orders has no cycle (the shortest one is printed)
-  realtime         (e) no transaction executed before a conflicting one whose client had its answer before it
-                   was issued (strict serializability's real-time order, over direct conflicts; one kernel's clock)
+  realtime         (e) strict serializability, when the protocol declares it (the registry's `guarantee`): the
+                   conflict graph with every client session's order and real time added has no cycle (a
+                   transaction answered before another was issued, by more than the clocks' margin, comes first);
+                   the cycle's class is named (G-single-realtime, G2-process, ...)
+  protocol_order   (f) conflicting pieces ran at every replica in the order of the keys the protocol declared for
+                   them in its histories (its timestamps, log positions, ...; the registry's `order_key`)
   anomalies        append only (listappend.py): Elle's list-append inference from the final lists and the clients'
                    reads and appends: value-level anomalies (G1a, G1b, garbage, duplicate, lost append, incompatible
                    order, internal) and dependency cycles classified G0 / G1c / G-single / G2; check.json's
@@ -23,20 +27,24 @@ Protocol-neutral: it knows pieces, shards, conflict keys and orders, never how a
 """
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import yaml
 
 from testbed.analysis import histories, listappend, validate
+from testbed.core import protocols
 from testbed.analysis.histories import Skip, Unreadable
 
 TPCA_TABLES = ("customer", "teller", "branch")
 EPS = 0.01
-CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "realtime", "anomalies", "replay")
+CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "realtime", "protocol_order",
+          "anomalies", "replay")
 
 
 def load_dumps(run_dir) -> list[dict]:
@@ -294,11 +302,37 @@ class _Report:
         self.checks[name] = {"verdict": "skipped", "reason": reason, "violations": 0}
 
 
-def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
-    """Check a run folder; returns {'verdict', 'exit_code', 'violations', 'checks', ...} and writes check.json."""
+def declared_guarantee(run_dir) -> str:
+    """The guarantee the run's protocol declares in the registry (`txn-server --list-modes --json`);
+    strict_serializable when the registry or the run does not say."""
+    try:
+        mode = yaml.safe_load((Path(run_dir) / "deploy.yml").read_text())["mode"]
+        return getattr(protocols.load().get(mode), "guarantee", "") or "strict_serializable"
+    except Exception:  # noqa: BLE001 - no deploy file, no built registry, an unknown mode: hold it to the strictest
+        return "strict_serializable"
+
+
+def _classes(found: list, checks: dict, realtime: Counter) -> dict:
+    """check.json's anomaly_classes: the anomaly check's counts (append), the real-time check's cycle classes,
+    and the serializability check's cycles as 'cycle' when no finer class was inferred."""
+    out = dict(found[-1].counts) if found else {}
+    for cls, n in realtime.items():
+        out[cls] = out.get(cls, 0) + n
+    ser = checks.get("serializability", {})
+    if ser.get("verdict") == "fail" and not any(c in out for c in listappend.CYCLE_CLASSES):
+        m = re.search(r"transactions\): (G[-\w]+):", ser.get("reason", ""))
+        out[m.group(1) if m else "cycle"] = 1
+    return out
+
+
+def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: int | None = None) -> dict:
+    """Check a run folder; returns {'verdict', 'exit_code', 'violations', 'checks', ...} and writes check.json.
+    realtime_margin_us: the clocks' uncertainty for the real-time check (default: 0 on one kernel, else
+    histories.WALL_MARGIN_US)."""
     t0 = time.monotonic()
     rep = _Report()
     found = []   # the anomaly check's listappend.Anomalies, when it ran
+    data, classes = None, Counter()
     try:
         dumps = load_dumps(run_dir)
         replicas = [d for d in dumps if d.get("kind") != "manager"]
@@ -319,10 +353,13 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
                          "transactions": len(data.txns), "given_up": len(data.given_up),
                          "conflict_edges": sum(len(v) for v in adj.values())}
             rep.run("serializability", lambda: histories.check_serializability(data, adj, pre)[0])
-            rep.run("realtime", lambda: histories.check_realtime(data, adj))
+            rep.run("realtime", lambda: histories.check_realtime(data, adj, realtime_margin_us,
+                                                                 declared_guarantee(run_dir), classes))
+            rep.run("protocol_order", lambda: histories.check_protocol_order(data))
 
             def anomalies():
-                found.append(listappend.analyze(data, replicas))
+                strict = declared_guarantee(run_dir) == "strict_serializable"
+                found.append(listappend.analyze(data, replicas, realtime_margin_us, strict))
                 return found[-1].lines
             rep.run("anomalies", anomalies)
             if found:
@@ -338,7 +375,9 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
                "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
                "checks": rep.checks, "dumps": len(replicas),
                "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
-               "stats": rep.stats, "anomaly_classes": found[-1].counts if found else {}}
+               "stats": rep.stats, "anomaly_classes": _classes(found, rep.checks, classes),
+               "clock": {"kind": data.clock, "margin_us": histories.realtime_margin(data, realtime_margin_us)}
+               if data is not None else {}}
     except Unreadable as e:
         res = {"verdict": "UNREADABLE", "exit_code": 2, "violations": rep.violations, "checks": rep.checks,
                "error": str(e)}
@@ -349,11 +388,22 @@ def check_run(run_dir, write: bool = True, replay_bin=None) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m testbed.analysis.checker RUN_DIR", file=sys.stderr)
+    ap = argparse.ArgumentParser(prog="python -m testbed.analysis.checker", description="Check a run folder.")
+    ap.add_argument("run_dir")
+    ap.add_argument("--realtime-margin-ms", type=float, default=None,
+                    help="the clocks' uncertainty for the real-time order (default 0 on one kernel, "
+                         f"{histories.WALL_MARGIN_US / 1000:g} across hosts)")
+    try:
+        args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    if args.realtime_margin_ms is not None and not 0 <= args.realtime_margin_ms <= 60_000:
+        print(f"checker: error: --realtime-margin-ms {args.realtime_margin_ms:g}: must be in [0, 60000]",
+              file=sys.stderr)
         return 2
-    res = check_run(argv[0])
+    argv = [args.run_dir]
+    margin = None if args.realtime_margin_ms is None else int(round(args.realtime_margin_ms * 1000))
+    res = check_run(argv[0], realtime_margin_us=margin)
     if (Path(argv[0]) / validate.MANIFEST).is_file():  # a run folder: the new verdict is bound to it as the run's was
         why = validate.rebind_check(argv[0])
         if why:

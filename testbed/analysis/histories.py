@@ -10,8 +10,10 @@ Checks (each returns violation lines):
                        touches; no given-up attempt and no unknown transaction executed anywhere
   serializability  (c) the union of the per-shard orders over conflicting pieces has no cycle (shortest printed)
   replay           (d) a serial replay (txn-replay) in a topological order reproduces digests and outputs
-  realtime         (e) no conflict edge runs against real time: a transaction answered before another was issued
-                       executed after it (strict serializability over direct conflicts; clients' CLOCK_MONOTONIC)
+  realtime         (e) the conflict graph with each client session's order and real time added has no cycle
+                       (strict serializability; a transaction answered before another was issued comes first)
+  protocol_order   (f) conflicting pieces ran in the order of the keys the protocol declared for them (history
+                       lines' `k=<domain>:<hi>.<lo>`), at every replica
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +79,11 @@ class RunData:
     histories: dict = field(default_factory=dict)     # replica node -> [(txn, piece, deferred)]
     replicas: dict = field(default_factory=dict)      # shard -> [replica nodes], ascending
     given_up: list = field(default_factory=list)      # Txn
-    times: dict = field(default_factory=dict)         # committed txn id -> (start, end): CLOCK_MONOTONIC us
+    times: dict = field(default_factory=dict)         # committed txn id -> (start, end) us, on data.clock
     clocks: dict = field(default_factory=dict)        # client -> its kernel's boot id ("" when it did not say)
+    sessions: dict = field(default_factory=dict)      # committed txn id -> (client, session) (records' column)
+    clock: str = ""                                   # "monotonic" (one kernel) | "wall" | "" (none recorded)
+    order_keys: dict = field(default_factory=dict)    # replica node -> {event index: (domain, hi, lo)}
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
     _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
@@ -102,8 +107,18 @@ def _ids(text: str, where: str = "") -> list[int]:
     return out
 
 
-def read_history(path: Path, events: int | None = None) -> list[tuple[int, int, bool]]:
-    """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated."""
+def _order_key(text: str, where: str) -> tuple[int, int, int]:
+    """A history line's order key "k=<domain>:<hi>.<lo>" -> (domain, hi, lo)."""
+    dom, _, val = text[2:].partition(":")
+    hi, _, lo = val.partition(".")
+    if dom.isdigit() and hi.isdigit() and lo.isdigit():
+        return int(dom), int(hi), int(lo)
+    raise Unreadable(f"{where}: bad order key {text!r} (k=<domain>:<hi>.<lo>)")
+
+
+def read_history(path: Path, events: int | None = None, keys: dict | None = None) -> list[tuple[int, int, bool]]:
+    """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated. keys: filled
+    with event index -> (domain, hi, lo) for the events whose line carries the protocol's order key."""
     name = path.name
     try:
         lines = path.read_text().splitlines()
@@ -117,10 +132,14 @@ def read_history(path: Path, events: int | None = None) -> list[tuple[int, int, 
     out = []
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
+        key = _order_key(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("k=") else None
         if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
-            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d]', got {line!r}")
+            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>]', got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
-        out.extend([(t, p, deferred) for p in _ids(f[1], f"{name}:{n}")])
+        ids = _ids(f[1], f"{name}:{n}")
+        if key is not None and keys is not None:
+            keys.update((i, key) for i in range(len(out), len(out) + len(ids)))
+        out.extend([(t, p, deferred) for p in ids])
     want = {int(trailer.get("events", -1)), events if events is not None else len(out)}
     if want != {len(out)} or int(trailer.get("lines", -1)) != len(lines) - 2:
         raise Unreadable(f"{name}: {len(out)} events in {len(lines) - 2} lines, but the history says "
@@ -160,9 +179,10 @@ def read_txn_log(path: Path, client: str, dumped: subprocess.CompletedProcess | 
 
 
 def read_record_outputs(path: Path, attempts: bool = False, times: dict | None = None,
-                        t0_us: int | None = None) -> dict[int, tuple]:
+                        sessions: dict | None = None) -> dict[int, tuple]:
     """txn id -> (status, type_name, outputs) from a client's records.csv (+ attempts with attempts=True). times:
-    filled with txn id -> (start, end) of each committed transaction, t0_us (its client's run start) added."""
+    filled with txn id -> (start, end) of each committed transaction, relative to its client's run start;
+    sessions: with txn id -> its session (the records' `session` column, 0 in records from before it)."""
     out = {}
     try:
         with open(path, newline="") as f:
@@ -170,9 +190,11 @@ def read_record_outputs(path: Path, attempts: bool = False, times: dict | None =
                 rec = (row["status"], row.get("type_name", "?"), row.get("outputs") or "")
                 txn = int(row["txn_id"])
                 out[txn] = rec + (int(row["attempts"]),) if attempts else rec
-                if times is not None and t0_us is not None and row["status"] == "committed":
-                    start = t0_us + int(row["start_us"])
+                if times is not None and row["status"] == "committed":
+                    start = int(row["start_us"])
                     times[txn] = (start, start + int(row["latency_us"]))
+                    if sessions is not None:
+                        sessions[txn] = int(row.get("session") or 0)
     except (OSError, KeyError, ValueError) as e:
         raise Unreadable(f"{path.name}: {e}") from e
     return out
@@ -198,8 +220,10 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
         dumps = dict(zip(logs, pool.map(dump_txn_log, logs)))
     for d in sorted(named, key=lambda d: d["node"]):
         h = d["execution_history"]
-        data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]))
+        data.order_keys[d["node"]] = {}
+        data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]), data.order_keys[d["node"]])
         data.replicas.setdefault(int(d["shard"]), []).append(d["node"])
+    starts, rel_times = {}, {}   # client -> (run start on CLOCK_MONOTONIC, on the wall clock); its records' times
     for s in summaries:
         client = s.name.removesuffix(".summary.json")
         try:
@@ -214,8 +238,11 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
             raise Unreadable(f"{log.name}: {len(txns)} transactions, but {s.name} says {summ['n_txns']} (truncated?)")
         t0 = summ.get("run_start_mono_us")
         data.clocks[client] = str(summ.get("boot_id") or "") if isinstance(t0, int) else ""
-        recs = read_record_outputs(clients / f"{client}.records.csv", times=data.times,
-                                   t0_us=t0 if isinstance(t0, int) else None)
+        starts[client] = (t0, summ.get("run_start_wall_us"))
+        times, sessions = {}, {}
+        recs = read_record_outputs(clients / f"{client}.records.csv", times=times, sessions=sessions)
+        rel_times[client] = times
+        data.sessions.update((t, (client, s)) for t, s in sessions.items())
         if len(recs) != len(txns):
             raise Unreadable(f"{client}.records.csv: {len(recs)} records for {len(txns)} logged transactions")
         for t in txns:
@@ -233,7 +260,25 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
                 data.given_up.append(t)
     if not summaries or len(summaries) != len(logs):
         raise Unreadable(f"{len(logs)} transaction log(s) for {len(summaries)} client summaries")
+    _common_clock(data, starts, rel_times)
     return data
+
+
+def _common_clock(data: RunData, starts: dict, rel_times: dict) -> None:
+    """Puts every committed transaction's (start, end) on one clock: CLOCK_MONOTONIC when every client ran under
+    one kernel (every process reads the same one), else the wall clock when every client recorded it (hosts'
+    clocks agree only to their synchronisation's error: the real-time check's margin covers it), else none."""
+    kernels = set(data.clocks.values())
+    if data.clocks and "" not in kernels and len(kernels) == 1:
+        data.clock, pick = "monotonic", 0
+    elif starts and all(isinstance(w, int) for _, w in starts.values()):
+        data.clock, pick = "wall", 1
+    else:
+        data.clock = ""
+        return
+    for client, times in rel_times.items():
+        t0 = starts[client][pick]
+        data.times.update((t, (t0 + a, t0 + b)) for t, (a, b) in times.items())
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------
@@ -491,17 +536,22 @@ def strongly_connected(adj: dict) -> list[list[int]]:
     return comps
 
 
-def shortest_cycle(adj: dict, comp: list[int]) -> list[int]:
-    """The shortest cycle inside one strongly connected component (BFS from each node, cut at the best length)."""
+def shortest_cycle(adj: dict, comp: list[int], starts=None, budget: float = float("inf")) -> list[int]:
+    """The shortest cycle inside one strongly connected component (BFS from each node, or from `starts`, cut at the
+    best length; once `budget` edge visits are spent, the best found so far: the first search always completes)."""
     members, best = set(comp), None
-    for s in sorted(comp):
+    for s in sorted(comp) if starts is None else starts:
+        if best is not None and budget <= 0:
+            break
         limit = len(best) if best else len(comp) + 1
         parent, frontier, depth, found = {s: None}, [s], 0, None
         while frontier and depth + 1 < limit and found is None:
             depth += 1
             nxt = []
             for u in frontier:
-                for v in adj.get(u, ()):
+                succ = adj.get(u, ())
+                budget -= len(succ)
+                for v in succ:
                     if v == s:
                         found = u
                         break
@@ -537,46 +587,190 @@ def check_serializability(data: RunData, adj: dict, pre: list[str]) -> tuple[lis
     v = list(pre)
     if comps:
         best = min((shortest_cycle(adj, c) for c in comps), key=len)
+        kinds = [edge_kind(data, u, best[(i + 1) % len(best)], *adj[u][best[(i + 1) % len(best)]])
+                 for i, u in enumerate(best)]
         v.insert(0, f"the conflict graph has {len(comps)} cycle component(s) over "
                     f"{sum(len(c) for c in comps)} transactions; shortest cycle ({len(best)} transactions): "
-                    + describe_cycle(data, adj, best))
+                    f"{cycle_class(kinds)}: " + describe_cycle(data, adj, best))
     return v, comps
 
 
-# ---- (e) real-time order -------------------------------------------------------------------------------------
+# ---- (e) strict serializability: sessions and real time --------------------------------------------------------
 
-# How much later than another's answer a transaction must be issued to count as after it. 0: every client under one
-# kernel reads the same CLOCK_MONOTONIC, in us, taking its answer's time after the answer arrived and its next
-# issue's time before sending, so an answer stamped earlier than an issue really came first. (Across hosts, once
-# checked there, this is the clocks' uncertainty.)
+# How much later than another's answer a transaction must be issued to count as after it. On one kernel 0: every
+# client reads the same CLOCK_MONOTONIC, in us, taking its answer's time after the answer arrived and its next
+# issue's time before sending, so an answer stamped earlier than an issue really came first. Across kernels the
+# clients' wall clocks are compared, which agree only as well as the hosts' clocks are synchronised.
 REALTIME_MARGIN_US = 0
+WALL_MARGIN_US = 10_000   # the default across hosts: NTP on a LAN keeps clocks within about a millisecond
+
+KINDS = ("ww", "wr", "rw")
+# What a protocol may declare (the registry's `guarantee`): strict serializability is checked with session and
+# real-time order, serializability with session order only (a client's next transaction, issued after its answer,
+# is ordered after it: every protocol here keeps that, and a protocol that did not would surprise its users)
+GUARANTEES = ("strict_serializable", "serializable")
 
 
-def check_realtime(data: RunData, adj: dict, margin_us: int = REALTIME_MARGIN_US) -> list[str]:
-    """Strict serializability's real-time part, over the conflict graph's edges: no edge u -> v (a piece of u
-    executed before a conflicting piece of v at some replica) where v's client had its answer before u was first
-    issued (by more than margin_us): every order that respects real time puts v before u. That covers a client's
-    own order too: its coordinators are closed loops, so the next transaction is issued after the last answer. Times are on
-    CLOCK_MONOTONIC, which every client process under one kernel shares (boot id); a run whose clients ran under
-    several kernels, or did not record their clock, is skipped. One edge deep: an inversion only reached through a
-    chain of conflicts is not looked for (the serializability check's cycle search is over conflicts alone)."""
-    kernels = set(data.clocks.values())
-    if not data.clocks or "" in kernels:
-        raise Skip("the clients did not record their clock (a run from before run_start_mono_us)")
-    if len(kernels) > 1:
-        raise Skip(f"the clients ran under {len(kernels)} kernels: no common clock to order them by")
+def realtime_margin(data: RunData, margin_us: int | None = None) -> int:
+    return margin_us if margin_us is not None else (REALTIME_MARGIN_US if data.clock == "monotonic"
+                                                    else WALL_MARGIN_US)
+
+
+def order_edges(data: RunData, margin_us: int, realtime: bool = True) -> dict:
+    """Session and real-time edges between committed transactions: u -> {v: (kind, label)}. "so": the next
+    transaction of the same client session (a coordinator issues one at a time). "rt": real time through time
+    points (virtual nodes, ids < 0): u -> the point of its answer (+ margin) -> every later point -> the point of
+    v's issue -> v, so u reaches v exactly when u was answered more than margin_us before v was issued; 2 nodes
+    and 3 edges per transaction instead of one edge per such pair."""
+    extra = defaultdict(dict)
+    by_session = defaultdict(list)
+    for t, sess in data.sessions.items():
+        if t in data.times:
+            by_session[sess].append((data.times[t][0], t))
+    for (client, sess), ts in by_session.items():
+        ts.sort()
+        for (_, a), (_, b) in zip(ts, ts[1:]):
+            extra[a][b] = ("so", f"{client} session {sess}")
+    if not realtime:
+        return extra
+    # issue points sort before answer points at the same time: an answer reaches only later issues
+    points = sorted([(s, 0, t) for t, (s, _) in data.times.items()] +
+                    [(e + margin_us, 1, t) for t, (_, e) in data.times.items()])
+    for i, (_, kind, t) in enumerate(points):
+        node = -(i + 1)
+        if i + 1 < len(points):
+            extra[node][-(i + 2)] = ("rt", "")
+        if kind == 0:
+            extra[node][t] = ("rt", "")
+        else:
+            extra[t][node] = ("rt", "")
+    return extra
+
+
+def edge_kind(data: RunData, u: int, v: int, shard: int, key) -> str:
+    """ww, wr or rw: how u's access to key on shard and v's later one conflict."""
+    def writes(t):
+        txn = data.txns.get(t)
+        return txn is not None and any(p.shard == shard and key in p.writes for p in txn.pieces.values())
+    wu, wv = writes(u), writes(v)
+    return "ww" if wu and wv else ("wr" if wu else "rw")
+
+
+def cycle_class(kinds) -> str:
+    """Adya's/Elle's class of a cycle by its edges' kinds: G0 (ww only), G1c (ww and wr), G-single (one rw), G2
+    (more rw); "-process" when it needs a session edge, "-realtime" when it needs real time."""
+    c = Counter(kinds)
+    base = "G2" if c["rw"] > 1 else "G-single" if c["rw"] == 1 else "G1c" if c["wr"] else "G0"
+    return base + ("-realtime" if c["rt"] else "-process" if c["so"] else "")
+
+
+def render_cycle(data: RunData, cycle: list, label) -> tuple[str, list[str]]:
+    """(the cycle from its smallest transaction, its edges' kinds): label(u, v) -> (kind, text) for a data edge;
+    a run through time points is one real-time edge, with the two transactions' times."""
+    k = min((i for i, u in enumerate(cycle) if u >= 0), key=lambda i: cycle[i])
+    cycle = cycle[k:] + cycle[:k]
+    parts, kinds, i, n = [], [], 0, len(cycle)
     t0 = min((s for s, _ in data.times.values()), default=0)
+    while i < n:
+        u = cycle[i]
+        j = i + 1
+        while cycle[j % n] < 0:
+            j += 1
+        v = cycle[j % n]
+        if j > i + 1:   # through time points
+            kinds.append("rt")
+            ue, vs = data.times[u][1], data.times[v][0]
+            parts.append(f"{_describe(data, u)} -realtime (answered at {(ue - t0) / 1e3:.3f} ms, "
+                         f"{(vs - ue) / 1e3:.3f} ms before the next was issued)->")
+        else:
+            kind, text = label(u, v)
+            kinds.append(kind)
+            parts.append(f"{_describe(data, u)} -{kind} {text}->")
+        i = j
+    return " ".join(parts) + f" txn {cycle[0]}", kinds
+
+
+def check_realtime(data: RunData, adj: dict, margin_us: int | None = None, guarantee: str = "strict_serializable",
+                   counts: Counter | None = None) -> list[str]:
+    """Strict serializability: the conflict graph, plus each session's order and real time (order_edges), has no
+    cycle; for a protocol that declares serializability only, plus each session's order. Run on a serializable conflict graph (else the serializability check has failed the run already), so
+    every cycle found needs a session or real-time edge; one line per component, its shortest cycle found and its
+    class (G0/G1c/G-single/G2 with -process or -realtime, counted into counts). Clients' times are on one kernel's
+    CLOCK_MONOTONIC (margin 0) or, across kernels, on their wall clocks (margin WALL_MARGIN_US unless given)."""
+    if guarantee not in GUARANTEES:
+        raise Skip(f"the protocol declares {guarantee or 'no guarantee'}, neither of {', '.join(GUARANTEES)}")
+    strict = guarantee == "strict_serializable"
+    if not data.clock and strict:
+        raise Skip("the clients recorded no common clock (a run from before run_start_mono_us and "
+                   "run_start_wall_us)")
+    if strongly_connected(adj):
+        raise Skip("the conflict graph has a cycle already (serializability): real time is checked on "
+                   "serializable runs")
+    margin = realtime_margin(data, margin_us)
+    extra = order_edges(data, margin, realtime=strict and bool(data.clock))
+    nodes = set(adj) | set(extra)
+    combined = {u: list(adj.get(u, ())) + [v for v in extra.get(u, ()) if v not in adj.get(u, ())] for u in nodes}
+
+    def label(u, v):
+        if v in adj.get(u, ()):
+            shard, key = adj[u][v]
+            return edge_kind(data, u, v, shard, key), f"[shard {shard}, {key}]"
+        kind, text = extra[u][v]
+        return kind, f"[{text}]"
     out = _Collector()
-    for u, succ in adj.items():
-        if u not in data.times:
+    comps = sorted(strongly_connected(combined), key=lambda c: min(x for x in c if x >= 0))
+    for comp in comps:
+        real = sorted(x for x in comp if x >= 0)
+        cycle = shortest_cycle(combined, comp, starts=real[:8], budget=2_000_000)
+        text, kinds = render_cycle(data, cycle, label)
+        cls = cycle_class(kinds)
+        if counts is not None:
+            counts[cls] += 1
+        out.add(f"{cls}: {text}" + (f" (one component of {len(real)} transactions)" if len(real) > 2 else ""))
+    return out.result()
+
+
+# ---- (f) the protocol's own order ----------------------------------------------------------------------------
+
+def check_protocol_order(data: RunData) -> list[str]:
+    """(f): at every replica, two conflicting pieces (a key both access, at least one writing it; commutative and
+    deferred pieces aside) whose history lines carry order keys of one domain ran in the keys' order: the order
+    the protocol says it decided (DAST's timestamps, SLOG's log positions, ...; docs/checker.md). Skipped when no
+    replica's history carries a key."""
+    if not any(data.order_keys.values()):
+        raise Skip("no history carries the protocol's order keys (it declares none, or a run from before them)")
+    out, keys_of = _Collector(), piece_keys(data)
+    comm = data._commutative if data._commutative is not None else \
+        {(t.id, p) for t in data.txns.values() for p in t.commutative}
+    checked = []   # (history, keys) already checked: a replica identical to another is not checked again
+    for node, hist in sorted(data.histories.items()):
+        okeys = data.order_keys.get(node) or {}
+        if not okeys or any(h == hist and k == okeys for h, k in checked):
             continue
-        u_start = data.times[u][0]
-        for v, (shard, key) in succ.items():
-            v_end = data.times.get(v, (0, None))[1]
-            if v_end is not None and v_end + margin_us < u_start:
-                out.add(f"{_describe(data, v)} was answered at {(v_end - t0) / 1e3:.3f} ms, "
-                        f"{(u_start - v_end) / 1e3:.3f} ms before {_describe(data, u)} was issued, yet executed "
-                        f"after it [shard {shard}, {key}]")
+        checked.append((hist, okeys))
+        writers, accessed = {}, {}   # (conflict key, domain) -> (largest order key, its (txn, piece)) so far
+        for i, (t, p, deferred) in enumerate(hist):
+            ok = okeys.get(i)
+            if ok is None or deferred or (t, p) in comm:
+                continue
+            rw = keys_of.get((t, p))
+            if rw is None:
+                continue
+            dom, val = ok[0], ok[1:]
+            for keys, seen in ((rw[0], accessed), (rw[1], writers)):
+                for k in keys:
+                    prev = seen.get((k, dom))
+                    if prev is not None and prev[0] > val and prev[1][0] != t:
+                        out.add(f"{node}: {_describe(data, t)} piece {p} (key {dom}:{val[0]}.{val[1]}) ran after "
+                                f"{_describe(data, prev[1][0])} piece {prev[1][1]} (key {dom}:{prev[0][0]}."
+                                f"{prev[0][1]}), a conflicting piece the protocol ordered after it [{k}]")
+            for k in rw[0]:
+                for seen in (writers, accessed):
+                    if seen.get((k, dom), ((-1, -1),))[0] < val:
+                        seen[(k, dom)] = (val, (t, p))
+            for k in rw[1]:
+                if accessed.get((k, dom), ((-1, -1),))[0] < val:
+                    accessed[(k, dom)] = (val, (t, p))
     return out.result()
 
 

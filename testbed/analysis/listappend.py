@@ -14,7 +14,10 @@ when read and its last elements). From them:
                writer of element i+1), wr (the writer of a read's last element to the reader), rw (the reader to
                the writer of the element after the last it saw);
   cycles       per strongly connected component of that graph, the most specific cycle found, Adya's and Elle's
-               way: G0 (ww edges only), else G1c (ww and wr), else G-single (exactly one rw edge), else G2.
+               way: G0 (ww edges only), else G1c (ww and wr), else G-single (exactly one rw edge), else G2;
+               then (strict serializability) with each client session's order (so) and real time (rt, through
+               time points: histories.order_edges) added, the components no data cycle explains, classed the
+               same way with -process or -realtime (G-single-realtime: one rw edge and real time close it).
 Near-linear: one pass over the logs and the lists, one over the edges for the components; the cycle searches are
 breadth-first over a component's edges, the extra ones (shorter cycles, G-single) within a budget of edge visits.
 """
@@ -24,12 +27,15 @@ import json
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
+from testbed.analysis import histories
 from testbed.analysis.histories import MAX_LISTED, RunData, Skip, Unreadable, _describe, strongly_connected
 
+CYCLE_CLASSES = tuple(f"{c}{s}" for s in ("", "-process", "-realtime") for c in ("G0", "G1c", "G-single", "G2"))
 # The classes, in the order their lines are listed (the first line found is the check's reason).
 CLASSES = ("G0", "G1a", "G1b", "G1c", "G-single", "G2", "duplicate", "garbage", "lost-append",
-           "incompatible-order", "internal", "missing-output", "collision")
+           "incompatible-order", "internal", "missing-output", "collision") + CYCLE_CLASSES[4:]
 KINDS = ("ww", "wr", "rw")   # also the preference for a pair of transactions joined by several kinds of edge
+ORDER = ("so", "rt")         # session and real-time edges (strict serializability)
 CYCLE_STARTS = 8             # breadth-first searches per component for a shorter cycle (budget permitting)
 BUDGET_PER_COMPONENT = 10_000   # edge visits of the optional searches: at least this per component, ...
 BUDGET_PER_EDGE = 10            # ... or this many per edge of the component,
@@ -73,14 +79,14 @@ class _Graph:
     """The dependency edges between committed transactions, per kind: u -> {v: key} (the first key found)."""
 
     def __init__(self):
-        self.edges = {k: defaultdict(dict) for k in KINDS}
+        self.edges = {k: defaultdict(dict) for k in KINDS + ORDER}
 
     def add(self, kind: str, u: int, v: int, key: str) -> None:
         self.edges[kind][u].setdefault(v, key)
 
-    def union(self) -> dict:
+    def union(self, kinds: tuple = KINDS) -> dict:
         adj = defaultdict(set)
-        for kind in KINDS:
+        for kind in kinds:
             for u, vs in self.edges[kind].items():
                 adj[u].update(vs)
         return adj
@@ -209,9 +215,11 @@ def _transactions(data: RunData, out: _Lines) -> tuple[dict, dict, list, set]:
 
 # ---- the check ---------------------------------------------------------------------------------------------
 
-def analyze(data: RunData, dumps: list[dict]) -> Anomalies:
+def analyze(data: RunData, dumps: list[dict], realtime_margin_us: int | None = None, strict: bool = True) -> Anomalies:
     """The anomalies of an append run (its replicas' dumps and logged transactions); Skip for another workload,
-    Unreadable when a dump's lists or a log entry's ops or outputs are malformed."""
+    Unreadable when a dump's lists or a log entry's ops or outputs are malformed. Also the cycles that the clients'
+    session order closes, and with strict, real time too (when the clients recorded a common clock; margin: its
+    uncertainty, histories.realtime_margin)."""
     dumps = [x for x in dumps if x.get("kind") != "manager"]
     workloads = sorted({str(x.get("workload")) for x in dumps})
     if workloads != ["append"]:
@@ -302,16 +310,36 @@ def analyze(data: RunData, dumps: list[dict]) -> Anomalies:
 
     # the cycles: one per strongly connected component, its most specific class
     budget = _Budget(BUDGET_TOTAL)
-    for comp in sorted(strongly_connected(graph.union()), key=min):
-        cls, steps, cut = _classify(graph, set(comp), budget)
-        line = _render(data, steps)
-        if len(comp) > len(steps):
-            line += f" (a cycle of {len(steps)} among {len(comp)} transactions that form one component)"
-        if cut and cls == "G2":
-            line += " (the search for a cycle with a single rw edge was cut short)"
-        out.add(cls, line)
+    data_comps = sorted(strongly_connected(graph.union()), key=min)
+    for comp in data_comps:
+        _add_cycle(out, data, graph, comp, budget, ())
+    if data.sessions or data.clock:
+        # with sessions (and real time, for a strict-serializable protocol): the components that hold no data cycle
+        # (those are reported above)
+        in_data = {x for c in data_comps for x in c}
+        margin = histories.realtime_margin(data, realtime_margin_us)
+        for u, vs in histories.order_edges(data, margin, realtime=strict and bool(data.clock)).items():
+            for v, (kind, text) in vs.items():
+                if (u < 0 or u in committed) and (v < 0 or v in committed):
+                    graph.add(kind, u, v, text)
+        for comp in sorted(strongly_connected(graph.union(KINDS + ORDER)), key=lambda c: min(x for x in c if x >= 0)):
+            if not in_data.intersection(comp):
+                _add_cycle(out, data, graph, comp, budget, ORDER)
+
     return Anomalies(lines=out.result(), counts={c: out.counts[c] for c in CLASSES if out.counts[c]},
                      edges=graph.counts())
+
+
+def _add_cycle(out: _Lines, data: RunData, graph: _Graph, comp: list, budget: _Budget, extra: tuple) -> None:
+    cls, steps, cut = _classify(graph, set(comp), budget, extra)
+    line = _render(data, steps)
+    real = sum(1 for x in comp if x >= 0)
+    length = sum(1 for u, _, _ in steps if u >= 0)
+    if real > length:
+        line += f" (a cycle of {length} among {real} transactions that form one component)"
+    if cut and cls.startswith("G2"):
+        line += " (the search for a cycle with a single rw edge was cut short)"
+    out.add(cls, line)
 
 
 def check_anomalies(data: RunData, dumps: list[dict]) -> list[str]:
@@ -322,29 +350,26 @@ def check_anomalies(data: RunData, dumps: list[dict]) -> list[str]:
 # ---- cycles ----------------------------------------------------------------------------------------------------
 
 def class_of(steps: list[tuple]) -> str:
-    """A cycle's class by its edges' kinds: G0 (ww only), G1c (ww and wr), G-single (one rw), G2 (more)."""
-    kinds = Counter(kind for _, kind, _ in steps)
-    if kinds["rw"] > 1:
-        return "G2"
-    if kinds["rw"] == 1:
-        return "G-single"
-    return "G1c" if kinds["wr"] else "G0"
+    """A cycle's class by its edges' kinds: G0 (ww only), G1c (ww and wr), G-single (one rw), G2 (more), with
+    -process / -realtime when a session / real-time edge closes it (histories.cycle_class)."""
+    return histories.cycle_class(kind for _, kind, _ in steps)
 
 
-def _classify(graph: _Graph, members: set, budget: _Budget) -> tuple[str, list, bool]:
-    """(class, cycle steps [(txn, kind, key)], whether the G-single search was cut short) of one component."""
-    size = sum(len(graph.edges[k].get(u, {})) for k in KINDS for u in members)
+def _classify(graph: _Graph, members: set, budget: _Budget, extra: tuple = ()) -> tuple[str, list, bool]:
+    """(class, cycle steps [(txn, kind, key)], whether the G-single search was cut short) of one component;
+    extra: the kinds of order edges every search may use besides the data edges (so, rt)."""
+    size = sum(len(graph.edges[k].get(u, {})) for k in KINDS + extra for u in members)
     local = _Budget(min(budget.left, max(BUDGET_PER_COMPONENT, BUDGET_PER_EDGE * size)))
     spent = local.left
     try:
         for kinds in (("ww",), ("ww", "wr")):
-            steps = _some_cycle(graph.restricted(kinds, members), local)
+            steps = _some_cycle(graph.restricted(kinds + extra, members), local)
             if steps:
                 return class_of(steps), steps, False
-        steps, cut = _single_rw_cycle(graph, members, local)
+        steps, cut = _single_rw_cycle(graph, members, local, extra)
         if steps:
             return class_of(steps), steps, cut
-        steps = _some_cycle(graph.restricted(KINDS, members), local)
+        steps = _some_cycle(graph.restricted(KINDS + extra, members), local)
         return class_of(steps), steps, cut
     finally:
         budget.left -= spent - max(local.left, 0)
@@ -382,7 +407,7 @@ def _some_cycle(adj: dict, budget: _Budget) -> list[tuple] | None:
         return None
     comp = min(comps, key=lambda c: (len(c), min(c)))
     within, best = set(comp), None
-    for s in sorted(comp)[:CYCLE_STARTS]:
+    for s in sorted(comp, key=lambda x: (x < 0, x))[:CYCLE_STARTS]:   # transactions first, time points after
         if best is not None and (len(best) == 2 or budget.left <= 0):
             break
         nodes = _bfs(adj, s, within, budget, lambda v, s=s: v == s)
@@ -391,10 +416,11 @@ def _some_cycle(adj: dict, budget: _Budget) -> list[tuple] | None:
     return _steps(adj, best)
 
 
-def _single_rw_cycle(graph: _Graph, members: set, budget: _Budget) -> tuple[list | None, bool]:
+def _single_rw_cycle(graph: _Graph, members: set, budget: _Budget, extra: tuple = ()) -> tuple[list | None, bool]:
     """(a short cycle with exactly one rw edge, or None; whether the budget ran out first): for the rw edges
-    u -> v of the component, grouped by v, the shortest path from v back to one of their u over ww and wr edges."""
-    adj = graph.restricted(("ww", "wr"), members)
+    u -> v of the component, grouped by v, the shortest path from v back to one of their u over ww and wr edges
+    (and the extra kinds)."""
+    adj = graph.restricted(("ww", "wr") + extra, members)
     sources = defaultdict(dict)   # v -> {u: key} of the rw edges u -> v
     for u in members:
         for v, key in graph.edges["rw"].get(u, {}).items():
@@ -417,7 +443,8 @@ def _single_rw_cycle(graph: _Graph, members: set, budget: _Budget) -> tuple[list
 
 
 def _render(data: RunData, steps: list[tuple]) -> str:
-    """'txn 5 (append, c0.1.0) -wr l3-> txn 9 (append, c1.0.0) -ww l7-> txn 5', from its smallest transaction."""
-    k = min(range(len(steps)), key=lambda i: steps[i][0])
-    steps = steps[k:] + steps[:k]
-    return " ".join(f"{_describe(data, u)} -{kind} {key}->" for u, kind, key in steps) + f" txn {steps[0][0]}"
+    """'txn 5 (append, c0.1.0) -wr l3-> txn 9 (append, c1.0.0) -ww l7-> txn 5', from its smallest transaction;
+    a path through time points is one -realtime edge (histories.render_cycle)."""
+    kinds = {u: (kind, key) for u, kind, key in steps}
+    text, _ = histories.render_cycle(data, [u for u, _, _ in steps], lambda u, v: kinds[u])
+    return text

@@ -37,7 +37,9 @@ from testbed.core import deploy as deploylib
 
 MANIFEST = derived.MANIFEST
 MANIFEST_VERSION = 2        # 2: with the bindings of summary.json, check.json and meta.json
-DERIVED = ("meta.json", "summary.json", "check.json", MANIFEST)  # top level; written beside the raw files
+# top level; written beside the raw files. timeseries.csv (exp 6's per-second series, timeseries.py) is derived
+# from the records each time its figure is drawn, never read back in its place
+DERIVED = ("meta.json", "summary.json", "check.json", MANIFEST, "timeseries.csv")
 _TMP = f".{MANIFEST}.tmp"
 _CHUNK = 1 << 20
 

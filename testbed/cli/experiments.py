@@ -2,7 +2,7 @@
 
     python run_experiments.py                  # exp 1 as configured in exp_config.py (small by default)
     python run_experiments.py --quick          # exp 1, --quick preset (2-core machine)
-    python run_experiments.py --quick --all    # all five experiments, --quick preset
+    python run_experiments.py --quick --all    # all six experiments, --quick preset
     python run_experiments.py --only exp2,exp5 --backend local
 Backends: auto (the default): the local Docker swarm when Docker answers (image built if needed, containers brought
 up and self-tested, the job run inside the driver container; results land in this checkout), local processes
@@ -18,7 +18,7 @@ from testbed.sweeps import runner
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Run experiments (default: exp 1) and print the figure paths.",
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--all", action="store_true", help="all five experiments (exp1..exp5)")
+    ap.add_argument("--all", action="store_true", help="all six experiments (exp1..exp6)")
     ap.add_argument("--only", default=None, help="comma-separated experiments, e.g. exp2,exp5 or crt_ratio")
     runner.add_arguments(ap)
     a = ap.parse_args(argv)

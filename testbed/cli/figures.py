@@ -3,20 +3,20 @@
     python genFigure.py n_clients [--results results] [--tail 95]
     python genFigure.py --claims        # results/claims.md: every experiment's numbers beside the paper's claims
     python -c 'import genFigure; genFigure.drawFig("n_clients")'
-Names: n_clients, crt_ratio, tpca, scalability, robust (or exp1..exp5).
+Names: n_clients, crt_ratio, tpca, scalability, robust, faults (or exp1..exp6).
 """
 import argparse
 import sys
 
 from testbed.core import experiments, options
-from testbed.analysis import claims, figures
+from testbed.analysis import claims, drawing
 
 
 def drawFig(name, results="results", tail=None, config=None):
     """Aggregate results/<name>/ and write results/data-<name>.{pdf,png,csv}; returns the PDF path.
     tail: tail percentile (default: the sweep's TAIL_PERCENTILE, else exp_config.py's).
     ValueError for an unknown name, figures.NoRuns (a ValueError) when there is no run to draw."""
-    return figures.draw(name, root=results, tail=tail, config=config).pdf
+    return drawing.draw(name, root=results, tail=tail, config=config).pdf
 
 
 def main(argv=None) -> int:
@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     try:
         names = [experiments.get(n).name for n in a.names]   # every name checked before anything is drawn
         for n in names:
-            fig = figures.draw(n, root=a.results, tail=a.tail, config=a.config)
-            print(figures.point_table(fig.table, fig.tail))
+            fig = drawing.draw(n, root=a.results, tail=a.tail, config=a.config)
+            print(drawing.point_table(fig))
             print(f"figure: {fig.pdf}")
         if a.claims:
             path = claims.write(a.results)

@@ -44,6 +44,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--protocol-option", dest="protocol_options", action="append", default=[], metavar="NAME=VALUE",
                     help="an option of the protocol (repeatable), e.g. defer_commutative=false; "
                          "`txn-server --list-modes --json` lists them with types, defaults and ranges")
+    ap.add_argument("--faults", default=d["faults"], metavar="SCHEDULE",
+                    help="fault schedule (docs/nemesis.md), items separated by ';', times in s from the load's start: "
+                         "partition:r1@5+3  pause:follower@4+2  clock:r2+50ms  spike:r0-r1+100ms@5+3  "
+                         "jitter:r0+5ms@2+4")
+    ap.add_argument("--faults-seed", dest="faults_seed", type=int, default=d["faults_seed"], metavar="N",
+                    help="seed of the schedule's random targets (random-region, follower, ...; default: --seed)")
     options.add_choice(ap, "processes", d["processes"])
     options.add_choice(ap, "transport", d["transport"])
     options.add_knob(ap, "seed", d["seed"])

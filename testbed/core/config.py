@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from testbed.core import knobs as knoblib, protocols, rtt
+from testbed.core import faults, knobs as knoblib, protocols, rtt
 from testbed.core.paths import REPO
 
 MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
@@ -77,6 +77,15 @@ class ExpConfig:
     fixed_client_process_per_shard: int = _default("FIXED_CLIENT_PROCESS_PER_SHARD")
     fixed_concurrency: int = _default("FIXED_CONCURRENCY")
     scalability_concurrency: int = _default("SCALABILITY_CONCURRENCY")
+    fault_kinds: tuple = _default("FAULT_KINDS")
+    fault_at_s: float = _default("FAULT_AT_S")
+    fault_for_s: float = _default("FAULT_FOR_S")
+    fault_after_s: float = _default("FAULT_AFTER_S")
+    fault_region: int | None = _default("FAULT_REGION")
+    fault_clock_skew_ms: float = _default("FAULT_CLOCK_SKEW_MS")
+    fault_spike_ms: float = _default("FAULT_SPIKE_MS")
+    faults: str | None = _default("FAULTS")            # every run's fault schedule (docs/nemesis.md); None: none
+    faults_seed: int | None = _default("FAULTS_SEED")  # its random targets' seed (None: the run's seed)
     protocol_options: tuple = _default("PROTOCOL_OPTIONS")   # ((protocol, ((option, value), ...)), ...), checked
     # against the registry
 
@@ -285,6 +294,10 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     if c["seed"] + c["n_repeat"] - 1 > top:
         raise ValueError(f"SEED={c['seed']}: must be <= {top - c['n_repeat'] + 1} with N_REPEAT={c['n_repeat']} "
                          f"(repeat r uses SEED + r - 1, at most {top})")
+    c["faults"] = faults.check_syntax(cfg.faults)   # its targets and windows: against each run's deployment
+    if cfg.faults is not None and not isinstance(cfg.faults, str):
+        raise ValueError(f"FAULTS={cfg.faults!r}: must be a schedule string (docs/nemesis.md) or None")
+    c["faults_seed"] = None if cfg.faults_seed is None else knoblib.check("FAULTS_SEED", cfg.faults_seed)
     c["duration_s"] = knoblib.check("DURATION_S", cfg.duration_s)
     c["warmup_s"] = knoblib.check("WARMUP_S", cfg.warmup_s)
     c["cooldown_s"] = knoblib.check("COOLDOWN_S", cfg.cooldown_s)
@@ -301,6 +314,20 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["fixed_client_process_per_shard"] = knoblib.check("FIXED_CLIENT_PROCESS_PER_SHARD", cfg.fixed_client_process_per_shard)
     c["fixed_concurrency"] = knoblib.check("FIXED_CONCURRENCY", cfg.fixed_concurrency)
     c["scalability_concurrency"] = knoblib.check("SCALABILITY_CONCURRENCY", cfg.scalability_concurrency)
+    kinds = cfg.fault_kinds if isinstance(cfg.fault_kinds, (list, tuple)) else [cfg.fault_kinds]
+    bad = [k for k in kinds if k not in knoblib.FAULT_KIND_WORDS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise ValueError(f"FAULT_KINDS={list(kinds)!r}: must be distinct words of "
+                         f"{', '.join(knoblib.FAULT_KIND_WORDS)}" + (f" ({bad[0]!r} is not one)" if bad else ""))
+    c["fault_kinds"] = tuple(kinds)
+    for name in ("FAULT_AT_S", "FAULT_FOR_S", "FAULT_AFTER_S", "FAULT_CLOCK_SKEW_MS", "FAULT_SPIKE_MS"):
+        c[name.lower()] = knoblib.check(name, getattr(cfg, name.lower()))
+    if c["fault_at_s"] <= cfg.warmup_s:
+        raise ValueError(f"FAULT_AT_S={c['fault_at_s']}: must be > WARMUP_S={cfg.warmup_s} (exp 6 compares the "
+                         "fault with the load before it)")
+    c["fault_region"] = None if cfg.fault_region is None else knoblib.check("FAULT_REGION", cfg.fault_region)
+    if c["fault_region"] is not None and c["fault_region"] > cfg.regions:
+        raise ValueError(f"FAULT_REGION={c['fault_region']}: must be <= REGIONS={cfg.regions}")
 
     out = dataclasses.replace(cfg, **c)
     for r, row in enumerate(rtt_matrix(out), 1):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.core import knobs as knoblib, protocols, rtt as rttlib
+from testbed.core import faults as faultlib, knobs as knoblib, protocols, rtt as rttlib
 
 REPLICAS = knoblib.default("REPLICAS")
 
@@ -48,6 +48,9 @@ def validate(**knobs) -> dict:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:
         raise ValueError(f"warmup+cooldown={k['warmup'] + k['cooldown']}: must be < duration={k['duration']}")
+    k["faults"] = faultlib.check_syntax(k["faults"])
+    if k["faults_seed"] is not None:
+        k["faults_seed"] = knoblib.check("seed", k["faults_seed"], "faults_seed")
     if not str(k["name"]).replace("-", "").replace("_", "").isalnum():
         raise ValueError(f"name={k['name']!r}: must be letters, digits, '-' or '_'")
     return k
@@ -173,6 +176,9 @@ def build_deployment(place=None, **knobs) -> dict:
         "runtime": {"transport": k["transport"]},
         "nodes": nodes,
     }
+    if k["faults"]:
+        seed = int(k["seed"] if k["faults_seed"] is None else k["faults_seed"])
+        d["faults"] = faultlib.deploy_entries(faultlib.plan(k["faults"], seed, R, nodes, float(k["duration"])))
     return d
 
 

@@ -18,6 +18,8 @@ from testbed.core.config import ExpConfig, validate
 
 QUICK_DURATION_S, QUICK_WARMUP_S, QUICK_COOLDOWN_S = 14, 3, 1
 QUICK_MAX_POINTS = 3
+QUICK_FAULT_AT_S, QUICK_FAULT_FOR_S, QUICK_FAULT_AFTER_S = 5, 3, 5   # exp 6 --quick: 13 s runs ...
+QUICK_FAULT_KINDS = ("partition", "pause")   # ... of the two kinds that stall a baseline outright (make main-all's budget)
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Point:
     base: dict = field(default_factory=dict)   # base_knobs() arguments: regions, rtt_jitter_ms
     series: str = ""               # sub-line of a protocol (exp 1 with several client-process counts), else ""
     label: str = ""                # shown in progress lines and tables
+    meta: dict = field(default_factory=dict)   # recorded in each run's meta.json (exp 6: its fault window)
 
     @property
     def regions(self) -> int | None:
@@ -96,6 +99,34 @@ def _exp5(cfg: ExpConfig) -> list[Point]:
             for j in cfg.robust_rtt_var]
 
 
+def fault_region(cfg: ExpConfig) -> int:
+    """Exp 6's target region, 0-based: FAULT_REGION (from 1), else the last region used."""
+    return (cfg.fault_region or cfg.regions) - 1
+
+
+def fault_schedule(kind: str, cfg: ExpConfig) -> str:
+    """The nemesis schedule (docs/nemesis.md) of one exp 6 fault kind, on the target region, in the window
+    [FAULT_AT_S, FAULT_AT_S + FAULT_FOR_S)."""
+    r, at, length = fault_region(cfg), _num(cfg.fault_at_s), _num(cfg.fault_for_s)
+    return {"none": "",
+            "partition": f"partition:r{r}@{at}+{length}",
+            "pause": f"pause:follower-r{r}@{at}+{length}",
+            "clock": f"clock:r{r}{_num(cfg.fault_clock_skew_ms):+}ms@{at}+{length}",
+            "spike": f"spike:r{r}-*+{_num(cfg.fault_spike_ms)}ms@{at}+{length}"}[kind]
+
+
+def _exp6(cfg: ExpConfig) -> list[Point]:
+    # each fault kind at exp 2-5's fixed load, in runs long enough for before, during and after
+    at, length = float(cfg.fault_at_s), float(cfg.fault_for_s)
+    meta = dict(fault_window_s=[at, at + length], fault_region=fault_region(cfg))
+    # a pause stops an engine process: with one per container (the default) that is a whole shard, its 3 replicas
+    # and clients; one process per node pauses the one follower the fault names (about 3x the CPU per transaction)
+    return [Point(x=i, knobs=dict(workload="tpcc", payment_crt_rate=-1, **_fixed_load(cfg),
+                                  duration=at + length + float(cfg.fault_after_s), faults=fault_schedule(k, cfg),
+                                  **(dict(processes="node") if k == "pause" else {})),
+                  label=k, meta=dict(meta, fault_kind=k)) for i, k in enumerate(cfg.fault_kinds)]
+
+
 EXPERIMENTS = {e.name: e for e in [
     Experiment("n_clients", 1, "Exp 1: load (clients per region)", "clients_per_region",
                "clients per region (client processes x shards x coordinators)", "clients", _exp1,
@@ -109,6 +140,8 @@ EXPERIMENTS = {e.name: e for e in [
     Experiment("robust", 5, "Exp 5: cross-region RTT variance", "rtt_jitter_ms",
                "cross-region RTT std-dev X (ms): RTT = {inter} ms \u00b1 X", "ms", _exp5,
                "TPC-C 44/44/4/4/4, natural CRT mix"),
+    Experiment("faults", 6, "Exp 6: what a fault does to each protocol", "fault", "fault kind", "", _exp6,
+               "TPC-C 44/44/4/4/4, natural CRT mix"),
 ]}
 ALIASES = {f"exp{e.number}": e.name for e in EXPERIMENTS.values()}
 
@@ -116,7 +149,7 @@ ALIASES = {f"exp{e.number}": e.name for e in EXPERIMENTS.values()}
 def get(name: str) -> Experiment:
     name = ALIASES.get(name, name)
     if name not in EXPERIMENTS:
-        raise ValueError(f"experiment {name!r}: must be one of {', '.join(EXPERIMENTS)} (or exp1..exp5)")
+        raise ValueError(f"experiment {name!r}: must be one of {', '.join(EXPERIMENTS)} (or exp1..exp6)")
     return EXPERIMENTS[name]
 
 
@@ -131,13 +164,17 @@ def _thin(values, n=QUICK_MAX_POINTS) -> tuple:
 
 def quick_config(cfg: ExpConfig, exp: Experiment | None = None) -> ExpConfig:
     """The --quick preset for a 2-core machine: every sweep thinned to at most 3 points (first, middle, last),
-    one client-process count, 14 s runs (3 s warm-up, 1 s cool-down), 1 repeat. Exp 4 with fewer than two
+    one client-process count, 14 s runs (3 s warm-up, 1 s cool-down), 1 repeat; exp 6 its partition and pause only,
+    in 13 s runs (the fault in [5, 8) s). Exp 4 with fewer than two
     configured region counts sweeps 2..MAX_REGIONS instead (SLOG is skipped below 3 regions)."""
     q = dataclasses.replace(
         cfg, duration_s=QUICK_DURATION_S, warmup_s=QUICK_WARMUP_S, cooldown_s=QUICK_COOLDOWN_S, n_repeat=1,
         client_process_per_shard=(min(cfg.client_process_per_shard),),
         concurrency_levels=_thin(cfg.concurrency_levels), crt_ratios=_thin(cfg.crt_ratios),
-        zipfs=_thin(cfg.zipfs), robust_rtt_var=_thin(cfg.robust_rtt_var))
+        zipfs=_thin(cfg.zipfs), robust_rtt_var=_thin(cfg.robust_rtt_var),
+        fault_at_s=min(cfg.fault_at_s, QUICK_FAULT_AT_S), fault_for_s=min(cfg.fault_for_s, QUICK_FAULT_FOR_S),
+        fault_after_s=min(cfg.fault_after_s, QUICK_FAULT_AFTER_S),
+        fault_kinds=tuple(k for k in cfg.fault_kinds if k in QUICK_FAULT_KINDS) or cfg.fault_kinds[:2])
     if exp is not None and exp.name == "scalability":
         regions = cfg.scalability_n_regions
         if len(regions) < 2 and cfg.max_regions >= 2:

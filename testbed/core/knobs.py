@@ -25,6 +25,7 @@ TRANSPORTS = ("tcp", "grpc")  # ENGINE_TRANSPORT / --transport (docs/efficiency.
 SHAPINGS = ("auto", "netem", "app")               # SHAPING
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")  # JITTER_DISTRIBUTION
 MECHANISMS = ("app", "netem", "none")             # a single run's link delays: the transport's, tc's, none
+FAULT_KIND_WORDS = ("none", "partition", "pause", "clock", "spike")   # FAULT_KINDS: exp 6's points
 
 
 def _fmt(x: float) -> str:
@@ -136,8 +137,24 @@ KNOBS = (
     Knob(("SSH_CONNECT_TIMEOUT_S",), 1, 300, False, "s", "SSH connect timeout to a host",
          default=dict(SSH_CONNECT_TIMEOUT_S=15)),
     Knob(("N_REPEAT",), 1, 100, True, "", "repeats per point", default=dict(N_REPEAT=3)),
+    Knob(("FAULTS_SEED",), 0, 2**31 - 1, True, "", "seed of FAULTS' random targets (None: each run's seed)",
+         default=dict(FAULTS_SEED=None)),
     Knob(("TAIL_PERCENTILE",), 50, 100, False, "", "the figures' tail percentile", lo_open=True, hi_open=True,
          default=dict(TAIL_PERCENTILE=99)),
+    # exp 6 (faults)
+    Knob(("FAULT_AT_S",), 1, 3600, False, "s", "exp 6: when the fault starts, from the load's start (> WARMUP_S)",
+         default=dict(FAULT_AT_S=10)),
+    Knob(("FAULT_FOR_S",), 0.5, 600, False, "s", "exp 6: how long the fault lasts", default=dict(FAULT_FOR_S=5)),
+    Knob(("FAULT_AFTER_S",), 1, 3600, False, "s", "exp 6: how long a run goes on after the heal",
+         default=dict(FAULT_AFTER_S=15)),
+    Knob(("FAULT_REGION",), 1, 64, True, "", "exp 6: the region a fault targets, from 1 (None: the last one used)",
+         default=dict(FAULT_REGION=None)),
+    Knob(("FAULT_CLOCK_SKEW_MS",), -10000, 10000, False, "ms",
+         "exp 6 'clock': the offset of the target region's protocol clock during the fault", default=dict(
+             FAULT_CLOCK_SKEW_MS=50)),
+    Knob(("FAULT_SPIKE_MS",), 1, 10000, False, "ms",
+         "exp 6 'spike': one-way delay added to the target region's cross-region links during the fault",
+         default=dict(FAULT_SPIKE_MS=100)),
 )
 
 # The knobs that take one of a few words.
@@ -168,7 +185,15 @@ SETTINGS = (
     Setting(("rtt_ms",), "a full R x R RTT matrix in ms (None: intra_rtt/inter_rtt)", default=dict(rtt_ms=None)),
     Setting(("protocol_options", "PROTOCOL_OPTIONS"), "the protocol's options over its registry defaults",
             default=dict(protocol_options=None, PROTOCOL_OPTIONS=())),
+    # the nemesis (docs/nemesis.md): a fault schedule in its grammar, e.g. "partition:r1@5+3; pause:follower@4+2";
+    # None: no faults. Its random targets are drawn with faults_seed (None: the run's seed)
+    Setting(("faults", "FAULTS"), "fault schedule (docs/nemesis.md), e.g. 'partition:r1@5+3; pause:follower@4+2'",
+            default=dict(faults=None, FAULTS=None)),
+    Setting(("faults_seed",), "seed of the schedule's random targets (None: the run's seed)",
+            default=dict(faults_seed=None)),
     Setting(("SYSTEMS",), "the protocols compared (empty: every built one)", default=dict(SYSTEMS=())),
+    Setting(("FAULT_KINDS",), "exp 6's faults, each a point: " + ", ".join(FAULT_KIND_WORDS),
+            default=dict(FAULT_KINDS=FAULT_KIND_WORDS)),
     Setting(("DEPLOYMENT",), "names the deployment's containers, label and lock", default=dict(DEPLOYMENT="edge")),
     Setting(("IMAGE_NAME",), "the image every container runs", default=dict(IMAGE_NAME="edge-txn:latest")),
     Setting(("NETWORK_NAME",), "the attachable overlay network", default=dict(NETWORK_NAME="edge_txn")),

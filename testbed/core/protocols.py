@@ -8,6 +8,7 @@ needs no Python edit:
     p = reg.get("dast")                # ValueError: "not a protocol (did you mean ...?)" or "not built into ..."
     check_name("janis", "SYSTEMS item 'janis'")   # ValueError when no protocol has the name, built or not (a typo)
     p.min_regions                      # the fewest regions it runs on
+    p.guarantee, p.order_key           # "strict_serializable" | "serializable"; its order key in one line ("": none)
     p.role_nodes(regions)              # its processes besides replicas and clients: [{name, kind, region}, ...]
     p.check_options({"ewma_alpha": 0.5})   # every option with its value (defaults filled in); ValueError names it
 
@@ -31,6 +32,7 @@ from testbed.core.paths import REPO
 
 BINARY_ENV = "TXN_SERVER"  # path of the txn-server whose registry to read, overriding the search
 FORMAT = 1                 # the registry JSON format this module reads
+GUARANTEES = ("serializable", "strict_serializable")  # a protocol's `guarantee`, weakest first
 SOURCE_LIST = REPO / "src" / "protocols" / "protocols.inc"   # PROTOCOL(<name>) lines: the protocols of the source
 
 
@@ -99,6 +101,10 @@ class Protocol:
     min_regions: int
     roles: tuple[Role, ...]
     options: tuple[Option, ...]
+    # What its histories promise and the order key its replicas record (docs/protocol-registry.md); a registry
+    # from before these fields existed declares neither: serializable, no key.
+    guarantee: str = "serializable"
+    order_key: str = ""
 
     def defaults(self) -> dict:
         return {o.name: o.default for o in self.options}
@@ -228,7 +234,11 @@ def parse(doc: dict, binary: str = "") -> Registry:
         for o in options:
             if o.type not in ("bool", "int", "double", "string"):
                 raise ValueError(f"{p['name']}: option {o.name}: type {o.type!r} unknown")
-        protocols[p["name"]] = Protocol(p["name"], p["summary"], int(p["min_regions"]), roles, options)
+        guarantee = p.get("guarantee", "serializable")
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"{p['name']}: guarantee {guarantee!r} unknown (expected {' or '.join(GUARANTEES)})")
+        protocols[p["name"]] = Protocol(p["name"], p["summary"], int(p["min_regions"]), roles, options, guarantee,
+                                        str(p.get("order_key", "")))
     if not protocols:
         raise ValueError("no protocols")
     return Registry(protocols, binary)

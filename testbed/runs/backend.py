@@ -34,7 +34,7 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
                 transport=cfg.engine_transport,
                 rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(rtt.one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
-                cooldown=cfg.cooldown_s)
+                cooldown=cfg.cooldown_s, faults=cfg.faults, faults_seed=cfg.faults_seed)
 
 
 class Backend(ABC):
@@ -64,7 +64,8 @@ class Backend(ABC):
     def selftest_knobs(self, cfg: ExpConfig) -> dict:
         """Deploy knobs of the RTT self-test: the configured matrix of every region deployed, no jitter, one light
         client per shard."""
-        return {**base_knobs(cfg, regions=cfg.max_regions), "jitter": 0, "concurrency": 1, "clients_per_shard": 1}  # the default protocol
+        return {**base_knobs(cfg, regions=cfg.max_regions), "jitter": 0, "concurrency": 1, "clients_per_shard": 1,
+                "faults": None}  # the default protocol
 
     def describe(self) -> str:
         return f"{self.name} backend, shaping {self.mechanism}"

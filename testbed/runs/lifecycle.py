@@ -33,6 +33,7 @@ from testbed.core import deploy as deploylib, gitinfo, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
 from testbed.core.polling import poll
+from testbed.runs.nemesis import LOAD_START, Nemesis
 
 STEAL_WARN_PCT = 10
 PROGRESS_EVERY_S = 5.0
@@ -131,6 +132,7 @@ class Runner(ABC):
     """The lifecycle; subclasses implement the hooks below for where the processes run."""
     backend_name = ""
     measures_cpu = False  # CPU seconds of the run's processes are known (children of this process)
+    load_start_lead_s = 0.0  # a faulted run's load start is this far ahead of when it is fixed (docs/nemesis.md)
 
     def __init__(self, ready_timeout_s: float = 30, grace_s: float = 20, margin_s: float = 30,
                  progress: bool = True):
@@ -159,6 +161,17 @@ class Runner(ABC):
         """Stop every process of the run (started or not yet recorded), remove its scratch space; bounded in time,
         never raises. Returns notes for meta.json (e.g. a container that could not be reached)."""
 
+    def signal_all(self, procs: list, sig) -> None:
+        """Send sig to every one of procs (best effort), as close together as the backend can."""
+        for p in procs:
+            p.signal(sig)
+
+    def publish_load_start(self, run_dir: Path, text: str) -> None:
+        """Write the load start (docs/nemesis.md) where every engine process of the run reads it: `load_start`
+        beside its deployment file (a local run's is the run folder's). A backend whose processes read another
+        copy writes that too."""
+        (Path(run_dir) / LOAD_START).write_text(text)
+
     def describe_host_problem(self) -> str | None:
         """A reason why processes vanished that the backend can see (e.g. a container that died), or None."""
         return None
@@ -180,17 +193,21 @@ class Runner(ABC):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)
         cfg_path = deploylib.write_yaml(deploy, run_dir / "deploy.yml")
         write_json(run_dir / "config.json", config if config is not None else deploy)
+        self._config = config if isinstance(config, dict) else None
         meta = {"run_id": run_dir.name, "name": name, "backend": self.backend_name, "probe": probe or None,
                 "shaping": deploy.get("link", {}).get("mechanism"), "git_sha": git_sha(),
                 "kernel": platform.release(), "hostname": platform.node(), "command_line": sys.argv,
                 "python": platform.python_version(), "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "pid": os.getpid(), **(meta_extra or {}), "status": "running"}
+        if deploy.get("faults") and not probe:  # the nemesis's schedule; faults.json/faults.jsonl: what happened
+            meta["faults"] = "; ".join(f.get("spec") or f.get("id", "?") for f in deploy["faults"])
         write_json(run_dir / "meta.json", meta)
         procs: list[Proc] = []
         res = RunResult(run_dir)
         self._phases, self._phase_t = {}, time.monotonic()
         cpu0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
         self._engine_cpu = self._machine1 = None
+        self._nemesis = None
         failure: BaseException | None = None
         with interrupts.stop_on_signals(say=self.say) as stop:
             try:
@@ -202,6 +219,11 @@ class Runner(ABC):
                 failure = RunError(f"{type(e).__name__}: {e}".splitlines()[0])
                 traceback.print_exc(file=sys.stderr)
             finally:
+                if self._nemesis is not None:   # paused processes continue; faults.json(l) written
+                    try:
+                        self._nemesis.stop()
+                    except Exception:  # noqa: BLE001 -- the run's own failure, if any, is the one to report
+                        traceback.print_exc(file=sys.stderr)
                 notes = self.teardown(run_dir, procs)
                 self._phase("teardown")
             if failure is None and stop.requested:  # a stop that came after the last check: honour it
@@ -295,8 +317,16 @@ class Runner(ABC):
             clients = [start(n, "client", "clients", ["--probe", str(probe)]) for n in firsts.values()]
             expected = 15.0
         else:
-            for p in mixed:  # their clients start now, as the client processes do
-                p.signal(signal.SIGUSR1)
+            go = mixed
+            if deploy.get("faults"):  # load start fixed now, read by every process at the go (docs/nemesis.md)
+                seed = ((self._config or {}).get("knobs") or {}).get("faults_seed")
+                self._nemesis = Nemesis(deploy, run_dir, servers, self.say,
+                                        seed=seed if seed is not None else deploy.get("seed"))
+                self._nemesis.publish(lambda text: self.publish_load_start(run_dir, text), self.load_start_lead_s)
+                go = servers   # every server process learns load start at the go, not only those with clients
+            self.signal_all(go, signal.SIGUSR1)  # their clients start now, as the client processes do
+            if self._nemesis is not None:
+                self._nemesis.start()
             clients = [start(n, "client", "clients") for n in engine_processes(nodes, clients=True)]
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
         self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),

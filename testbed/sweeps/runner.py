@@ -25,7 +25,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.analysis import claims, figures
+from testbed.analysis import claims, drawing, figures
 from testbed.analysis.rundirs import run_outcome, scan_runs
 from testbed.core import deploy as deploylib, experiments, interrupts, lock, options, protocols
 from testbed.core.config import ExpConfig, load_exp_config, validate
@@ -38,6 +38,8 @@ from testbed.sweeps import mainjob
 
 KEY_VERSION = 1
 NOT_MEASUREMENT = ("seed", "base_port", "host")  # knobs that place a run or vary per repeat
+UNSET_LEFT_OUT = ("faults", "faults_seed")  # knobs newer than KEY_VERSION 1: left out of a key while unset, so the
+                                            # points measured before them keep their keys (and resume)
 EST_STARTUP_S = 8           # first guess of per-run overhead for the ETA, before a run has been timed
 
 
@@ -56,13 +58,20 @@ def _canon(v):
 def point_key(experiment: str, system: str, knobs: dict, backend: str, mechanism: str, seed: int = 1) -> str:
     """Stable hash of everything that determines a point's measurement: not the per-repeat seed, but the sweep's
     first seed (SEED / --seed; repeat r runs seed + r)."""
-    k = {n: v for n, v in deploylib.validate(**knobs).items() if n not in NOT_MEASUREMENT}
+    k = {n: v for n, v in deploylib.validate(**knobs).items() if n not in NOT_MEASUREMENT
+         and not (n in UNSET_LEFT_OUT and not v)}
     what = {"v": KEY_VERSION, "experiment": experiment, "system": system, "knobs": k, "backend": backend,
             "mechanism": mechanism}
     if seed != 1:  # the default leaves the keys of earlier sweeps as they were
         what["seed"] = seed
     blob = json.dumps(_canon(what), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def run_length(sweep, cfg: ExpConfig) -> float:
+    """Seconds of load per run: DURATION_S, or the mean of the points' own (exp 6 sets its runs' length)."""
+    lengths = [float(t.knobs.get("duration", cfg.duration_s)) for t in sweep.tasks]
+    return sum(lengths) / len(lengths) if lengths else cfg.duration_s
 
 
 @dataclass
@@ -246,7 +255,7 @@ def run_one(backend, exp: Experiment, cfg: ExpConfig, t: Task, out_root: Path, q
                   "x": {"name": exp.x_name, "value": t.point.x, "unit": exp.x_unit},
                   "series": t.point.series, "point_label": t.point.label, "repeat": t.repeat,
                   "n_repeat": cfg.n_repeat, "point_key": t.key, "mechanism": backend.mechanism, "quick": quick,
-                  "runner_start_unix": time.time()}
+                  "runner_start_unix": time.time(), **t.point.meta}
     config = {"experiment": exp.name, "knobs": t.knobs, "exp_config": cfg.as_dict(), "quick": quick}
     t0 = time.monotonic()
     try:
@@ -274,7 +283,7 @@ def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fres
     exp_dir.mkdir(parents=True, exist_ok=True)
     (exp_dir / figures.MANIFEST).write_text(json.dumps(manifest(sweep, cfg, backend, quick), indent=2) + "\n")
     previous = {} if fresh else previous_runs(exp_dir)
-    est = cfg.duration_s + EST_STARTUP_S
+    est = run_length(sweep, cfg) + EST_STARTUP_S
     progress = Progress(len(sweep.tasks), est, tty=tty)
     try:
         with interrupts.stop_on_signals() as stop:
@@ -351,8 +360,8 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
             return 2, None
         n, systems = len(sweep.tasks), list(dict.fromkeys(t.system for t in sweep.tasks))
         log(f"   protocols {', '.join(systems) or '(none built)'}; {len({t.key for t in sweep.tasks})} points"
-            f" x {cfg.n_repeat} repeat(s) = {n} runs of {cfg.duration_s:g} s"
-            f" (~{_hms(n * (cfg.duration_s + EST_STARTUP_S))} if none is reused)")
+            f" x {cfg.n_repeat} repeat(s) = {n} runs of {run_length(sweep, cfg):g} s"
+            f" (~{_hms(n * (run_length(sweep, cfg) + EST_STARTUP_S))} if none is reused)")
         sweep = run_sweep(exp, cfg, backend, out_root=out, fresh=fresh, quick=quick, log=log)
     finally:
         try:
@@ -362,12 +371,12 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
     n_reused = sum(o.reused for o in sweep.outcomes)
     code = sweep.interrupted.exit_code if sweep.interrupted else 1 if sweep.failed else 0
     try:
-        fig = figures.draw(exp.name, root=out, tail=cfg.tail_percentile)
+        fig = drawing.draw(exp.name, root=out, tail=cfg.tail_percentile)
     except figures.NoRuns as e:
         log(f"\nno figure: {e}")
         return code or 1, None
     log("")
-    log(figures.point_table(fig.table, fig.tail))
+    log(drawing.point_table(fig))
     hot = figures.hot_points(fig.table)
     if hot:  # the figure's caption says it too
         log(f"\nWARNING: the host's CPU was more than {figures.CPU_BUSY_WARN_PCT} % busy at {', '.join(hot)}: the "

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <tuple>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -567,12 +568,76 @@ void check_replay(const Workload& w, uint32_t n_shards, const Run& run,
               ", the serial replay produces " + outputs[i]);
 }
 
+// ---- (f) the protocol's own order key ------------------------------------------------------------
+
+std::string key_str(const OrderKey& k) {
+  return std::to_string(k.domain) + ":" + std::to_string(k.hi) + "." + std::to_string(k.lo);
+}
+bool key_less(const OrderKey& a, const OrderKey& b) { return std::tie(a.hi, a.lo) < std::tie(b.hi, b.lo); }
+
+// (f): per replica, per conflict key and key domain, the largest order key of
+// the earlier writes and of all earlier accesses; a piece that reads (writes)
+// the key must not have a smaller order key than the earlier writes (accesses).
+void check_order_keys(const Run& run, Collector& out) {
+  // The earlier access with the largest key, and the largest of another transaction than its (a piece is not
+  // compared with its own transaction's).
+  struct Max {
+    const ExecEvent* e = nullptr;
+    const ExecEvent* other = nullptr;
+    void offer(const ExecEvent& x) {
+      if (e && e->txn == x.txn) {
+        if (key_less(e->key, x.key)) e = &x;
+      } else if (!e || key_less(e->key, x.key)) {
+        other = e;
+        e = &x;
+      } else if (!other || key_less(other->key, x.key)) {
+        other = &x;
+      }
+    }
+    const ExecEvent* against(const ExecEvent& x) const { return e && e->txn == x.txn ? other : e; }
+  };
+  struct State {
+    Max writes, any;
+  };
+  for (const auto& rep : run.replicas()) {
+    std::map<std::pair<std::string, uint64_t>, State> state;  // (conflict key, domain)
+    for (const auto& e : rep.history) {
+      if (!e.key.set || e.deferred || run.commutes(e.txn, e.piece)) continue;
+      const Piece* piece = run.piece(e.txn, e.piece);
+      if (!piece) continue;
+      std::set<std::string> writes(piece->write_keys().begin(), piece->write_keys().end());
+      auto report = [&](const ExecEvent& a, const std::string& k) {
+        out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") executed " + run.describe(a.txn) + " piece " +
+                std::to_string(a.piece) + " (order key " + key_str(a.key) + ") before " + run.describe(e.txn) +
+                " piece " + std::to_string(e.piece) + " (order key " + key_str(e.key) + "), which conflicts with it on " +
+                k + ": against the protocol's order");
+      };
+      for (const auto& k : writes) {
+        const ExecEvent* a = state[{k, e.key.domain}].any.against(e);
+        if (a && key_less(e.key, a->key)) report(*a, k);
+      }
+      for (const auto& k : piece->read_keys()) {
+        if (writes.count(k)) continue;
+        const ExecEvent* a = state[{k, e.key.domain}].writes.against(e);
+        if (a && key_less(e.key, a->key)) report(*a, k);
+      }
+      for (const auto& k : writes) {
+        State& st = state[{k, e.key.domain}];
+        st.writes.offer(e);
+        st.any.offer(e);
+      }
+      for (const auto& k : piece->read_keys())
+        if (!writes.count(k)) state[{k, e.key.domain}].any.offer(e);
+    }
+  }
+}
+
 }  // namespace
 
 HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHistory& r) {
   HistoryVerdict v;
   Collector inputs(&v.inputs), order(&v.order), atomicity(&v.atomicity), serial(&v.serializability),
-      replay(&v.replay);
+      replay(&v.replay), order_key(&v.order_key);
   for (const auto& p : r.input_problems) inputs.add(p);
   Run run(w, r, inputs);
   inputs.finish();
@@ -604,6 +669,8 @@ HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHi
     check_replay(w, n_shards, run, serial_order, replay);
     replay.finish();
   }
+  check_order_keys(run, order_key);
+  order_key.finish();
   return v;
 }
 
@@ -613,7 +680,8 @@ void report_history_failures(const HistoryVerdict& v, const std::string& context
       {"(a) order", &v.order},
       {"(b) atomicity", &v.atomicity},
       {"(c) serializability", &v.serializability},
-      {"(d) replay", &v.replay}};
+      {"(d) replay", &v.replay},
+      {"(f) order key", &v.order_key}};
   for (const auto& [name, lines] : checks)
     for (const auto& line : *lines) ADD_FAILURE() << context << ": history check " << name << ": " << line;
 }

@@ -27,6 +27,15 @@
 //                        graph, from the initial load, reproduces every replica's
 //                        final digest and every output a client received;
 //                        skipped when (c) found a cycle
+//   (f) order key        at every replica, of two conflicting pieces (one
+//                        writes a key the other reads or writes; commutative
+//                        and deferred pieces exempt) whose order keys
+//                        (ExecEvent::key) are set and share a domain, the one
+//                        executed first has the smaller or equal (hi, lo): the
+//                        protocol executed by its own declared order
+//                        (docs/protocol-registry.md, order_key). This sees a
+//                        race every replica makes alike, which (a)-(d) accept
+//                        as long as the run stays serializable
 //
 // The simulated cluster (sim_cluster.h) runs it after every run_and_check().
 #pragma once
@@ -66,16 +75,17 @@ struct RunHistory {
 struct HistoryVerdict {
   // Violation lines per check; each lists at most kMaxListed and then "... and N more".
   static constexpr size_t kMaxListed = 20;
-  std::vector<std::string> inputs, order, atomicity, serializability, replay;
+  std::vector<std::string> inputs, order, atomicity, serializability, replay, order_key;
   std::string replay_skipped;  // why (d) did not run ("" when it ran)
   size_t conflict_edges = 0;
   size_t committed = 0;
   bool ok() const {
-    return inputs.empty() && order.empty() && atomicity.empty() && serializability.empty() && replay.empty();
+    return inputs.empty() && order.empty() && atomicity.empty() && serializability.empty() && replay.empty() &&
+           order_key.empty();
   }
 };
 
-// Runs (a)-(d). `w` is the run's workload (it loads the initial state of
+// Runs (a)-(d) and (f). `w` is the run's workload (it loads the initial state of
 // shards 0 .. n_shards-1 and executes the replay).
 HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHistory& run);
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -125,6 +126,33 @@ TEST(Executor, HistoryFileGroupsRunsAndCountsForTruncation) {
   EXPECT_EQ(lines(empty.str()).back(), "# end events=0 lines=0");
 }
 
+TEST(Executor, HistoryLinesCarryTheOrderKeyAndSplitWhereItChanges) {
+  Deployment d = tpca(1, 1);
+  auto w = make_workload(d);
+  ShardExecutor ex(*w, 0);
+  Vars out;
+  auto run = [&](uint64_t txn, uint32_t piece, const OrderKey& key, bool deferred = false) {
+    Piece p = update(piece, 0, 0, 1);
+    ex.execute(txn, p, p.args(), &out, deferred, key);
+  };
+  const OrderKey a = order_key(0, 1732600000123456, 4294967297), b = order_key(0, 1732600000123456, 4294967298);
+  run(21, 0, a);
+  run(21, 1, a);                     // same key: one line
+  run(21, 2, b);                     // another key: its own line
+  run(22, 0, order_key(18446744073709551615ull, 7, 0));
+  run(22, 1, {});                    // unset: no suffix
+  run(23, 0, order_key(2, 5, 1), true);
+  run(23, 1, order_key(2, 5, 1), true);
+  EXPECT_EQ(ex.history()[2].key, b);
+  EXPECT_FALSE(ex.history()[4].key.set);
+  std::ostringstream o;
+  EXPECT_EQ(ex.write_history(o, "s0.0.0"), 5u);
+  EXPECT_EQ(lines(o.str()),
+            (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0", "21 0-1 k=0:1732600000123456.4294967297",
+                                      "21 2 k=0:1732600000123456.4294967298", "22 0 k=18446744073709551615:7.0",
+                                      "22 1", "23 0-1 d k=2:5.1", "# end events=7 lines=5"}));
+}
+
 TEST(Executor, OutputsDigestIsOrderFreeAndSeesNamesTypesAndValues) {
   Vars a, b;
   a["o_id"] = wl::int_value(3);
@@ -215,4 +243,35 @@ TEST(Executor, DastReplicasRecordTheirExecutions) {
   }
   EXPECT_GT(deferred, 0u) << "no deferred HISTORY insert recorded";
   txn::test::check_history(c);  // deferred pieces have no place in the order, but the run is serializable
+}
+
+// Every built-in protocol records the order key its registration declares (docs/protocol-registry.md): each
+// executed piece carries one when order_key is declared, none when it is "" (TAPIR), so the history checker's
+// order-key check (f) cannot pass by the keys having gone missing. Pieces of one transaction on one shard share a
+// key; replicas of a shard give a transaction the same key (SLOG: its local-log position; DAST: its timestamp).
+TEST(Executor, EveryProtocolRecordsTheOrderKeyItDeclares) {
+  for (const auto& mode : built_in_protocols()) {
+    SCOPED_TRACE(mode);
+    Deployment d = txn::test::small_deployment(mode, "tpcc");
+    d.client.duration_s = 1.5;
+    txn::test::SimCluster c(d, {}, true);
+    c.net->start();
+    ASSERT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 60'000'000));
+    c.net->run_until(c.net->now() + 2'000'000);
+    const bool declared = !find_protocol(mode).order_key.empty();
+    size_t events = 0, keyed = 0;
+    for (uint32_t s = 0; s < d.n_shards(); ++s) {
+      std::map<uint64_t, OrderKey> first;  // per transaction, at replica 0
+      for (uint32_t r = 0; r < d.replicas; ++r)
+        for (const auto& e : c.replica(s, r)->executor().history()) {
+          ++events;
+          keyed += e.key.set;
+          auto [it, fresh] = first.emplace(e.txn, e.key);
+          if (!fresh && !e.deferred) EXPECT_EQ(it->second, e.key) << "txn " << e.txn << " at shard " << s;
+        }
+    }
+    ASSERT_GT(events, 0u);
+    EXPECT_EQ(keyed, declared ? events : 0u);
+    txn::test::check_history(c);
+  }
 }

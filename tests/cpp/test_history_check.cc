@@ -103,7 +103,7 @@ class Scenario {
   void append(uint32_t shard, uint32_t r, uint64_t id, bool deferred = false) {
     const TxnRequest& t = find(id).txn();
     for (const auto& p : t.pieces())
-      if (p.shard() == shard) histories_[{shard, r}].push_back({id, p.id(), deferred});
+      if (p.shard() == shard) histories_[{shard, r}].push_back({id, p.id(), deferred, {}});
   }
   std::vector<ExecEvent>& history(uint32_t shard, uint32_t r) { return histories_[{shard, r}]; }
 
@@ -173,7 +173,7 @@ bool has(const std::vector<std::string>& lines, const std::string& text) {
 
 std::string all(const HistoryVerdict& v) {
   std::string s;
-  for (const auto* lines : {&v.inputs, &v.order, &v.atomicity, &v.serializability, &v.replay})
+  for (const auto* lines : {&v.inputs, &v.order, &v.atomicity, &v.serializability, &v.replay, &v.order_key})
     for (const auto& l : *lines) s += l + "\n";
   return s;
 }
@@ -271,7 +271,7 @@ TEST(HistoryCheck, ATransactionMissingAtOneShardIsCaught) {
 TEST(HistoryCheck, APieceExecutedTwiceOrOnTheWrongShardIsCaught) {
   Scenario s = two_shard_run();
   s.append(0, 1, 3);  // r0.1 runs txn 3 again
-  s.history(1, 0).push_back({3, 0, false});  // r1.0 runs txn 3's shard-0 piece
+  s.history(1, 0).push_back({3, 0, false, {}});  // r1.0 runs txn 3's shard-0 piece
   HistoryVerdict v = s.check();
   EXPECT_TRUE(has(v.atomicity, "txn 3 (kv, c0) at r0.1 (shard 0): pieces [0] executed more than once")) << all(v);
   EXPECT_TRUE(has(v.atomicity, "txn 3 (kv, c0) executed at r1.0, but it has no piece on shard 1")) << all(v);
@@ -291,8 +291,8 @@ TEST(HistoryCheck, AGivenUpAttemptThatExecutedIsCaught) {
   Scenario t = two_shard_run();
   t.txn(6, {add(0, 0, "x", 3)}, true, /*failed=*/{5});
   t.order(0, {1, 2, 3, 6});
-  t.history(0, 0).push_back({5, 0, false});
-  t.history(0, 0).push_back({99, 0, false});
+  t.history(0, 0).push_back({5, 0, false, {}});
+  t.history(0, 0).push_back({99, 0, false, {}});
   HistoryVerdict u = t.check();
   EXPECT_TRUE(has(u.atomicity, "txn 5 (a failed attempt of txn 6 (kv, c0)) did not commit but executed at r0.0"))
       << all(u);
@@ -352,11 +352,11 @@ TEST(HistoryCheck, CommutativePiecesHaveNoPlaceButMustAllRun) {
   s.order(0, {1, 2});
   // r0.1 runs txn 1's log append after txn 2 (deferred): the same execution.
   auto& h = s.history(0, 1);
-  h = {{1, 0, false}, {2, 0, false}, {1, 1, true}};
+  h = {{1, 0, false, {}}, {2, 0, false, {}}, {1, 1, true, {}}};
   EXPECT_TRUE(s.check().ok()) << all(s.check());
 
   // r0.2 never runs it.
-  s.history(0, 2) = {{1, 0, false}, {2, 0, false}};
+  s.history(0, 2) = {{1, 0, false, {}}, {2, 0, false, {}}};
   HistoryVerdict v = s.check();
   EXPECT_TRUE(has(v.order, "shard 0: r0.2 and r0.0 executed different commutative pieces (1 differ, e.g. txn 1 "
                            "(kv, c0) piece 1)"))
@@ -396,6 +396,101 @@ TEST(HistoryCheck, InputProblemsAreReported) {
   EXPECT_EQ(v.inputs, (std::vector<std::string>{"c1: 3 records but its txn sink received 2 transactions",
                                                   "txn 1 finished twice (c0, c0)"}));
   EXPECT_FALSE(v.ok());
+}
+
+// (f) the protocol's own order: the same order at every replica, serializable, but against the keys.
+namespace {
+// Gives every event of `id` at every replica of `shard` the key (domain, hi, 0).
+void key(Scenario& s, uint32_t shard, uint64_t id, uint64_t domain, uint64_t hi) {
+  for (uint32_t r = 0; r < Scenario::kReplicas; ++r)
+    for (auto& e : s.history(shard, r))
+      if (e.txn == id) e.key = order_key(domain, hi, 0);
+}
+}  // namespace
+
+TEST(HistoryCheck, ConflictingPiecesInKeyOrderPass) {
+  Scenario s = two_shard_run();
+  key(s, 0, 1, 0, 10);
+  key(s, 0, 2, 0, 20);
+  key(s, 0, 3, 0, 5);  // no conflict with 1 or 2 (key z): any order
+  key(s, 1, 1, 0, 10);
+  key(s, 1, 2, 0, 10);  // equal keys: either order
+  EXPECT_TRUE(s.check().ok()) << all(s.check());
+}
+
+TEST(HistoryCheck, ConflictingPiecesAgainstTheirKeysAreCaughtAtEveryReplica) {
+  Scenario s = two_shard_run();  // every replica runs 1 before 2: (a)-(d) pass
+  key(s, 0, 1, 7, 20);
+  key(s, 0, 2, 7, 10);
+  HistoryVerdict v = s.check();
+  EXPECT_TRUE(v.order.empty() && v.serializability.empty() && v.replay.empty()) << all(v);
+  ASSERT_EQ(v.order_key.size(), 3u) << all(v);
+  EXPECT_EQ(v.order_key[0], "r0.0 (shard 0) executed txn 1 (kv, c0) piece 0 (order key 7:20.0) before txn 2 (kv, c0) "
+                            "piece 0 (order key 7:10.0), which conflicts with it on x: against the protocol's order");
+  EXPECT_TRUE(has(v.order_key, "r0.2 (shard 0) executed txn 1")) << all(v);
+  // lo breaks a tie in hi.
+  Scenario t = two_shard_run();
+  for (uint32_t r = 0; r < Scenario::kReplicas; ++r) {
+    t.history(1, r)[0].key = order_key(0, 3, 2);
+    t.history(1, r)[1].key = order_key(0, 3, 1);
+  }
+  EXPECT_EQ(t.check().order_key.size(), 3u) << all(t.check());
+}
+
+TEST(HistoryCheck, OrderKeysOfDifferentDomainsOrUnsetAreNotCompared) {
+  Scenario s = two_shard_run();
+  key(s, 0, 1, 1, 20);
+  key(s, 0, 2, 2, 10);  // another domain (e.g. another Janus component): not comparable
+  key(s, 1, 1, 0, 20);  // txn 2 has no key on shard 1
+  EXPECT_TRUE(s.check().ok()) << all(s.check());
+  // A third transaction in domain 1 below txn 1, after it: caught, across txn 2 of domain 2 between them.
+  s.txn(4, {add(0, 0, "x", 1)});
+  s.order(0, {1, 2, 3, 4});
+  key(s, 0, 1, 1, 20);
+  key(s, 0, 2, 2, 10);
+  key(s, 0, 4, 1, 15);
+  HistoryVerdict v = s.check();
+  ASSERT_EQ(v.order_key.size(), 3u) << all(v);
+  EXPECT_TRUE(has(v.order_key, "executed txn 1 (kv, c0) piece 0 (order key 1:20.0) before txn 4 (kv, c0) piece 0 "
+                               "(order key 1:15.0)"))
+      << all(v);
+}
+
+TEST(HistoryCheck, OrderKeysOfReadsCommutativeAndDeferredPiecesAreExempt) {
+  Scenario s;
+  // Txns 1 and 2 only read x (a read and a read do not conflict); 3's log append commutes with everything.
+  auto read = [](uint32_t id, const std::string& k) {
+    Piece p = add(id, 0, k, 0);
+    p.clear_write_keys();
+    return p;
+  };
+  s.txn(1, {read(0, "x")});
+  s.txn(2, {read(0, "x")});
+  s.txn(3, {add(0, 0, "", 1, /*commutative=*/true)});
+  s.txn(4, {add(0, 0, "y", 1)});
+  s.txn(5, {add(0, 0, "y", 1), add(1, 0, "", 1, /*commutative=*/true)});
+  s.order(0, {1, 2, 3, 4, 5});
+  key(s, 0, 1, 0, 20);
+  key(s, 0, 2, 0, 10);
+  key(s, 0, 3, 0, 30);
+  key(s, 0, 4, 0, 40);
+  key(s, 0, 5, 0, 50);
+  for (uint32_t r = 0; r < Scenario::kReplicas; ++r)
+    for (auto& e : s.history(0, r))
+      if (e.txn == 5 && e.piece == 1) e.key = order_key(0, 1, 0);  // the commutative piece, out of order
+  EXPECT_TRUE(s.check().ok()) << all(s.check());
+  // A write of x after them with a key between theirs: caught against the larger read.
+  s.txn(6, {add(0, 0, "x", 1)});
+  s.order(0, {1, 2, 3, 4, 5, 6});
+  key(s, 0, 1, 0, 20);
+  key(s, 0, 2, 0, 10);
+  key(s, 0, 6, 0, 15);
+  HistoryVerdict v = s.check();
+  ASSERT_EQ(v.order_key.size(), 3u) << all(v);
+  EXPECT_TRUE(has(v.order_key, "executed txn 1 (kv, c0) piece 0 (order key 0:20.0) before txn 6")) << all(v);
+  // Deferred, the same write is exempt from (f) ((c) flags a deferred piece that does not commute).
+  for (uint32_t r = 0; r < Scenario::kReplicas; ++r) s.history(0, r).back().deferred = true;
+  EXPECT_TRUE(s.check().order_key.empty()) << all(s.check());
 }
 
 namespace {

@@ -186,3 +186,9 @@ def test_a_process_of_several_nodes_is_blamed_once_for_its_own_facts(tmp_path):
     assert sum("still busy when its 10 s drain ran out" in x for x in lines) == 1, lines
     assert "[run] s0.0.0 (process srv0.0): dropped 4 message(s) to servers" in lines
     assert "[run] s0.0.2 (process srv0.0): rejected 1 message(s) (bad message)" in lines
+
+
+def test_the_realtime_margin_option_is_checked_before_anything(tmp_path, capsys):
+    assert checker.main([str(tmp_path), "--realtime-margin-ms", "-1"]) == 2
+    assert "--realtime-margin-ms -1: must be in [0, 60000]" in capsys.readouterr().err
+    assert checker.main([str(tmp_path), "--realtime-margin-ms", "x"]) == 2

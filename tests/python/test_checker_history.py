@@ -3,6 +3,7 @@ planted faults must be caught with their reason printed. Plus unit tests of the 
 import csv
 import gzip
 import json
+from collections import Counter
 import os
 import shutil
 import subprocess
@@ -66,36 +67,134 @@ def test_conflict_graph_orders_only_conflicting_pieces_and_skips_commutative_one
     assert "does not commute" in histories.conflict_graph(data)[1][0]
 
 
-def test_realtime_flags_an_execution_before_a_conflicting_transaction_answered_before_it_was_issued():
+def _rt_data(pieces: dict, history: list, times: dict, sessions=None, clock="monotonic") -> histories.RunData:
+    """Shard 0, one replica r0 executing `history` (txn ids, piece 0 each); pieces: txn -> (reads, writes)."""
     P = histories.Piece
-    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, ("x",), ("x",))}, frozenset()) for t in (1, 2, 3)}
-    txns[4] = histories.Txn(4, "c", True, "", {0: P(0, ("y",), ("y",))}, frozenset())   # conflicts with none
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, *rw)}, frozenset()) for t, rw in pieces.items()}
+    return histories.RunData(txns=txns, replicas={0: ["r0"]}, histories={"r0": [(t, 0, False) for t in history]},
+                             times=times, sessions=sessions or {}, clock=clock, clocks={"c": "boot-a"})
+
+
+def test_realtime_flags_an_execution_before_a_conflicting_transaction_answered_before_it_was_issued():
+    x, y = ("x",), ("y",)
     # 2 executed before 1 on shard 0, although 1 was answered (at 5 ms) before 2 was issued (at 20 ms)
-    data = histories.RunData(txns=txns, replicas={0: ["r0"]},
-                             histories={"r0": [(2, 0, False), (1, 0, False), (3, 0, False), (4, 0, False)]},
-                             times={1: (1_000, 5_000), 2: (20_000, 30_000), 3: (25_000, 40_000), 4: (0, 1_000)},
-                             clocks={"c": "boot-a"})
+    data = _rt_data({1: (x, x), 2: (x, x), 3: (x, x), 4: (y, y)}, [2, 1, 3, 4],
+                    {1: (1_000, 5_000), 2: (20_000, 30_000), 3: (25_000, 40_000), 4: (0, 1_000)})
     adj, _ = histories.conflict_graph(data)
     assert histories.check_serializability(data, adj, [])[0] == []   # serializable: 2, 1, 3
-    v = histories.check_realtime(data, adj)
-    assert v == ["txn 1 (?, c) was answered at 5.000 ms, 15.000 ms before txn 2 (?, c) was issued, yet executed "
-                 "after it [shard 0, x]"]
-    # overlapping in time (2 issued before 1's answer): either order is fine
+    counts = Counter()
+    v = histories.check_realtime(data, adj, counts=counts)
+    assert v == ["G0-realtime: txn 1 (?, c) -realtime (answered at 5.000 ms, 15.000 ms before the next was issued)-> "
+                 "txn 2 (?, c) -ww [shard 0, x]-> txn 1"], v
+    assert counts == {"G0-realtime": 1}
+    # overlapping in time (2 issued before 1's answer): either order is fine; a margin widens the overlap
     data.times[2] = (4_999, 30_000)
     assert histories.check_realtime(data, adj) == []
     data.times[2] = (5_001, 30_000)
     assert len(histories.check_realtime(data, adj)) == 1
+    assert histories.check_realtime(data, adj, margin_us=2) == []
     data.times[2] = (20_000, 30_000)
-    data.histories["r0"] = [(1, 0, False), (2, 0, False), (3, 0, False)]
+    data.histories["r0"] = [(t, 0, False) for t in (1, 2, 3)]
     data._ordered.clear()
     assert histories.check_realtime(data, histories.conflict_graph(data)[0]) == []
-    # no common clock: skipped, not passed
-    data.clocks = {"c": "boot-a", "d": "boot-b"}
-    with pytest.raises(histories.Skip, match="2 kernels"):
+    # not held to it: a protocol that declares serializability only; no common clock; a cycle already
+    assert histories.check_realtime(data, adj, guarantee="serializable") == []   # session order only
+    with pytest.raises(histories.Skip, match="declares linearizable"):
+        histories.check_realtime(data, adj, guarantee="linearizable")
+    data.clock = ""
+    with pytest.raises(histories.Skip, match="no common clock"):
         histories.check_realtime(data, adj)
-    data.clocks = {"c": ""}
-    with pytest.raises(histories.Skip, match="did not record their clock"):
-        histories.check_realtime(data, adj)
+    data.clock = "monotonic"
+    with pytest.raises(histories.Skip, match="cycle already"):
+        histories.check_realtime(data, {1: {2: (0, "x")}, 2: {1: (0, "x")}})
+
+
+def test_realtime_finds_inversions_reached_only_through_a_chain_of_conflicts():
+    """1 answered before 3 was issued; they share no key, but 3 -> 2 (on y) and 2 -> 1 (on x) put 3 first:
+    a one-edge-deep check sees nothing, the cycle search finds it (G2: both conflicts are reads before writes)."""
+    x, y = ("x",), ("y",)
+    data = _rt_data({1: ((), x), 2: (x, y), 3: (y, ())}, [3, 2, 1],
+                    {1: (0, 1_000), 2: (500, 9_000), 3: (2_000, 3_000)})
+    adj, _ = histories.conflict_graph(data)
+    assert 3 not in adj.get(1, {}) and 1 not in adj.get(3, {})
+    counts = Counter()
+    v = histories.check_realtime(data, adj, counts=counts)
+    assert v == ["G2-realtime: txn 1 (?, c) -realtime (answered at 1.000 ms, 1.000 ms before the next was issued)-> "
+                 "txn 3 (?, c) -rw [shard 0, y]-> txn 2 (?, c) -rw [shard 0, x]-> txn 1 (one component of 3 "
+                 "transactions)"], v
+    assert counts == {"G2-realtime": 1}
+
+
+def test_session_order_is_checked_where_clocks_cannot_order_two_transactions():
+    """Across hosts (wall clocks, a 10 ms margin) real time cannot order two transactions 1 ms apart, but one
+    coordinator issued them one after the other: its session order still does."""
+    x = ("x",)
+    data = _rt_data({1: (x, x), 2: (x, x)}, [2, 1], {1: (0, 1_000), 2: (2_000, 3_000)},
+                    sessions={1: ("c", 0), 2: ("c", 0)}, clock="wall")
+    adj, _ = histories.conflict_graph(data)
+    counts = Counter()
+    v = histories.check_realtime(data, adj, counts=counts)
+    assert v == ["G0-process: txn 1 (?, c) -so [c session 0]-> txn 2 (?, c) -ww [shard 0, x]-> txn 1"], v
+    assert histories.check_realtime(data, adj, guarantee="serializable") == v   # held to session order too
+    data.clock = ""
+    assert histories.check_realtime(data, adj, guarantee="serializable") == v   # which needs no clock
+    data.clock = "wall"
+    data.sessions[2] = ("c", 1)   # another coordinator: within the margin, either order is fine
+    assert histories.check_realtime(data, adj) == []
+    assert histories.realtime_margin(data) == histories.WALL_MARGIN_US
+
+
+def test_the_clock_is_the_kernels_monotonic_one_else_the_wall_clock():
+    data = histories.RunData(clocks={"a": "k1", "b": "k1"})
+    histories._common_clock(data, {"a": (100, 5_000), "b": (200, 6_000)}, {"a": {1: (10, 20)}, "b": {2: (1, 2)}})
+    assert data.clock == "monotonic" and data.times == {1: (110, 120), 2: (201, 202)}
+    data = histories.RunData(clocks={"a": "k1", "b": "k2"})
+    histories._common_clock(data, {"a": (100, 5_000), "b": (200, 6_000)}, {"a": {1: (10, 20)}, "b": {2: (1, 2)}})
+    assert data.clock == "wall" and data.times == {1: (5_010, 5_020), 2: (6_001, 6_002)}
+    data = histories.RunData(clocks={"a": "k1", "b": "k2"})
+    histories._common_clock(data, {"a": (100, 5_000), "b": (200, None)}, {"a": {1: (10, 20)}, "b": {2: (1, 2)}})
+    assert data.clock == "" and data.times == {}
+
+
+def test_protocol_order_holds_conflicting_pieces_to_their_declared_keys():
+    P = histories.Piece
+    pieces = {1: ((), ("x",)), 2: (("x",), ()), 3: (("x",), ()), 4: ((), ("x",)), 5: ((), ("z",))}
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, *rw)}, frozenset()) for t, rw in pieces.items()}
+    data = histories.RunData(txns=txns, replicas={0: ["r0"]},
+                             histories={"r0": [(t, 0, False) for t in (1, 3, 2, 4, 5)]},
+                             order_keys={"r0": {0: (0, 1, 0), 1: (0, 3, 0), 2: (0, 2, 0), 3: (0, 4, 0),
+                                                4: (0, 0, 9)}})
+    # reads 3 and 2 out of key order (reads commute), z unrelated: in order
+    assert histories.check_protocol_order(data) == []
+    data.order_keys["r0"][3] = (0, 2, 5)   # the write 4 ran after the read 3, which the protocol ordered after it
+    v = histories.check_protocol_order(data)
+    assert v == ["r0: txn 4 (?, c) piece 0 (key 0:2.5) ran after txn 3 (?, c) piece 0 (key 0:3.0), a conflicting "
+                 "piece the protocol ordered after it [x]"], v
+    data.order_keys["r0"][3] = (1, 2, 5)   # another domain: not compared
+    assert histories.check_protocol_order(data) == []
+    data.order_keys["r0"][3] = (0, 2, 5)
+    txns[4].commutative = frozenset({0})   # a commutative piece's place does not matter
+    data._commutative = None
+    assert histories.check_protocol_order(data) == []
+    txns[4].commutative = frozenset()
+    data._commutative = None
+    data.histories["r0"][3] = (4, 0, True)   # nor does a deferred one's
+    assert histories.check_protocol_order(data) == []
+    data.order_keys = {"r0": {}}
+    with pytest.raises(histories.Skip, match="no history carries"):
+        histories.check_protocol_order(data)
+
+
+def test_history_lines_carry_order_keys(tmp_path):
+    f = tmp_path / "r.history.txt"
+    f.write_text("# txn-history v1 node=r shard=0\n5 0-2 k=3:17.4\n6 1 d k=0:2.0\n7 0\n# end events=5 lines=3\n")
+    keys = {}
+    assert histories.read_history(f, 5, keys) == [(5, 0, False), (5, 1, False), (5, 2, False), (6, 1, True),
+                                                   (7, 0, False)]
+    assert keys == {0: (3, 17, 4), 1: (3, 17, 4), 2: (3, 17, 4), 3: (0, 2, 0)}
+    f.write_text("# txn-history v1 node=r shard=0\n5 0 k=3:x.4\n# end events=1 lines=1\n")
+    with pytest.raises(histories.Unreadable, match="bad order key"):
+        histories.read_history(f)
 
 
 def _order_data(r0: list, r1: list) -> histories.RunData:
@@ -168,13 +267,23 @@ def test_history_reader_detects_truncation_and_bad_lines(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    """A short 2 x 2 TPC-C run with districts drawn per transaction (district conflicts at any load)."""
+    """A short 2 x 2 TPC-C run of Janus (it declares strict serializability: the real-time check holds it to real
+    time) with districts drawn per transaction (district conflicts at any load)."""
+    return _short_run(tmp_path_factory, "janus", 25500)
+
+
+@pytest.fixture(scope="module")
+def dast_run(tmp_path_factory):
+    """The same run of DAST, whose histories carry its timestamps as order keys."""
+    return _short_run(tmp_path_factory, "dast", 25600)
+
+
+def _short_run(tmp_path_factory, mode, port):
     if not all(os.access(b, os.X_OK) for b in BINARIES):
         pytest.skip("binaries not built")
-    d = deploy.build_deployment(regions=2, shards=2, concurrency=3, duration=6, warmup=1, cooldown=1,
-                                district="uniform", base_port=25500)
-    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "hist", out_root=tmp_path_factory.mktemp("runs"))
-    return res
+    d = deploy.build_deployment(mode=mode, regions=2, shards=2, concurrency=3, duration=6, warmup=1, cooldown=1,
+                                district="uniform", base_port=port)
+    return LocalRunner(build_dir=BUILD, progress=False).run(d, "hist", out_root=tmp_path_factory.mktemp("runs"))
 
 
 def copy_run(real_run, tmp_path) -> Path:
@@ -232,7 +341,7 @@ def _conflicting_neighbours(data, header, body):
     def piece_keys(line):
         f = line.split()
         t = data.txns.get(int(f[0]))
-        if t is None or len(f) == 3:
+        if t is None or "d" in f[2:]:   # a deferred piece
             return None
         ps = [t.pieces[p] for p in histories._ids(f[1], "") if p not in t.commutative]
         return int(f[0]), {k for p in ps for k in p.reads}, {k for p in ps for k in p.writes}
@@ -241,6 +350,17 @@ def _conflicting_neighbours(data, header, body):
         if a and b and a[0] != b[0] and (a[2] & (b[1] | b[2]) or b[2] & (a[1] | a[2])):
             return i, a[0], b[0]
     raise AssertionError("no two adjacent conflicting transactions in the history")
+
+
+def _swap_alike(run, nodes, body, i):
+    """History lines i + 1 moved just before line i at every replica of `nodes` (the same mistake made alike);
+    the checker's CLI on the run."""
+    for node in nodes:
+        h, b = history_lines(run, node)
+        second = b.pop(b.index(body[i + 1]))
+        b.insert(b.index(body[i]), second)
+        write_history(run, node, h, b)
+    return run_cli(run)
 
 
 @needs_build
@@ -282,18 +402,37 @@ def test_a_pair_swapped_alike_at_every_replica_against_real_time_is_caught(real_
             break
     else:
         pytest.fail("no adjacent conflicting pair ordered in real time on shard 1")
-    for node in nodes:   # the second moved just before the first, at every replica
-        h, b = history_lines(run, node)
-        second = b.pop(b.index(body[i + 1]))
-        b.insert(b.index(body[i]), second)
-        write_history(run, node, h, b)
-    p = run_cli(run)
+    p = _swap_alike(run, nodes, body, i)
     assert p.returncode == 1, p.stdout + p.stderr
     res = json.loads((run / "check.json").read_text())
     assert res["checks"]["order"]["verdict"] == "pass"
     assert res["checks"]["realtime"]["verdict"] == "fail", res["checks"]
     line = next(x for x in p.stdout.splitlines() if x.startswith("[realtime]"))
-    assert line.startswith(f"[realtime] txn {t1} ") and f"before txn {t2} " in line and "[shard 1, " in line, line
+    # closed by real time, or by the session when one coordinator ran both (the more specific, found first)
+    assert line.startswith("[realtime] G") and ("-realtime: " in line or "-process: " in line), line
+    assert f"txn {t1} " in line and f"txn {t2} " in line and "[shard 1, " in line, line
+    assert "-realtime (answered at " in line or "-so [" in line, line
+    assert any(k.endswith(("-realtime", "-process")) for k in res["anomaly_classes"]), res["anomaly_classes"]
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_pair_swapped_alike_at_every_replica_against_the_protocols_timestamps_is_caught(dast_run, tmp_path):
+    """DAST (serializable only: real time is not held against it) with two adjacent conflicting transactions run
+    in the other order at every replica of a shard, their keys kept: (f) sees the timestamps out of order."""
+    assert dast_run.check["verdict"] == "CONSISTENT", dast_run.check["violations"][:5]
+    assert dast_run.check["checks"]["protocol_order"]["verdict"] == "pass"
+    run = copy_run(dast_run, tmp_path)
+    data = load(run)
+    nodes = sorted(data.replicas[1])
+    header, body = history_lines(run, nodes[0])
+    i, t1, t2 = _conflicting_neighbours(data, header, body)
+    p = _swap_alike(run, nodes, body, i)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads((run / "check.json").read_text())
+    assert res["checks"]["order"]["verdict"] == "pass" and res["checks"]["protocol_order"]["verdict"] == "fail"
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[protocol_order]"))
+    assert f"txn {t1} " in line and f"txn {t2} " in line and "the protocol ordered after it" in line, line
 
 
 @needs_build
@@ -304,7 +443,8 @@ def test_transaction_missing_at_one_shard_is_caught(real_run, tmp_path):
     header, body = history_lines(run, node)
     data = load(run)
     k = next(i for i, x in enumerate(body)
-             if len(x.split()) == 2 and data.txns.get(int(x.split()[0])) and len(data.txns[int(x.split()[0])].shards()) > 1)
+             if "d" not in x.split()[2:] and data.txns.get(int(x.split()[0]))
+             and len(data.txns[int(x.split()[0])].shards()) > 1)
     txn = int(body[k].split()[0])
     body = [x for x in body if int(x.split()[0]) != txn]
     write_history(run, node, header, body)
@@ -338,8 +478,8 @@ def test_wrong_output_in_a_client_record_is_caught(real_run, tmp_path):
 
 @needs_build
 @pytest.mark.slow
-def test_run_health_and_truncation(real_run, tmp_path):
-    run = copy_run(real_run, tmp_path)
+def test_run_health_and_truncation(dast_run, tmp_path):
+    run = copy_run(dast_run, tmp_path)   # DAST: its region managers (m0, m1) write dumps too
     dump_file = run / "servers" / "m1.state.json"
     dump = json.loads(dump_file.read_text())
     dump["process"].update(dropped_messages=3, drain_timed_out=True)

@@ -30,7 +30,7 @@ def records(tput, committed=True, given_up=0):
 
 def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, start="2024-01-01T00:00:00",
              status="ok", error=None, check_code=0, clients=None, tput=100.0, committed=None, series="",
-             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0):
+             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0, meta_extra=None):
     """A run folder as the runner leaves it, its summary.json derived from its records; clients: {name: [record
     tuples]}, default: records() of tput (committed=0: none committed)."""
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
@@ -49,6 +49,7 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
         meta["error"] = error
     if busy is not None:
         meta["machine_cpu"] = {"busy_pct": busy, "steal_pct": 0.1}
+    meta.update(meta_extra or {})
     (d / "meta.json").write_text(json.dumps(meta))
     if status == "ok":
         results.summarize_run(d)

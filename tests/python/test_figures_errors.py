@@ -12,7 +12,7 @@ from testbed.analysis import figures
 from test_figures import make_run, manifest
 
 REPO = Path(__file__).resolve().parents[2]
-NAMES = "n_clients, crt_ratio, tpca, scalability, robust (or exp1..exp5)"
+NAMES = "n_clients, crt_ratio, tpca, scalability, robust, faults (or exp1..exp6)"
 
 
 def written(root: Path) -> list[str]:

@@ -267,8 +267,8 @@ def test_malformed_ops_or_outputs_are_unreadable():
 # ---- the checker's hook --------------------------------------------------------------------------------------
 
 def test_the_checker_runs_it_after_realtime_and_names_the_classes(tmp_path, monkeypatch):
-    assert checker.CHECKS.index("anomalies") == checker.CHECKS.index("realtime") + 1 == \
-        checker.CHECKS.index("replay") - 1
+    assert checker.CHECKS.index("anomalies") == checker.CHECKS.index("realtime") + 2 == \
+        checker.CHECKS.index("protocol_order") + 1 == checker.CHECKS.index("replay") - 1
     txns, lists = serial([(1, ["a l0 11", "r l1"], True), (2, ["r l0", "a l1 21"], True)])
     txns[1] = txn(1, ["a l0 11", "r l1"], outputs={"r1_0": "1:21"})   # G1c, as above
     data = histories.RunData(txns=txns)
@@ -323,3 +323,33 @@ def test_fifty_thousand_transactions_are_checked_in_seconds():
     took = time.monotonic() - t0
     assert "incompatible-order" in res.counts and any(c in res.counts for c in ("G0", "G1c", "G-single", "G2"))
     assert took < 10, took
+
+
+def test_real_time_and_session_order_close_cycles_the_data_alone_does_not():
+    """2 read l0 empty, though 1 had appended to it and been answered before 2 was issued: serializable (2, 1),
+    not strictly: G-single-realtime. With wall clocks and a margin wider than the gap, only the session closes it
+    (the same coordinator ran both): G-single-process; in different sessions nothing does."""
+    txns = {1: txn(1, ["a l0 11"]), 2: txn(2, ["r l0"], outputs={"r0_0": "0"})}
+    lists = {"l0": [11]}
+    data = histories.RunData(txns=txns, times={1: (0, 1_000), 2: (2_000, 3_000)}, clock="monotonic",
+                             sessions={1: ("c", 0), 2: ("c", 1)})
+    res = listappend.analyze(data, dumps_of(lists))
+    assert res.counts == {"G-single-realtime": 1}, res.lines
+    assert res.lines == ["G-single-realtime: txn 1 (append, c1.0.0) -realtime (answered at 1.000 ms, 1.000 ms before "
+                         "the next was issued)-> txn 2 (append, c2.0.0) -rw l0-> txn 1"]
+    assert listappend.analyze(data, dumps_of(lists), strict=False).lines == []
+    data.clock = "wall"   # margin 10 ms > the 1 ms gap
+    assert listappend.analyze(data, dumps_of(lists)).lines == []
+    data.sessions[2] = ("c", 0)
+    res = listappend.analyze(data, dumps_of(lists))
+    assert res.counts == {"G-single-process": 1}, res.lines
+    assert "-so c session 0->" in res.lines[0]
+    assert listappend.analyze(data, dumps_of(lists), strict=False).counts == {"G-single-process": 1}
+
+
+def test_a_data_cycle_is_reported_once_not_again_with_real_time():
+    txns, lists = serial([(1, ["a l0 11", "r l1"], True), (2, ["r l0", "a l1 21"], True)])
+    txns[1] = txn(1, ["a l0 11", "r l1"], outputs={"r1_0": "1:21"})   # G1c
+    data = histories.RunData(txns=txns, times={1: (0, 1_000), 2: (2_000, 3_000)}, clock="monotonic")
+    res = listappend.analyze(data, dumps_of(lists))
+    assert res.counts == {"G1c": 1}, res.lines

@@ -126,6 +126,21 @@ def test_parse_accepts_what_the_format_documents():
         protocols.parse(bad)
 
 
+def test_guarantee_and_order_key_are_read_and_default_when_absent():
+    doc = json.loads(json.dumps(FAKE_REGISTRY))
+    for p in doc["protocols"]:
+        p.pop("guarantee", None)
+        p.pop("order_key", None)
+    alpha = protocols.parse(doc).get("alpha")
+    assert (alpha.guarantee, alpha.order_key) == ("serializable", "")
+    doc["protocols"][0].update(guarantee="strict_serializable", order_key="the txn's timestamp; one domain")
+    alpha = protocols.parse(doc).get("alpha")
+    assert (alpha.guarantee, alpha.order_key) == ("strict_serializable", "the txn's timestamp; one domain")
+    doc["protocols"][0]["guarantee"] = "linearizable"
+    with pytest.raises(ValueError, match="alpha: guarantee 'linearizable' unknown"):
+        protocols.parse(doc)
+
+
 @pytest.mark.skipif(not os.access(SERVER, os.X_OK), reason="build/txn-server not built (run `make build`)")
 def test_the_real_binary_publishes_its_registry(monkeypatch):
     monkeypatch.delenv("TXN_SERVER", raising=False)
@@ -136,5 +151,8 @@ def test_the_real_binary_publishes_its_registry(monkeypatch):
     assert [(r.name, r.placement) for r in dast.roles] == [("manager", "per_region")]
     assert dast.defaults()["defer_commutative"] is True and dast.option("ewma_alpha").max == 1.0
     assert all(o.help for o in dast.options)
+    assert dast.guarantee == "serializable" and "timestamp" in dast.order_key   # its paper claims no more
+    assert reg.get("janus").guarantee == "strict_serializable"
+    assert reg.get("tapir").order_key == ""
     bad = subprocess.run([str(SERVER), "--json"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--json goes with --list-modes" in bad.stderr

@@ -42,4 +42,20 @@ constexpr bool kDecideOnMajority = true;    // the coordinator decides on 2 of 3
 constexpr bool kDecideOnMajority = false;
 #endif
 
+// Added for issue 30 (tests/mutants/README.md, "New mutants"). pass_undecided: a race every replica makes alike
+// (an IRT runs above a CRT whose decision has not come; if the decision lands below the IRT, the CRT runs after
+// it): serializable, in another order than the timestamps, seen by the order-key check. reply_on_home_result: the
+// client is answered before every shard has executed (the outputs it gets lack the other shards').
+#ifdef DAST_MUTANT_PASS_UNDECIDED
+constexpr bool kPassUndecided = true;       // the queue's first decided entry executes past undecided CRTs below it
+#else
+constexpr bool kPassUndecided = false;
+#endif
+
+#ifdef DAST_MUTANT_REPLY_ON_HOME_RESULT
+constexpr bool kReplyOnHomeResult = true;   // the coordinator answers once the home shard's result is in
+#else
+constexpr bool kReplyOnHomeResult = false;
+#endif
+
 }  // namespace txn::dast::mutant

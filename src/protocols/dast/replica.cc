@@ -415,7 +415,7 @@ void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   Coord& c = it->second;
   const uint32_t majority = mutant::kOneAck ? 1 : d_.replicas / 2 + 1;
   for (uint32_t s : c.shape.shards) {
-    if (!c.results.count(s)) return;
+    if (!c.results.count(s) && !(mutant::kReplyOnHomeResult && s != c.txn.home_shard())) return;
     if (c.phase == Phase::Irt && c.acks[s] < majority) return;
   }
   if (c.phase == Phase::Preparing) return;
@@ -612,7 +612,10 @@ void Site::ask_clocks(Env& env, const Ts& t) {
 void Site::try_execute(Env& env) {
   serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
   while (!queue_.empty()) {
-    Entry& e = entries_.at(queue_.begin()->second);
+    auto head = queue_.begin();
+    if (mutant::kPassUndecided) while (head != queue_.end() && entries_.at(head->second).phase == Phase::Undecided) ++head;
+    if (head == queue_.end()) return;
+    Entry& e = entries_.at(head->second);
     if (e.phase == Phase::Undecided) {
       wake_when_past(env, e.ts);
       return;
@@ -634,6 +637,13 @@ void Site::try_execute(Env& env) {
   }
 }
 
+// The order key DAST executes by (docs/protocols/dast.md): the transaction's timestamp at this replica, an IRT's
+// as its handler issued it, a CRT's decision; one domain for all. (The queue breaks a tie in (t, c) by the issuing
+// site and the txn id; the key leaves ties unordered.)
+static OrderKey exec_key(const Ts& ts) {
+  return order_key(0, static_cast<uint64_t>(ts.t), static_cast<uint64_t>(ts.c));
+}
+
 bool Site::run_pieces(Env& env, Entry& e) {
   for (const auto& p : e.txn.pieces()) {
     if (p.shard() != me_.shard || e.done.count(p.id())) continue;
@@ -646,7 +656,7 @@ bool Site::run_pieces(Env& env, Entry& e) {
       continue;
     }
     try {
-      exec_.execute(e.txn.txn_id(), p, *in, &out, e.phase == Phase::Deferred);
+      exec_.execute(e.txn.txn_id(), p, *in, &out, e.phase == Phase::Deferred, exec_key(e.ts));
     } catch (const BadMessage& err) {
       // Deterministic on every replica: the piece is skipped everywhere.
       env.log("txn " + str(e.txn.txn_id()) + " piece " + str(p.id()) + ": " + err.what());

@@ -16,6 +16,8 @@ ProtocolSpec spec() {
   p.name = "dast";
   p.summary = "decentralized anticipate-and-stretch: IRTs order below every undecided CRT and never wait for one";
   p.min_regions = 1;
+  p.guarantee = "serializable";  // the paper claims serializability; real time is not kept (docs/protocols/dast.md)
+  p.order_key = "the transaction's timestamp (t, c): an IRT's as its handler issued it, a CRT's decision; one domain";
   p.roles = {{kManagerRole, "m", Placement::PerRegion, 1,
               "anticipates a CRT's timestamp for its region and fans the CRT out to the region's sites",
               [](const Deployment& d, NodeId id) -> std::unique_ptr<Node> { return std::make_unique<Manager>(d, id); }}};

@@ -125,6 +125,7 @@ class Coordinator : public RoleContext {
     std::vector<::janus::Dep> deps;  // the union of the replies: committed (fast) or accepted (slow)
     std::set<uint32_t> results;  // shards whose output replica reported
     Vars outputs;
+    bool answered = false;       // the client has its reply (once every shard reported; see mutant.h)
   };
   static void set_phase(Coord& c, Phase to);
   void maybe_decide(Env& env, Coord& c);

@@ -36,4 +36,19 @@ constexpr bool kNoDependencyWait = true;   // a transaction runs once its compon
 constexpr bool kNoDependencyWait = false;
 #endif
 
+// Added for issue 30 (tests/mutants/README.md, "New mutants"). component_order_descending: every replica runs a
+// component's members by descending id, one serializable order but not Janus's (only the order-key check sees it).
+// reply_on_first_result: the client is answered before every shard has executed.
+#ifdef JANUS_MUTANT_COMPONENT_ORDER_DESCENDING
+constexpr bool kComponentOrderDescending = true;  // members of a component run by descending id, at every replica
+#else
+constexpr bool kComponentOrderDescending = false;
+#endif
+
+#ifdef JANUS_MUTANT_REPLY_ON_FIRST_RESULT
+constexpr bool kReplyOnFirstResult = true;  // the coordinator answers on the first shard's result, not on all
+#else
+constexpr bool kReplyOnFirstResult = false;
+#endif
+
 }  // namespace txn::janus::mutant

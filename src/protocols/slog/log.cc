@@ -191,6 +191,9 @@ ProtocolSpec spec() {
   p.summary = "local logs per region for single-home txns, a global log over 3 regions for multi-home ones; "
               "deterministic execution in log order";
   p.min_regions = 3;
+  p.guarantee = "serializable";  // the paper's SLOG is strict; this build is not (docs/protocols/slog.md)
+  p.order_key = "the entry's position in its region's local log (batch, index), multi-home entries there in "
+                "global order; one domain per region";
   p.roles = {
       {kOrderer, "o", Placement::PerRegion, 1, "appends the region's local log, cuts it into batches, delivers them",
        [](const Deployment& d, NodeId id) -> std::unique_ptr<Node> { return std::make_unique<Orderer>(d, id); }},

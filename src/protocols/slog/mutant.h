@@ -24,4 +24,19 @@ constexpr bool kSwappedGlobalOrder = true; // the global log swaps consecutive i
 constexpr bool kSwappedGlobalOrder = false;
 #endif
 
+// Added for issue 30 (tests/mutants/README.md, "New mutants"). multi_home_jumps_log: a multi-home entry runs
+// without waiting its turn in the local log, past earlier conflicting entries (seen by the order-key check: the
+// local-log position is SLOG's key). reply_on_first_result: the client is answered before every shard executed.
+#ifdef SLOG_MUTANT_MULTI_HOME_JUMPS_LOG
+constexpr bool kMultiHomeJumpsLog = true;  // a multi-home entry waits for no earlier entry here (ordered globally)
+#else
+constexpr bool kMultiHomeJumpsLog = false;
+#endif
+
+#ifdef SLOG_MUTANT_REPLY_ON_FIRST_RESULT
+constexpr bool kReplyOnFirstResult = true; // the handler answers on the first shard's result, not on all
+#else
+constexpr bool kReplyOnFirstResult = false;
+#endif
+
 }  // namespace txn::slog::mutant

@@ -117,13 +117,17 @@ void Handler::on_piece_result(Env& env, const ::slog::PieceResult& m) {
     throw BadMessage("PieceResult for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + ", which it does not touch");
   for (const auto& [k, v] : m.vars()) c.outputs[k] = v;
   c.results.insert(m.shard());
-  if (c.results.size() < c.shards.size()) return;
-  Envelope e;
-  e.mutable_reply()->set_txn_id(m.txn_id());
-  e.mutable_reply()->set_committed(true);
-  *e.mutable_reply()->mutable_outputs() = c.outputs;
-  env.send(c.client, std::move(e));
-  coords_.erase(it);
+  const bool all = c.results.size() == c.shards.size();
+  if (!all && (!mutant::kReplyOnFirstResult || c.answered)) return;
+  if (!c.answered) {
+    Envelope e;
+    e.mutable_reply()->set_txn_id(m.txn_id());
+    e.mutable_reply()->set_committed(true);
+    *e.mutable_reply()->mutable_outputs() = c.outputs;
+    env.send(c.client, std::move(e));
+    c.answered = true;
+  }
+  if (all) coords_.erase(it);
 }
 
 // ---- replica: the local log ------------------------------------------------------------
@@ -143,10 +147,11 @@ void Site::on_batch(Env& env, const ::slog::Batch& m) {
       ++n_batches_;
       n_batch_entries_ += it->second.entries_size();
     }
+    const ::slog::Batch& b = it->second;
     if (mutant::kReversedBatches && me_.replica == 1) {
-      for (int i = it->second.entries_size() - 1; i >= 0; --i) append(env, it->second.entries(i));
+      for (int i = b.entries_size() - 1; i >= 0; --i) append(env, b.entries(i), b.batch(), static_cast<uint64_t>(i));
     } else {
-      for (const auto& e : it->second.entries()) append(env, e);
+      for (int i = 0; i < b.entries_size(); ++i) append(env, b.entries(i), b.batch(), static_cast<uint64_t>(i));
     }
     early_.erase(it);
     ++next_batch_;
@@ -154,10 +159,15 @@ void Site::on_batch(Env& env, const ::slog::Batch& m) {
   try_execute(env);
 }
 
-void Site::append(Env& env, const ::slog::Entry& e) {
+// The order key (docs/protocols/slog.md): the entry's position in its region's local log, the one order every
+// shard of the region executes conflicting pieces in (multi-home entries sit there in global order); one domain
+// per region, as a shard only ever sees its own region's log.
+void Site::append(Env& env, const ::slog::Entry& e, uint64_t batch, uint64_t index) {
   (void)env;
   Pending p;
   p.txn = e.txn();
+  p.key = order_key(me_.region, batch, index);
+  p.multi_home = e.multi_home();
   for (const auto& piece : p.txn.pieces()) {
     if (piece.shard() != me_.shard) continue;
     p.reads.insert(piece.read_keys().begin(), piece.read_keys().end());
@@ -178,6 +188,7 @@ void Site::append(Env& env, const ::slog::Entry& e) {
 
 bool Site::conflicts(const Pending& later, const Pending& earlier) const {
   if (mutant::kNoConflictWait) return false;
+  if (mutant::kMultiHomeJumpsLog && later.multi_home) return false;  // "the global log ordered it already"
   return intersects(later.writes, earlier.writes) || intersects(later.writes, earlier.reads) ||
          intersects(later.reads, earlier.writes);
 }
@@ -244,7 +255,7 @@ bool Site::run_pieces(Env& env, Pending& pend) {
         continue;  // waits for a value from another shard (or from a later piece here)
       }
       try {
-        exec_.execute(t.txn_id(), p, *in, &out);
+        exec_.execute(t.txn_id(), p, *in, &out, false, pend.key);
       } catch (const BadMessage& err) {
         env.log("txn " + str(t.txn_id()) + " piece " + str(p.id()) + ": " + err.what());  // alike on every replica
       }

@@ -62,9 +62,11 @@ class Site : public RoleContext {
     Phase phase = Phase::Logged;
     std::set<uint32_t> done;           // executed piece ids
     std::set<std::string> reads, writes;  // conflict keys of its pieces here
+    OrderKey key;                      // its local-log position: (region, batch, index in the batch)
+    bool multi_home = false;
   };
   static void set_phase(Pending& p, Phase to);
-  void append(Env& env, const ::slog::Entry& e);
+  void append(Env& env, const ::slog::Entry& e, uint64_t batch, uint64_t index);
   void try_execute(Env& env);
   bool conflicts(const Pending& later, const Pending& earlier) const;
   bool run_pieces(Env& env, Pending& p);  // true once every piece here has executed
@@ -95,6 +97,7 @@ class Handler : public RoleContext {
     std::vector<uint32_t> shards;
     std::set<uint32_t> results;
     Vars outputs;
+    bool answered = false;  // the client has its reply (once every shard reported; see mutant.h)
   };
   std::unordered_map<TxnId, Coord> coords_;
   int64_t n_global_ = 0;

@@ -30,4 +30,20 @@ constexpr bool kUnappliedNotHeld = true;   // a committed transaction not prepar
 constexpr bool kUnappliedNotHeld = false;
 #endif
 
+// Added for issue 30 (tests/mutants/README.md, "New mutants"): validation rules. no_write_write: two
+// read-modify-writes of one key both prepare OK and commit with no dependency between them (lost update, replicas
+// apply them in arrival order). reads_unvalidated: a transaction that read a key another one has since overwritten
+// commits with the stale value (the replay's outputs differ).
+#ifdef TAPIR_MUTANT_NO_WRITE_WRITE
+constexpr bool kNoWriteWrite = true;       // the OCC check ignores write-write conflicts with prepared holders
+#else
+constexpr bool kNoWriteWrite = false;
+#endif
+
+#ifdef TAPIR_MUTANT_READS_UNVALIDATED
+constexpr bool kReadsUnvalidated = true;   // Prepare validates the versions of the keys it writes only
+#else
+constexpr bool kReadsUnvalidated = false;
+#endif
+
 }  // namespace txn::tapir::mutant

@@ -279,7 +279,7 @@ std::map<std::string, uint64_t> Site::versions_of(const TxnRequest& t) const {
 
 bool Site::conflicts(const Local& a, const Local& b) const {
   for (const auto& k : a.writes)
-    if (b.writes.count(k) || b.reads.count(k)) return true;
+    if ((b.writes.count(k) && !mutant::kNoWriteWrite) || b.reads.count(k)) return true;
   for (const auto& k : a.reads)
     if (b.writes.count(k)) return true;
   return false;
@@ -323,7 +323,8 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
     }
   if (result == ::tapir::OK)
     for (const auto& [k, version] : now)
-      if (!mutant::kNoStaleCheck && m.versions().at(k) != version) result = ::tapir::ABORT;
+      if (!mutant::kNoStaleCheck && m.versions().at(k) != version && !(mutant::kReadsUnvalidated && l.reads.count(k)))
+        result = ::tapir::ABORT;
   Envelope e;
   auto* r = e.mutable_tapir()->mutable_prepare_reply();
   r->set_txn_id(id);
@@ -439,6 +440,8 @@ ProtocolSpec spec() {
   p.summary = "optimistic validation over inconsistent replication: read, prepare on 3 (or a majority of) "
               "replicas, abort and retry on conflict";
   p.min_regions = 1;
+  p.guarantee = "strict_serializable";
+  p.order_key = "";  // none: applied in the order of dependencies recorded at Prepare (docs/protocols/tapir.md)
   p.options = {
       OptionSpec::flag("fast_path", true,
                        "decide a shard on 3 identical Prepare results (false: always a majority plus Finalize)"),

@@ -1,0 +1,180 @@
+"""The nemesis in a run (docs/nemesis.md): load start published to the engine processes, the runner's own faults
+(pauses) applied on time, and everything recorded in the run folder.
+
+    nem = Nemesis(deploy, run_dir, servers, say)   # deploy["faults"]: the deployment file's entries
+    t0 = nem.publish(write_load_start)               # load start (wall clock), written where the engines read it
+    ... signal go, start clients ...
+    nem.start()                                      # a thread: each pause at t0 + start_s, its end at t0 + end_s
+    nem.stop(run_dir)                                # on every way out: resume what is paused, write the records
+
+The engine-side kinds (partition, spike, jitter, clock) are applied by every engine process itself from the
+deployment file, counted from the load start it reads (`load_start` beside the deployment file, microseconds since
+the epoch on CLOCK_REALTIME); their windows are recorded as planned, plus, per process, when it read the load start
+(its `FAULTS` log line; read_at_t_s < 0: before t = 0, as the swarm's lead wants). Pauses are SIGSTOP/SIGCONT to the engine process that runs the node (all of its nodes
+pause: the record names them), recorded with the wall time the signal was sent and acknowledged.
+
+Records: faults.json (the plan, the seed, load start, what each process read) and faults.jsonl (one event a line:
+load_start, then apply/heal of every fault in time order, `source` plan or driver, with wall time and t_s since
+load start).
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from testbed.core import deploy as deploylib
+
+FAULTS_JSON, FAULTS_JSONL, LOAD_START = "faults.json", "faults.jsonl", "load_start"
+_ANCHOR = re.compile(r"^FAULTS (\S+) load_start_us=(\d+) read_at_us=(\d+) source=(.*)$", re.M)
+
+
+def _us(t: float) -> int:
+    return int(round(t * 1e6))
+
+
+class Nemesis:
+    def __init__(self, deploy: dict, run_dir: Path, servers: list, say=lambda m: None, seed=None):
+        self.entries = list(deploy.get("faults") or [])
+        self.run_dir, self.say, self.seed = Path(run_dir), say, seed
+        procs = {n: members for n, members in deploylib.processes(deploy["nodes"])}
+        self.process_of = {m["name"]: name for name, members in procs.items() for m in members}
+        self.members = {name: [m["name"] for m in members] for name, members in procs.items()}
+        self.servers = {p.name: p for p in servers}
+        self.t0: float | None = None
+        self.events: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._paused: dict[str, dict] = {}   # process -> the pause entry holding it
+        self.lead_s = 0.0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.entries)
+
+    def publish(self, write, lead_s: float = 0.0) -> float:
+        """Fix load start (wall clock) at now + lead_s and write it with write(text) where the engine processes read
+        it. lead_s: about the time the backend takes to write it and say go (the swarm's: SSH round trips), so that
+        the processes learn t = 0 about when it comes, and the clients start their load about then."""
+        self.lead_s = lead_s
+        self.t0 = time.time() + lead_s
+        write(f"{_us(self.t0)}\n")
+        self._record({"event": "load_start", "wall_unix_us": _us(self.t0), "t_s": 0.0,
+                      "driver_host": socket.gethostname()})
+        for e in self.entries:
+            if e["kind"] in ("pause",):
+                continue
+            self._record(self._planned(e, "apply", e["start_s"]))
+            if "end_s" in e:
+                self._record(self._planned(e, "heal", e["end_s"]))
+        return self.t0
+
+    def _planned(self, e: dict, what: str, t: float) -> dict:
+        return {"id": e["id"], "kind": e["kind"], "event": what, "source": "plan", "applied_by": "engine",
+                "t_s": float(t), "wall_unix_us": _us(self.t0 + t), "spec": e.get("spec")}
+
+    def _record(self, ev: dict) -> None:
+        with self._lock:
+            self.events.append(ev)
+
+    # ---- the runner's faults
+    def start(self) -> None:
+        todo = [e for e in self.entries if e["kind"] == "pause"]
+        if not todo or self.t0 is None:
+            return
+        self._thread = threading.Thread(target=self._run, args=(todo,), name="nemesis", daemon=True)
+        self._thread.start()
+
+    def _run(self, todo: list[dict]) -> None:
+        steps = sorted([(e["start_s"], 1, "apply", e) for e in todo] + [(e["end_s"], 0, "heal", e) for e in todo],
+                       key=lambda s: (s[0], s[1]))
+        for at, _, what, e in steps:
+            if self._stop.wait(max(0.0, self.t0 + at - time.time())):
+                return
+            self._signal(e, what, at)
+
+    def _signal(self, e: dict, what: str, planned: float, early: bool = False) -> None:
+        proc_name = self.process_of.get(e["node"], e["node"])
+        p = self.servers.get(proc_name)
+        sent = time.time()
+        ok = p is not None
+        if p is not None:
+            try:
+                p.signal(signal.SIGSTOP if what == "apply" else signal.SIGCONT)
+            except Exception as x:  # noqa: BLE001 -- recorded; the run goes on
+                ok = False
+                self.say(f"nemesis: {what} {e['id']} on {proc_name} failed: {x}")
+        done = time.time()
+        with self._lock:
+            if what == "apply" and ok:
+                self._paused[proc_name] = e
+            elif what == "heal":
+                self._paused.pop(proc_name, None)
+        ev = {"id": e["id"], "kind": "pause", "event": what, "source": "driver", "applied_by": "driver",
+              "node": e["node"], "process": proc_name, "nodes": self.members.get(proc_name, [e["node"]]),
+              "signal": "SIGSTOP" if what == "apply" else "SIGCONT", "planned_t_s": float(planned),
+              "t_s": round(sent - self.t0, 6), "wall_unix_us": _us(sent), "took_ms": round((done - sent) * 1e3, 3),
+              "ok": ok, "spec": e.get("spec")}
+        if early:
+            ev["early"] = "the run ended before the planned heal"
+        if p is None:
+            ev["error"] = f"no running process {proc_name}"
+        self._record(ev)
+        self.say(f"nemesis: t={sent - self.t0:.2f}s {e['id']} {what}: {proc_name} "
+                 f"{'stopped' if what == 'apply' else 'continued'}" + ("" if ok else " (FAILED)"))
+
+    def stop(self) -> None:
+        """Stop the schedule; continue every process still paused (recorded as an early heal); write the records."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            held = list(self._paused.values())
+        for e in held:
+            self._signal(e, "heal", e["end_s"], early=True)
+        if self.t0 is not None or self.entries:
+            self._write()
+
+    # ---- records
+    def anchors(self) -> list[dict]:
+        """Per engine process with engine-side faults: the load start it read, and when (its FAULTS log line)."""
+        out = []
+        for log in sorted((self.run_dir / "logs").glob("*.log")):
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            for m in _ANCHOR.finditer(text):
+                zero, read = int(m.group(2)), int(m.group(3))
+                out.append({"process": m.group(1), "load_start_unix_us": zero, "read_at_unix_us": read,
+                            "read_at_t_s": round((read - _us(self.t0)) / 1e6, 6) if self.t0 else None,
+                            "agrees": self.t0 is not None and zero == _us(self.t0), "source": m.group(4).strip()})
+        return out
+
+    def _write(self) -> None:
+        planned = []
+        for e in self.entries:
+            x = dict(e, applied_by="driver" if e["kind"] == "pause" else "engine")
+            if e["kind"] == "pause":
+                x["process"] = self.process_of.get(e["node"], e["node"])
+                x["paused_nodes"] = self.members.get(x["process"], [e["node"]])
+            planned.append(x)
+        anchors = self.anchors()
+        doc = {"spec": "; ".join(e.get("spec", "") for e in self.entries), "seed": self.seed,
+               "load_start_unix_us": _us(self.t0) if self.t0 else None, "load_start_lead_s": self.lead_s,
+               "clock": "CLOCK_REALTIME of the driver's host; every engine process counts t = 0 from load_start "
+                        "on its own CLOCK_REALTIME (one host: the same clock; across hosts: NTP's error)",
+               "planned": planned, "anchors": anchors,
+               "anchor_latency_max_s": max((a["read_at_t_s"] for a in anchors if a["read_at_t_s"] is not None),
+                                           default=None)}
+        (self.run_dir / FAULTS_JSON).write_text(json.dumps(doc, indent=1) + "\n")
+        with self._lock:
+            evs = sorted(self.events, key=lambda v: (v["t_s"], v["event"] != "load_start"))
+        with open(self.run_dir / FAULTS_JSONL, "w") as f:
+            for ev in evs:
+                f.write(json.dumps(ev, sort_keys=True) + "\n")

@@ -1,0 +1,206 @@
+"""The nemesis (docs/nemesis.md): the schedule grammar and its checks (testbed/core/faults.py), the knobs that carry
+it, the runner's side (testbed/runs/nemesis.py: pauses on time, records), and one short local run with a partition
+and a pause (marked slow)."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.core import deploy, faults
+from testbed.runs.nemesis import Nemesis
+
+from conftest import REPO, procs_mentioning
+
+BUILD = Path(os.environ.get("TXN_BUILD_DIR", REPO / "build"))
+SERVER = BUILD / "txn-server"
+
+ALL_KINDS = "partition:r1@5+3; pause:follower@4+2; clock:r2+50ms; spike:r0-r1+100ms@5+3; jitter:r0 5ms@2+4"
+
+
+def _plan(spec, seed=1, duration=20, **k):
+    d = deploy.build_deployment(duration=duration, mode="dast", **k)
+    return faults.plan(spec, seed, d["regions"], d["nodes"], duration)
+
+
+def test_every_kind_resolves_to_deployment_entries():
+    p = _plan(ALL_KINDS)
+    by = {e["kind"]: e for e in p}
+    assert by["partition"]["regions"] == [1] and (by["partition"]["start_s"], by["partition"]["end_s"]) == (5, 8)
+    assert by["spike"]["links"] == [[0, 1], [1, 0]] and by["spike"]["extra_ms"] == 100
+    assert by["jitter"]["links"] == [[0, 0]] and by["jitter"]["jitter_ms"] == 5
+    assert by["clock"]["offset_ms"] == 50 and "end_s" not in by["clock"]
+    assert {n.split(".")[0] for n in by["clock"]["nodes"]} >= {"s2", "c2"} and "m2" in by["clock"]["nodes"]
+    pause = by["pause"]
+    assert pause["node"].startswith("s") and pause["node"].endswith((".1", ".2"))   # a follower: replica 1 or 2
+    assert pause["node"] in pause["paused_nodes"] and pause["process"].startswith("shard")
+    assert [e["id"] for e in p] == ["f1", "f2", "f3", "f4", "f5"]
+
+
+def test_links_and_targets():
+    assert _plan("spike:r0>r2+5ms@1+1")[0]["links"] == [[0, 2]]
+    assert sorted(map(tuple, _plan("spike:r1-*+5ms@1+1")[0]["links"])) == [(0, 1), (1, 0), (1, 2), (2, 1)]
+    assert len(_plan("jitter:*+5ms@1+1")[0]["links"]) == 6
+    assert _plan("pause:follower-r2@1+1")[0]["node"].startswith("s2.")
+    assert _plan("pause:leader-r1@1+1")[0]["node"].endswith(".0")
+    assert _plan("clock:s0.1.2-20ms+100ppm@3+5")[0] | {} == {
+        "id": "f1", "spec": "clock:s0.1.2-20ms+100ppm@3+5", "kind": "clock", "nodes": ["s0.1.2"],
+        "offset_ms": -20.0, "drift_ppm": 100.0, "start_s": 3.0, "end_s": 8.0}
+    assert _plan("partition:r0,r2@1+1")[0]["regions"] == [0, 2]
+
+
+def test_random_targets_follow_the_seed():
+    spec = "partition:random-region@1+1; pause:random-replica@3+1; clock:random-region+5ms"
+    assert _plan(spec, seed=4) == _plan(spec, seed=4)
+    draws = {json.dumps(_plan(spec, seed=s)) for s in range(12)}
+    assert len(draws) > 1
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("flood:r1@1+2", "item 1 'flood:r1@1+2': unknown kind 'flood'"),
+    ("partition r1@1+2", "expected KIND:..."),
+    ("partition:r1@-1+2", "times must be >= 0"),
+    ("partition:r1@1", "expected @START+LENGTH"),
+    ("partition:r1@1+0", "LENGTH must be > 0"),
+    ("partition:r7@1+2", "region r7 is not in this deployment (regions r0..r2)"),
+    ("partition:r0,r1,r2@1+2", "a cut needs regions on both sides"),
+    ("partition:r1@18+5", "ends at 23 s, past the run's end (duration 20 s)"),
+    ("partition:r1@20+1", "starts at 20 s, not before the run's end"),
+    ("partition:r1@1+3; partition:r2@2+3", "item 2 'partition:r2@2+3': overlaps item 1"),
+    ("spike:r0-r1@1+2", "expected spike:LINKS+Nms@S+T"),
+    ("spike:r0-r1+0ms@1+2", "must be in (0, 60000]"),
+    ("spike:r0~r1+5ms@1+2", "links 'r0~r1': expected rA-rB"),
+    ("spike:r0-r1+5ms@1+3; spike:r1>r0+5ms@2+3", "overlaps item 1 'spike:r0-r1+5ms@1+3' on link r1>r0"),
+    ("jitter:r0-r0+5ms@1+2", "the same region twice"),
+    ("clock:r1", "expected clock:NODES+Xms"),
+    ("clock:r1+0ms", "non-zero offset"),
+    ("clock:x9+5ms", "'x9' is neither a node nor a region"),
+    ("clock:r1+5ms; clock:s1.0.0+1ppm", "a second clock fault on s1.0.0"),
+    ("pause:s9.9.9@1+1", "'s9.9.9' is not a node of this deployment"),
+    ("pause:c0.0.0@1+2", "'c0.0.0' is a client"),
+    ("pause:s0.0.0@1+12", "not shorter than the engine's connect timeout"),
+    ("pause:s0.0.0@1+2; pause:s0.0.2@2+2", "the same process shard0.0 paused twice"),
+    ("pause:follower-r5@1+1", "region r5 is not in this deployment"),
+])
+def test_a_bad_schedule_is_one_line_naming_the_item(spec, says):
+    with pytest.raises(ValueError) as e:
+        deploy.build_deployment(duration=20, mode="dast", faults=spec)
+    msg = str(e.value)
+    assert says in msg and "\n" not in msg and msg.startswith("faults: item "), msg
+
+
+def test_syntax_is_checked_with_the_other_knobs():
+    with pytest.raises(ValueError, match=r"^faults: item 1 'pause:x': expected @START\+LENGTH"):
+        deploy.validate(faults="pause:x")
+    with pytest.raises(ValueError, match="faults_seed"):
+        deploy.validate(faults="partition:r1@1+1", faults_seed=-3)
+    assert deploy.validate(faults=" ")["faults"] is None
+
+
+def test_run_local_and_exp_config_take_the_knob(tmp_path):
+    from testbed.cli.run import parse_args
+    from testbed.core.config import load_exp_config
+    a = parse_args(["--faults", "partition:r1@2+1", "--faults-seed", "9"])
+    assert (a.faults, a.faults_seed) == ("partition:r1@2+1", 9)
+    cfg = load_exp_config({"FAULTS": "pause:follower@1+1", "FAULTS_SEED": 3})
+    assert (cfg.faults, cfg.faults_seed) == ("pause:follower@1+1", 3)
+    with pytest.raises(ValueError, match="unknown kind 'nope'"):
+        load_exp_config({"FAULTS": "nope:r1@1+1"})
+
+
+@pytest.mark.skipif(not os.access(SERVER, os.X_OK), reason="build/txn-server not built")
+def test_the_engine_takes_the_plan_and_refuses_a_doctored_one(tmp_path):
+    d = deploy.build_deployment(duration=20, mode="dast", faults=ALL_KINDS)
+    ok = subprocess.run([str(SERVER), "--config", str(deploy.write_yaml(d, tmp_path / "ok.yml")), "--check"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    d["faults"][0]["end_s"] = 25.0
+    bad = subprocess.run([str(SERVER), "--config", str(deploy.write_yaml(d, tmp_path / "bad.yml")), "--check"],
+                         capture_output=True, text=True, timeout=30)
+    lines = [x for x in bad.stderr.splitlines() if x.strip()]
+    assert bad.returncode == 2 and len(lines) == 1 and "end_s" in lines[0] and "past the run's end" in lines[0], bad.stderr
+
+
+class _Proc:
+    def __init__(self, name):
+        self.name, self.signals = name, []
+
+    def signal(self, sig):
+        self.signals.append((sig, time.time()))
+
+
+def test_the_runner_pauses_on_time_and_records_everything(tmp_path):
+    d = deploy.build_deployment(duration=5, warmup=1, cooldown=1, mode="dast",
+                                faults="pause:s1.0.1@0.2+0.3; partition:r2@0.1+0.4; clock:r0+5ms")
+    procs = [_Proc(name) for name, _ in deploy.processes(d["nodes"])]
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "shard0.0.log").write_text("READY ...\nFAULTS shard0.0 load_start_us=1 read_at_us=2 "
+                                                  "source=x/load_start\n")
+    nem = Nemesis(d, tmp_path, procs, seed=7)
+    written = []
+    t0 = nem.publish(written.append)
+    assert written == [f"{int(round(t0 * 1e6))}\n"]
+    nem.start()
+    time.sleep(0.8)
+    nem.stop()
+    shard = next(p for p in procs if p.name == "shard1.0")
+    assert [s for s, _ in shard.signals] == [signal.SIGSTOP, signal.SIGCONT]
+    assert abs(shard.signals[0][1] - t0 - 0.2) < 0.05 and abs(shard.signals[1][1] - t0 - 0.5) < 0.05
+    assert all(not p.signals for p in procs if p is not shard)
+    events = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    assert events[0]["event"] == "load_start"
+    assert [(e["id"], e["event"]) for e in events[1:]] == [("f3", "apply"), ("f2", "apply"), ("f1", "apply"),
+                                                          ("f2", "heal"), ("f1", "heal")]
+    pause = [e for e in events if e.get("id") == "f1"]
+    assert all(e["source"] == "driver" and e["ok"] and e["process"] == "shard1.0" for e in pause)
+    assert abs(pause[0]["t_s"] - 0.2) < 0.05 and "s1.0.0" in pause[0]["nodes"]
+    doc = json.loads((tmp_path / "faults.json").read_text())
+    assert doc["seed"] == 7 and len(doc["planned"]) == 3 and doc["load_start_unix_us"] == int(round(t0 * 1e6))
+    assert doc["anchors"][0]["process"] == "shard0.0" and doc["anchors"][0]["agrees"] is False
+
+
+def test_a_pause_still_on_at_the_end_is_healed_and_said(tmp_path):
+    d = deploy.build_deployment(duration=5, warmup=1, cooldown=1, mode="dast", faults="pause:s0.0.0@0.05+3")
+    procs = [_Proc(name) for name, _ in deploy.processes(d["nodes"])]
+    nem = Nemesis(d, tmp_path, procs)
+    nem.publish(lambda text: None)
+    nem.start()
+    time.sleep(0.3)
+    nem.stop()
+    shard = next(p for p in procs if p.name == "shard0.0")
+    assert [s for s, _ in shard.signals] == [signal.SIGSTOP, signal.SIGCONT]
+    heal = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()][-1]
+    assert heal["event"] == "heal" and "early" in heal
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.access(SERVER, os.X_OK), reason="build/txn-server not built")
+def test_local_run_with_a_partition_and_a_pause(tmp_path):
+    from testbed.runs.local import LocalRunner
+    from testbed.analysis import validate
+    # Janus: DAST and SLOG break real-time order under the append workload, with or without faults (DAST more
+    # often across a partition): a finding the checker reports, not what this test is about
+    d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=1, concurrency=2, duration=8, warmup=1,
+                                cooldown=1, mode="janus", workload="append", base_port=27600,
+                                faults="partition:r1@2+2; pause:follower-r0@3+2")
+    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "nemesis", out_root=tmp_path)
+    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
+    events = [json.loads(x) for x in (res.run_dir / "faults.jsonl").read_text().splitlines()]
+    pause = [e for e in events if e.get("kind") == "pause"]
+    assert [e["event"] for e in pause] == ["apply", "heal"] and all(e["ok"] for e in pause)
+    assert abs(pause[0]["t_s"] - 3) < 0.2 and abs(pause[1]["t_s"] - 5) < 0.2
+    assert [(e["event"], e["t_s"]) for e in events if e.get("kind") == "partition"] == [("apply", 2.0), ("heal", 4.0)]
+    doc = json.loads((res.run_dir / "faults.json").read_text())
+    # every server process read the load start the runner wrote, at the go (within a second of it)
+    servers = {n for n, members in deploy.processes(d["nodes"]) if any(m["kind"] != "client" for m in members)}
+    assert {a["process"] for a in doc["anchors"]} >= servers
+    assert all(a["agrees"] and 0 <= a["read_at_t_s"] < 1 for a in doc["anchors"])
+    meta = json.loads((res.run_dir / "meta.json").read_text())
+    assert meta["faults"] == "partition:r1@2+2; pause:follower-r0@3+2"
+    manifest = json.loads((res.run_dir / "files.json").read_text())
+    assert {"faults.json", "faults.jsonl", "load_start"} <= set(manifest["files"])
+    assert validate.validate_run(res.run_dir) == []
+    assert procs_mentioning(str(res.run_dir)) == []
