@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -312,16 +311,14 @@ def declared_guarantee(run_dir) -> str:
         return "strict_serializable"
 
 
-def _classes(found: list, checks: dict, realtime: Counter) -> dict:
+def _classes(found: list, realtime: Counter, serial: Counter) -> dict:
     """check.json's anomaly_classes: the anomaly check's counts (append), the real-time check's cycle classes,
-    and the serializability check's cycles as 'cycle' when no finer class was inferred."""
+    and the serializability check's shortest cycle's class when the anomaly check inferred no cycle."""
     out = dict(found[-1].counts) if found else {}
     for cls, n in realtime.items():
         out[cls] = out.get(cls, 0) + n
-    ser = checks.get("serializability", {})
-    if ser.get("verdict") == "fail" and not any(c in out for c in listappend.CYCLE_CLASSES):
-        m = re.search(r"transactions\): (G[-\w]+):", ser.get("reason", ""))
-        out[m.group(1) if m else "cycle"] = 1
+    if not any(c in out for c in listappend.CYCLE_CLASSES):
+        out.update(serial)
     return out
 
 
@@ -332,7 +329,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
     t0 = time.monotonic()
     rep = _Report()
     found = []   # the anomaly check's listappend.Anomalies, when it ran
-    data, classes = None, Counter()
+    data, classes, serial = None, Counter(), Counter()   # cycle classes: real-time check's, serializability's
     try:
         dumps = load_dumps(run_dir)
         replicas = [d for d in dumps if d.get("kind") != "manager"]
@@ -352,14 +349,14 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
                          "executions": sum(len(h) for h in data.histories.values()),
                          "transactions": len(data.txns), "given_up": len(data.given_up),
                          "conflict_edges": sum(len(v) for v in adj.values())}
-            rep.run("serializability", lambda: histories.check_serializability(data, adj, pre)[0])
-            rep.run("realtime", lambda: histories.check_realtime(data, adj, realtime_margin_us,
-                                                                 declared_guarantee(run_dir), classes))
+            rep.run("serializability", lambda: histories.check_serializability(data, adj, pre, serial)[0])
+            guarantee = declared_guarantee(run_dir)
+            rep.run("realtime", lambda: histories.check_realtime(data, adj, realtime_margin_us, guarantee, classes))
             rep.run("protocol_order", lambda: histories.check_protocol_order(data))
 
             def anomalies():
-                strict = declared_guarantee(run_dir) == "strict_serializable"
-                found.append(listappend.analyze(data, replicas, realtime_margin_us, strict))
+                found.append(listappend.analyze(data, replicas, realtime_margin_us,
+                                                guarantee == "strict_serializable"))
                 return found[-1].lines
             rep.run("anomalies", anomalies)
             if found:
@@ -375,7 +372,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
                "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
                "checks": rep.checks, "dumps": len(replicas),
                "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
-               "stats": rep.stats, "anomaly_classes": _classes(found, rep.checks, classes),
+               "stats": rep.stats, "anomaly_classes": _classes(found, classes, serial),
                "clock": {"kind": data.clock, "margin_us": histories.realtime_margin(data, realtime_margin_us)}
                if data is not None else {}}
     except Unreadable as e:

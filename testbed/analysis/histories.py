@@ -581,17 +581,21 @@ def describe_cycle(data: RunData, adj: dict, cycle: list[int]) -> str:
     return " ".join(parts) + f" {_describe(data, cycle[0])}"
 
 
-def check_serializability(data: RunData, adj: dict, pre: list[str]) -> tuple[list[str], list]:
-    """(violations, components with a cycle)."""
+def check_serializability(data: RunData, adj: dict, pre: list[str],
+                          counts: Counter | None = None) -> tuple[list[str], list]:
+    """(violations, components with a cycle); the shortest cycle's class is counted into counts."""
     comps = strongly_connected(adj)
     v = list(pre)
     if comps:
         best = min((shortest_cycle(adj, c) for c in comps), key=len)
         kinds = [edge_kind(data, u, best[(i + 1) % len(best)], *adj[u][best[(i + 1) % len(best)]])
                  for i, u in enumerate(best)]
+        cls = cycle_class(kinds)
+        if counts is not None:
+            counts[cls] += 1
         v.insert(0, f"the conflict graph has {len(comps)} cycle component(s) over "
                     f"{sum(len(c) for c in comps)} transactions; shortest cycle ({len(best)} transactions): "
-                    f"{cycle_class(kinds)}: " + describe_cycle(data, adj, best))
+                    f"{cls}: " + describe_cycle(data, adj, best))
     return v, comps
 
 
@@ -604,7 +608,6 @@ def check_serializability(data: RunData, adj: dict, pre: list[str]) -> tuple[lis
 REALTIME_MARGIN_US = 0
 WALL_MARGIN_US = 10_000   # the default across hosts: NTP on a LAN keeps clocks within about a millisecond
 
-KINDS = ("ww", "wr", "rw")
 # What a protocol may declare (the registry's `guarantee`): strict serializability is checked with session and
 # real-time order, serializability with session order only (a client's next transaction, issued after its answer,
 # is ordered after it: every protocol here keeps that, and a protocol that did not would surprise its users)
