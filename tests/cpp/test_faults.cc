@@ -115,7 +115,9 @@ TEST(FaultPlan, JitterAddsBoundedRandomDelayAndKeepsFifo) {
   ch.set_faults(&d.faults, &zero);
   std::set<TimeUs> delays;
   for (auto [sent, due] : send_stream(ch, d, in_region(d, 0), in_region(d, 0, 1), 0, 0, 3 * kS, 1 * kMs)) {
-    if (sent < 1 * kS) EXPECT_EQ(due, sent + 2500);
+    if (sent < 1 * kS) {
+      EXPECT_EQ(due, sent + 2500);
+    }
     if (sent >= 1 * kS && sent < 2 * kS) {
       EXPECT_LE(due, sent + 2500 + 5 * kMs + 1 * kMs);   // at most the bound, plus FIFO behind a predecessor 1 ms older
       delays.insert(due - sent);
