@@ -61,6 +61,17 @@ DURATION_S = 20             # seconds each run lasts (1..3600)
 WARMUP_S = 5                # trimmed from the start of every run's measurement window
 COOLDOWN_S = 2              # trimmed from the end; WARMUP_S + COOLDOWN_S < DURATION_S
 TAIL_PERCENTILE = 99        # tail latency plotted, in (50, 100); 90 or 95 if the machines are shared/contended
+OPEN_LOOP_RATE = None       # None: closed loop, the artifact's way (a coordinator issues its next transaction when its
+                            # last one finished, so a stalled system also stalls its load). A number: open loop in every
+                            # run: that many transactions per second offered, of the whole deployment or of each
+                            # region (OPEN_LOOP_RATE_PER), split evenly over the client processes; Poisson arrivals,
+                            # each one's latency measured from its arrival, its wait for a coordinator included (no
+                            # coordinated omission; docs/workloads.md). The sweeps' coordinators per client process
+                            # take the arrivals; an arrival that finds none free waits
+OPEN_LOOP_RATE_PER = 'total'  # 'total': OPEN_LOOP_RATE is the deployment's; 'region': each region's (exp 4 then keeps
+                            # the load per region as regions are added)
+OPEN_LOOP_MAX_OUTSTANDING = 1000  # open loop: transactions running or waiting per client process (1..10000000); an
+                            # arrival beyond them is shed: counted in the summary, never run
 
 FAULTS = None               # a fault schedule every run carries (docs/nemesis.md), e.g.
                             # 'partition:r1@5+3; pause:follower@4+2; clock:r2+50ms; spike:r0-r1+100ms@5+3';
@@ -69,6 +80,9 @@ FAULTS_SEED = None          # seed of the schedule's random targets (random-regi
 
 # ---------------------------------------------------------------- sweeps of the five experiments
 CONCURRENCY_LEVELS = [1, 2, 4]       # exp 1: closed-loop coordinators per client process (not per region!)
+EXP1_OFFERED_RATES = []              # exp 1 by offered load instead, e.g. [50, 100, 200, 400]: each a total txn/s,
+                                     # open loop (as OPEN_LOOP_RATE), the largest CONCURRENCY_LEVELS coordinators per
+                                     # client process taking the arrivals; [] = by CONCURRENCY_LEVELS, closed loop
 CLIENT_PROCESS_PER_SHARD = [1]       # exp 1: client processes per shard (1..16);
                                      # clients per region = CLIENT_PROCESS_PER_SHARD x SHARDS_PER_REGION x concurrency
 CRT_RATIOS = [10, 50, 90]            # exp 2: % of transactions forced cross-region (0..100)

@@ -117,24 +117,27 @@ def sim_tests(protocol: str, build_dir: Path, log: Path) -> str:
     return f"CAUGHT {len(failed)}: {names}" if failed else f"CAUGHT (exit {rc})"
 
 
-def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int, attempt: int = 0) -> dict:
+def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int, attempt: int = 0,
+                   workload: str = "alternate") -> dict:
     """3 x 2. Attempt k runs with seed k + 1. The first and third (every even attempt) run the anomaly workload
     (`append`: 4 hot lists per shard, 30 % cross-region; the checker infers every key's version order and names
     the anomaly class of a cycle, docs/checker.md); the second (every odd one) TPC-C with districts drawn per
     transaction (conflicts at any load) and 60 % of Payments cross-region (a CRT, a SLOG multi-home entry, in about
     a third of the transactions instead of a tenth: two in a row is what slog.swapped_global_order needs).
-    `stress` adds 4 coordinators per client, cross-region jitter, the nemesis (stress_faults), and for DAST no
-    anticipation (a margin far below zero): CRTs are decided later than their T_r and replicas counter-propose, so
-    what depends on the decision shows. `plain` is the default load."""
+    (`workload` "append" or "tpcc": every run that one.)
+    `stress` adds 4 coordinators per client, cross-region jitter, the nemesis (stress_faults) with every node in a
+    process of its own (a paused follower is one replica, not its shard's container, and a shard's replicas stop
+    sharing one event loop), and for DAST no anticipation (a margin far below zero): CRTs are decided later than
+    their T_r and replicas counter-propose, so what depends on the decision shows. `plain` is the default load."""
     knobs = dict(regions=3, shards=2, duration=duration, warmup=1, cooldown=1, base_port=base_port, name="mutants",
                  seed=attempt + 1)
-    if attempt % 2:
+    if workload == "tpcc" or (workload == "alternate" and attempt % 2):
         knobs.update(workload="tpcc", district="uniform", payment_crt_rate=60)
     else:
         knobs.update(workload="append", append_keys=4, append_crt_ratio=0.3)
     if profile == "stress":
         knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}),
-                     faults=stress_faults(duration), faults_seed=attempt + 1)
+                     faults=stress_faults(duration), faults_seed=attempt + 1, processes="node")
     return deploy.build_deployment(mode=protocol, **knobs)
 
 
@@ -142,21 +145,24 @@ def stress_faults(duration: float) -> str:
     """The stress runs' nemesis (docs/nemesis.md), scaled to the run: two replicas of a shard with their protocol
     clocks a few ms apart and a region's clock ahead for a while, jitter inside two regions (channels stay FIFO,
     but a replica's messages from different senders interleave differently at each replica: the replicas stop
-    making the same race alike), a follower's process paused, a region partitioned and healed."""
+    making the same race alike), followers' processes paused one after another (each a different follower of the
+    seed's choice; at its SIGCONT a replica reads what queued up on its connections in the order its event loop
+    serves them, not the order it was sent in: what the other replicas of its shard got in one order it may get in
+    another), a region partitioned and healed."""
     def t(x):
         return round(duration * x, 2)
+    pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
-                      f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", f"jitter:r0+3ms@{t(0.1)}+{t(0.7)}",
-                      f"jitter:r1+3ms@{t(0.1)}+{t(0.7)}", f"pause:follower@{t(0.4)}+{min(2.0, t(0.1))}",
-                      f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}"])
+                      f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", f"jitter:r0+12ms@{t(0.1)}+{t(0.7)}",
+                      f"jitter:r1+12ms@{t(0.1)}+{t(0.7)}", *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}"])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
-        log: Path, attempt: int = 0) -> str:
+        log: Path, attempt: int = 0, workload: str = "alternate") -> str:
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     os.environ[protocols.BINARY_ENV] = str(build_dir / "txn-server")   # the registry of the build under test
     try:
-        dep = e2e_deployment(protocol_of(name), profile, duration, base_port, attempt)
+        dep = e2e_deployment(protocol_of(name), profile, duration, base_port, attempt, workload)
         res = LocalRunner(build_dir=build_dir, progress=False).run(dep, f"mutant-{name}-{profile}-{attempt + 1}",
                                                                    out_root=out_root)
     except Interrupted:
@@ -199,6 +205,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
                     help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
                          "or plain (the default load); both alternate the anomaly workload and TPC-C")
+    ap.add_argument("--workload", choices=("alternate", "append", "tpcc"), default="alternate",
+                    help="end-to-end runs' workload: alternate (default: the anomaly workload, then TPC-C, ...), or "
+                         "every run the one named (e.g. `--only dast.none --runs 20 --workload append`: 20 unbroken "
+                         "runs under the nemesis with the anomaly workload, none may fail)")
     ap.add_argument("--base-port", type=int, default=27000)
     ap.add_argument("--no-e2e", action="store_true", help="sim tests only")
     a = ap.parse_args(argv)
@@ -239,7 +249,7 @@ def main(argv=None) -> int:
             for k in range(runs):
                 print(f"[{name}] end-to-end run {k + 1} of at most {runs} ({a.profile}, {a.duration:g} s)",
                       file=sys.stderr, flush=True)
-                e = e2e(name, build_dir, out_root, a.profile, a.duration, a.base_port, log, k)
+                e = e2e(name, build_dir, out_root, a.profile, a.duration, a.base_port, log, k, a.workload)
                 if e.startswith("CAUGHT"):
                     e = f"{e} (run {k + 1})" if runs > 1 else e
                     break

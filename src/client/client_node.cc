@@ -1,23 +1,33 @@
 #include "client/client_node.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace txn {
 namespace {
 // Client-owned timer ids live far above anything a driver uses.
 constexpr uint64_t kStopTimer = (uint64_t{1} << 62) + 1;
 constexpr uint64_t kDrainTimer = (uint64_t{1} << 62) + 2;
+constexpr uint64_t kArrivalTimer = (uint64_t{1} << 62) + 3;
 }  // namespace
 
 ClientNode::ClientNode(const Deployment& d, NodeId self, const Workload& w,
                        std::unique_ptr<ClientDriver> driver)
     : d_(d), self_(self), w_(w), driver_(std::move(driver)), slots_(d.client.n_concurrent) {
   driver_->set_done([this](Env& env, const ClientDriver::Outcome& o) { finish_attempt(env, o); });
+  // Open loop's free slots, a stack with slot 0 on top: a lightly loaded client runs its arrivals on its first slots.
+  for (uint32_t i = static_cast<uint32_t>(slots_.size()); i-- > 0;) free_.push_back(i);
 }
 
 void ClientNode::start(Env& env) {
   start_us_ = env.mono_us();
   env.set_timer(kStopTimer, static_cast<TimeUs>(d_.client.duration_s * 1e6));
+  if (open_loop()) {
+    next_arrival_us_ = next_gap_us(env);   // a Poisson process from the run start
+    arrivals(env);
+    return;
+  }
   for (uint32_t i = 0; i < slots_.size(); ++i) issue(env, i);
 }
 
@@ -25,6 +35,7 @@ void ClientNode::on_message(Env& env, Envelope& msg) { driver_->on_message(env, 
 
 void ClientNode::on_timer(Env& env, uint64_t id) {
   if (id == kStopTimer) {
+    if (open_loop()) arrivals(env);   // arrivals due by now that this timer overtook: the run's last ones
     stopping_ = true;
     env.set_timer(kDrainTimer, static_cast<TimeUs>(d_.client.drain_timeout_s * 1e6));
     maybe_finish(env);
@@ -33,14 +44,21 @@ void ClientNode::on_timer(Env& env, uint64_t id) {
     TimeUs now = env.mono_us();
     for (auto& s : slots_)
       if (s.busy) record(s, now, false, nullptr);
+    // Arrivals still waiting for a coordinator were never sent: counted (the summary says so), not recorded.
+    for (TimeUs at : queued_) {
+      ++ol_.unsent;
+      ol_.unsent_window += in_window(at);
+    }
+    queued_.clear();
     finished_ = true;
+  } else if (id == kArrivalTimer) {
+    arrivals(env);
   } else {
     driver_->on_timer(env, id);
   }
 }
 
-void ClientNode::issue(Env& env, uint32_t slot) {
-  if (stopping_) return;
+void ClientNode::issue(Env& env, uint32_t slot, std::optional<TimeUs> arrival) {
   // k = this client's index among the clients of its home shard.
   const NodeInfo& me = d_.node(self_);
   uint32_t k = 0;
@@ -50,11 +68,73 @@ void ClientNode::issue(Env& env, uint32_t slot) {
   Slot& s = slots_[slot];
   s.txn = w_.generate(env.rng(), ctx);
   s.txn.set_txn_id((uint64_t{self_} << 40) | next_seq_++);
-  s.first_start = env.mono_us();
+  s.sent = env.mono_us();
+  s.first_start = arrival.value_or(s.sent);
   s.attempts = 1;
   s.failed.clear();
   s.busy = true;
+  ++busy_;
   driver_->submit(env, s.txn, 1);
+}
+
+void ClientNode::arrivals(Env& env) {
+  if (stopping_) return;
+  const TimeUs now = env.mono_us() - start_us_;
+  const double end = d_.client.duration_s * 1e6;   // arrivals stop at the duration, as a closed loop's issues do
+  // Every arrival due by now, each at its own time: a timer that fires late (a busy event loop) delays their
+  // sends, never their intended starts.
+  while (next_arrival_us_ < end && next_arrival_us_ <= static_cast<double>(now)) {
+    arrive(env, start_us_ + static_cast<TimeUs>(std::ceil(next_arrival_us_)));
+    next_arrival_us_ += next_gap_us(env);
+  }
+  if (next_arrival_us_ < end)
+    env.set_timer(kArrivalTimer, static_cast<TimeUs>(std::ceil(next_arrival_us_)) - now);
+}
+
+void ClientNode::arrive(Env& env, TimeUs at) {
+  const bool window = in_window(at);
+  ++ol_.arrivals;
+  ol_.arrivals_window += window;
+  if (busy_ + queued_.size() >= d_.client.max_outstanding) {
+    ++ol_.shed;
+    ol_.shed_window += window;
+    return;
+  }
+  if (!free_.empty()) {   // (then nothing waits: a slot that frees takes the oldest waiting arrival first)
+    uint32_t slot = free_.back();
+    free_.pop_back();
+    issue(env, slot, at);
+    return;
+  }
+  queued_.push_back(at);
+  ol_.max_queued = std::max<uint64_t>(ol_.max_queued, queued_.size());
+}
+
+double ClientNode::next_gap_us(Env& env) {
+  // Inverse transform of 53 random bits, -ln(1 - u) / rate with u in [0, 1): the same gaps from the same seed with
+  // any standard library (std::exponential_distribution's algorithm is the library's own).
+  const double u = static_cast<double>(env.rng()() >> 11) * 0x1.0p-53;
+  return -std::log1p(-u) * 1e6 / d_.client.rate_tps;
+}
+
+std::string ClientNode::open_loop_json() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"rate_tps\": %.17g, \"max_outstanding\": %u, \"arrivals\": %llu, \"shed\": %llu, "
+                "\"unsent\": %llu, \"arrivals_in_window\": %llu, \"shed_in_window\": %llu, "
+                "\"unsent_in_window\": %llu, \"max_queued\": %llu}",
+                d_.client.rate_tps, d_.client.max_outstanding, (unsigned long long)ol_.arrivals,
+                (unsigned long long)ol_.shed, (unsigned long long)ol_.unsent, (unsigned long long)ol_.arrivals_window,
+                (unsigned long long)ol_.shed_window, (unsigned long long)ol_.unsent_window,
+                (unsigned long long)ol_.max_queued);
+  return buf;
+}
+
+bool ClientNode::in_window(TimeUs at) const {
+  const TimeUs rel = at - start_us_;
+  const auto& c = d_.client;
+  return rel >= static_cast<TimeUs>(std::llround(c.warmup_s * 1e6)) &&
+         rel < static_cast<TimeUs>(std::llround((c.duration_s - c.cooldown_s) * 1e6));
 }
 
 void ClientNode::finish_attempt(Env& env, const ClientDriver::Outcome& o) {
@@ -73,7 +153,18 @@ void ClientNode::finish_attempt(Env& env, const ClientDriver::Outcome& o) {
     return;
   }
   record(s, env.mono_us(), o.committed, o.outputs);
-  issue(env, slot);  // zero think time; no-op once stopping
+  if (!open_loop()) {
+    if (!stopping_) issue(env, slot);  // zero think time
+  } else if (!queued_.empty()) {
+    // The oldest waiting arrival takes the slot, also while draining (it arrived within the run). In arrival order,
+    // a slot's transactions run in the order of their intended starts, so the checker's session order (a
+    // session's records sorted by start; histories.py) is the order the slot ran them in.
+    TimeUs at = queued_.front();
+    queued_.pop_front();
+    issue(env, slot, at);
+  } else {
+    free_.push_back(slot);
+  }
   maybe_finish(env);
 }
 
@@ -83,8 +174,9 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
   std::string digest = committed ? outputs_digest(out) : "";
   records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
                       end_us - s.first_start, s.attempts, committed, std::move(digest),
-                      static_cast<uint32_t>(&s - slots_.data())});
+                      static_cast<uint32_t>(&s - slots_.data()), s.sent - start_us_});
   s.busy = false;
+  --busy_;
   if (sink_) {
     // The slot is done with its request (the next issue() generates a new one): the entry takes it, no copy.
     TxnLogEntry e;
@@ -101,8 +193,7 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
 void ClientNode::maybe_finish(Env& env) {
   (void)env;
   if (!stopping_ || finished_) return;
-  if (std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.busy; }))
-    finished_ = true;
+  if (busy_ == 0 && queued_.empty()) finished_ = true;
 }
 
 }  // namespace txn

@@ -1,10 +1,14 @@
-// Generic closed-loop client process: n_concurrent coordinators, zero think
-// time, one outstanding transaction each. Protocol specifics are delegated
-// to a ClientDriver. Pure state machine (runs under the gRPC runtime and
-// under the simulator alike).
+// Generic client process: n_concurrent coordinators, one outstanding transaction each. Closed loop (the default):
+// zero think time, a coordinator issues its next transaction when its last one finished. Open loop
+// (client.rate_tps > 0): transactions arrive at that rate (Poisson), wait in arrival order for a free coordinator
+// (at most client.max_outstanding running or waiting; arrivals beyond it are shed and counted), and each one's
+// latency counts from its arrival. Protocol specifics are delegated to a ClientDriver. Pure state machine (runs
+// under the gRPC runtime and under the simulator alike).
 #pragma once
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "metrics.h"
@@ -25,6 +29,19 @@ class ClientNode : public Node {
   // timeout passed; those are recorded as given up with committed=false).
   bool finished() const { return finished_; }
   const std::vector<TxnRecord>& records() const { return records_; }
+  // Open loop: what became of the arrivals. An arrival is run (a record), shed (client.max_outstanding running or
+  // waiting when it came) or unsent (still waiting for a coordinator when the drain timeout passed). "window":
+  // of those, the arrivals in the measurement window [warmup_s, duration_s - cooldown_s) of the run start.
+  struct OpenLoopStats {
+    uint64_t arrivals = 0, shed = 0, unsent = 0;
+    uint64_t arrivals_window = 0, shed_window = 0, unsent_window = 0;
+    uint64_t max_queued = 0;   // the most arrivals that waited for a coordinator at once
+  };
+  bool open_loop() const { return d_.client.open_loop(); }
+  const OpenLoopStats& open_loop_stats() const { return ol_; }
+  // Open loop: {"rate_tps", "max_outstanding", "arrivals", "shed", "unsent", "arrivals_in_window", ...} for the
+  // client's summary.json (testbed/analysis/results.py sums them over the clients).
+  std::string open_loop_json() const;
   TimeUs run_start_us() const { return start_us_; }
   // Called once per finished transaction (committed or given up), in the order
   // of records(): what the checker needs to know about it (docs/checker.md).
@@ -35,14 +52,21 @@ class ClientNode : public Node {
   struct Slot {
     bool busy = false;
     TxnRequest txn;
-    TimeUs first_start = 0;
+    TimeUs first_start = 0;         // intended start: the issue (closed loop), the arrival (open loop)
+    TimeUs sent = 0;                // the first attempt's submit (open loop: after its wait for this slot)
     uint32_t attempts = 0;
     std::vector<uint64_t> failed;   // ids of earlier attempts
   };
-  void issue(Env& env, uint32_t slot);
+  // arrival: open loop's intended start; none: now (closed loop), read as the first attempt is sent.
+  void issue(Env& env, uint32_t slot, std::optional<TimeUs> arrival = std::nullopt);
   void record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs);
   void finish_attempt(Env& env, const ClientDriver::Outcome& o);
   void maybe_finish(Env& env);
+  // Open loop.
+  void arrivals(Env& env);             // every arrival due by now, then the timer of the next
+  void arrive(Env& env, TimeUs at);    // one arrival, intended to start at `at` (monotonic)
+  double next_gap_us(Env& env);        // an exponential inter-arrival time
+  bool in_window(TimeUs at) const;
 
   const Deployment& d_;
   NodeId self_;
@@ -53,6 +77,13 @@ class ClientNode : public Node {
   TxnSink sink_;
   uint64_t next_seq_ = 1;
   TimeUs start_us_ = 0;
+  // Open loop: the next arrival in us since start_us_ (fractional: rounding every gap would bias a high rate), the
+  // arrivals waiting for a coordinator (their intended starts, oldest first), the free slots, the counts.
+  double next_arrival_us_ = 0;
+  std::deque<TimeUs> queued_;
+  std::vector<uint32_t> free_;
+  uint32_t busy_ = 0;
+  OpenLoopStats ol_;
   bool stopping_ = false;
   bool finished_ = false;
 };

@@ -102,12 +102,13 @@ std::string summary_json(const Summary& s) {
 std::string records_csv(const std::vector<TxnRecord>& recs,
                         const std::vector<std::string>& type_names) {
   std::ostringstream o;
-  o << "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session\n";
+  o << "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session,sent_us\n";
   for (const auto& r : recs) {
     std::string tn = r.type < type_names.size() ? type_names[r.type] : std::to_string(r.type);
     o << r.txn_id << ',' << r.type << ',' << tn << ',' << (r.crt ? "CRT" : "IRT") << ','
       << r.start_us << ',' << r.latency_us << ',' << r.attempts << ','
-      << (r.committed ? "committed" : "given_up") << ',' << r.outputs << ',' << r.session << '\n';
+      << (r.committed ? "committed" : "given_up") << ',' << r.outputs << ',' << r.session << ',' << r.sent_us
+      << '\n';
   }
   return o.str();
 }

@@ -12,12 +12,18 @@ struct TxnRecord {
   uint64_t txn_id = 0;
   uint32_t type = 0;
   bool crt = false;
-  TimeUs start_us = 0;     // first attempt, monotonic, relative to the client's run start
-  TimeUs latency_us = 0;   // first attempt -> commit (or give-up)
+  // Monotonic, relative to the client's run start: the intended start (closed loop: the first attempt's issue; open
+  // loop: the arrival, before any wait for a free coordinator), so a stall counts in every transaction it delayed.
+  TimeUs start_us = 0;
+  TimeUs latency_us = 0;   // intended start -> commit (or give-up); start_us + latency_us is the answer's time
   uint32_t attempts = 0;
   bool committed = false;
   std::string outputs;     // committed: outputs_digest of the reply (core/executor.h)
   uint32_t session = 0;    // the client's coordinator (slot) that ran it: its own order is the session's
+  // The first attempt's actual send, as start_us. Closed loop: start_us; open loop: start_us plus its wait for a
+  // coordinator. The checker's real-time order uses it (histories.py): an earlier issue time would only widen the
+  // transaction's interval, dropping real-time edges (never adding a false one), so the send keeps the check whole.
+  TimeUs sent_us = 0;
 };
 
 // Nearest-rank percentile of an ascending-sorted vector: sorted[ceil(p/100*n)-1].
@@ -44,7 +50,7 @@ struct Summary {
 Summary summarize(const std::vector<TxnRecord>& recs, double duration_s, double warmup_s,
                   double cooldown_s);
 std::string summary_json(const Summary& s);
-// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session
+// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session,sent_us
 std::string records_csv(const std::vector<TxnRecord>& recs,
                         const std::vector<std::string>& type_names);
 

@@ -66,6 +66,11 @@ void check_keys(const YAML::Node& m, const std::string& where,
   }
 }
 
+// Open loop's bounds: a million arrivals per second is far beyond what one client process can issue (the arrivals
+// would queue and be shed, which is measured, not wrong); ten million outstanding bounds its memory.
+constexpr double kMaxRateTps = 1e6;
+constexpr int64_t kMaxOutstanding = 10000000;
+
 void range(const std::string& key, double v, double lo, double hi) {
   if (!(v >= lo && v <= hi)) {
     std::ostringstream o;
@@ -466,6 +471,12 @@ void validate(const Deployment& d) {
   if (!(c.warmup_s + c.cooldown_s < c.duration_s))
     fail("client.warmup_s", "warmup_s + cooldown_s must be < duration_s");
   if (c.retry_limit < 1) fail("client.retry_limit", "must be >= 1");
+  if (!(c.rate_tps >= 0 && c.rate_tps <= kMaxRateTps)) {
+    std::ostringstream o;
+    o << c.rate_tps << " out of range [0, " << static_cast<int64_t>(kMaxRateTps) << "] (txn/s; 0: closed loop)";
+    fail("client.rate_tps", o.str());
+  }
+  int_range("client.max_outstanding", c.max_outstanding, 1, kMaxOutstanding);
 
   for (const auto& [name, values] : d.protocols) check_protocol_options(name, values);
 
@@ -601,7 +612,7 @@ Deployment parse_deployment(const std::string& text) {
   }
   if (auto c = root["client"]) {
     check_keys(c, "client", {"n_concurrent", "duration_s", "warmup_s", "cooldown_s",
-                             "drain_timeout_s", "retry_limit"});
+                             "drain_timeout_s", "retry_limit", "rate_tps", "max_outstanding"});
     auto& k = d.client;
     if (c["n_concurrent"]) k.n_concurrent = u32(c["n_concurrent"], "client.n_concurrent", 1, 100000);
     if (c["duration_s"]) k.duration_s = num(c["duration_s"], "client.duration_s");
@@ -609,6 +620,9 @@ Deployment parse_deployment(const std::string& text) {
     if (c["cooldown_s"]) k.cooldown_s = num(c["cooldown_s"], "client.cooldown_s");
     if (c["drain_timeout_s"]) k.drain_timeout_s = num(c["drain_timeout_s"], "client.drain_timeout_s");
     if (c["retry_limit"]) k.retry_limit = u32(c["retry_limit"], "client.retry_limit", 1, 1000000);
+    if (c["rate_tps"]) k.rate_tps = num(c["rate_tps"], "client.rate_tps");
+    if (c["max_outstanding"])
+      k.max_outstanding = u32(c["max_outstanding"], "client.max_outstanding", 1, kMaxOutstanding);
   }
   if (auto x = root["protocols"]) {
     if (!x.IsMap()) fail("protocols", "expected a mapping of protocol names, got " + show(x));

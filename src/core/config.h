@@ -73,6 +73,15 @@ struct ClientConfig {
   double cooldown_s = 1;
   double drain_timeout_s = 10;      // after duration, wait this long for outstanding txns
   uint32_t retry_limit = 20;
+  // Open loop (docs/workloads.md): > 0: transactions arrive at this rate per second at this client (node), Poisson
+  // (exponential gaps drawn from its rng), and each one's latency counts from its arrival, so a stalled system
+  // cannot slow its own measurement; its n_concurrent coordinators take the arrivals in arrival order, an arrival
+  // that finds none free waits. 0: closed loop (a coordinator issues its next transaction when its last finished).
+  double rate_tps = 0;
+  // Open loop: at most this many transactions running or waiting for a coordinator; an arrival beyond it is shed
+  // (counted, never run), so an overloaded client's queue cannot grow without bound.
+  uint32_t max_outstanding = 1000;
+  bool open_loop() const { return rate_tps > 0; }
 };
 
 struct RuntimeConfig {

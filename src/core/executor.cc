@@ -4,6 +4,7 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "workload/store.h"
 
@@ -15,6 +16,13 @@ void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Var
                             const OrderKey& key) {
   history_.push_back(ExecEvent{txn_id, p.id(), deferred, key});
   w_.execute(*store_, p, in, out);
+}
+
+void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps) {
+  auto [it, fresh] = deps_.try_emplace(txn_id, deps);
+  if (!fresh) return;   // the first declaration stands (a transaction's dependencies are final once committed)
+  std::sort(it->second.begin(), it->second.end());
+  it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
 }
 
 bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
@@ -57,12 +65,15 @@ void write_ids(std::ostream& o, const std::vector<uint32_t>& ids) {
 
 // One line per run of consecutive events of one transaction with one deferred
 // flag and one order key: "<txn id> <piece ids>" plus " d" when deferred, plus
-// " k=<domain>:<hi>.<lo>" (decimal) when the key is set. Piece ids keep their
-// execution order; only ascending runs are collapsed.
+// " k=<domain>:<hi>.<lo>" (decimal) when the key is set, plus " p=<ids>" (its
+// declared dependencies, comma-separated, possibly none) on the transaction's
+// first line when the protocol declared them. Piece ids keep their execution
+// order; only ascending runs are collapsed.
 size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) const {
   o << "# txn-history v1 node=" << node << " shard=" << shard_ << "\n";
   size_t lines = 0;
   std::vector<uint32_t> ids;
+  std::unordered_set<uint64_t> declared;   // transactions whose " p=" is written
   for (size_t i = 0; i < history_.size();) {
     const ExecEvent& first = history_[i];
     ids.clear();
@@ -82,6 +93,10 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
     }
     if (first.deferred) o << " d";
     if (first.key.set) o << " k=" << first.key.domain << ':' << first.key.hi << '.' << first.key.lo;
+    if (auto d = deps_.find(first.txn); d != deps_.end() && declared.insert(first.txn).second) {
+      o << " p=";
+      for (size_t k = 0; k < d->second.size(); ++k) o << (k ? "," : "") << d->second[k];
+    }
     o << '\n';
     ++lines;
     i = j;

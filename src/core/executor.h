@@ -9,6 +9,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "workload.h"
@@ -61,6 +62,12 @@ class ShardExecutor {
   const ShardStore& store() const { return *store_; }
   uint32_t shard() const { return shard_; }
   const std::vector<ExecEvent>& history() const { return history_; }
+  // The transactions the protocol made `txn_id` wait for here, where it orders by a dependency graph (Janus's
+  // committed dependencies, TAPIR's): declared before its pieces execute, written once per transaction in the
+  // history (" p=<ids>"). The checker holds every two conflicting pieces to them: the later one must depend on the
+  // earlier, directly or through this shard's transactions (docs/checker.md, "The protocol's own order").
+  void declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps);
+  const std::unordered_map<uint64_t, std::vector<uint64_t>>& deps() const { return deps_; }
   // The history file (format in docs/checker.md); returns the number of lines
   // written between the header and the trailer.
   size_t write_history(std::ostream& o, const std::string& node) const;
@@ -70,6 +77,7 @@ class ShardExecutor {
   uint32_t shard_;
   std::unique_ptr<ShardStore> store_;
   std::vector<ExecEvent> history_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> deps_;   // declare_deps, sorted ids
 };
 
 // The variables piece `p` executes with: its args, plus its inputs' values from `known`. When the piece has no

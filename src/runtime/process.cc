@@ -329,8 +329,8 @@ int run(Role role, const char* prog, int argc, char** argv) {
       const auto& recs = h.client->records();
       Summary s = summarize(recs, d.client.duration_s, d.client.warmup_s, d.client.cooldown_s);
       if (!h.txns->close()) throw Fatal{1, "cannot write " + h.txns->path()};
-      // run_start_mono_us + a record's start_us is its start on CLOCK_MONOTONIC, which every process under one
-      // kernel (boot_id) shares: the checker's real-time order (docs/checker.md).
+      // run_start_mono_us + a record's start_us (or sent_us) is its start (send) on CLOCK_MONOTONIC, which every
+      // process under one kernel (boot_id) shares: the checker's real-time order (docs/checker.md).
       std::string js = prepend_fields(summary_json(s), "\"node\": " + json_string(h.info->name) +
                                                            ", \"run_start_mono_us\": " +
                                                            std::to_string(h.client->run_start_us()) +
@@ -340,6 +340,9 @@ int run(Role role, const char* prog, int argc, char** argv) {
                                                            ", \"n_records\": " + std::to_string(recs.size()) +
                                                            ", \"n_txns\": " + std::to_string(h.txns->entries()) +
                                                            ", \"interrupted\": " + (interrupted ? "true" : "false") +
+                                                           (h.client->open_loop()
+                                                                ? ", \"open_loop\": " + h.client->open_loop_json()
+                                                                : std::string()) +
                                                            ", \"process\": " + facts(i, false));
       if (!write_file(cout_dir + "/" + h.info->name + ".records.csv", records_csv(recs, names)) ||
           !write_file(cout_dir + "/" + h.info->name + ".summary.json", js + "\n"))

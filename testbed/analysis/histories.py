@@ -13,7 +13,8 @@ Checks (each returns violation lines):
   realtime         (e) the conflict graph with each client session's order and real time added has no cycle
                        (strict serializability; a transaction answered before another was issued comes first)
   protocol_order   (f) conflicting pieces ran in the order of the keys the protocol declared for them (history
-                       lines' `k=<domain>:<hi>.<lo>`), at every replica
+                       lines' `k=<domain>:<hi>.<lo>`), at every replica; and where it declared dependencies
+                       (`p=<ids>`), the later of two conflicting pieces depends on the earlier one
 """
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ class RunData:
     sessions: dict = field(default_factory=dict)      # committed txn id -> (client, session) (records' column)
     clock: str = ""                                   # "monotonic" (one kernel) | "wall" | "" (none recorded)
     order_keys: dict = field(default_factory=dict)    # replica node -> {event index: (domain, hi, lo)}
+    deps: dict = field(default_factory=dict)          # replica node -> {txn: frozenset of the txns it declared}
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
     _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
@@ -116,9 +118,19 @@ def _order_key(text: str, where: str) -> tuple[int, int, int]:
     raise Unreadable(f"{where}: bad order key {text!r} (k=<domain>:<hi>.<lo>)")
 
 
-def read_history(path: Path, events: int | None = None, keys: dict | None = None) -> list[tuple[int, int, bool]]:
+def _deps(text: str, where: str) -> frozenset:
+    """A history line's declared dependencies "p=<id>,<id>" (or "p=": none) -> the ids."""
+    ids = text[2:].split(",") if len(text) > 2 else []
+    if all(x.isdigit() for x in ids):
+        return frozenset(int(x) for x in ids)
+    raise Unreadable(f"{where}: bad dependency list {text!r} (p=<txn id>,<txn id>,...)")
+
+
+def read_history(path: Path, events: int | None = None, keys: dict | None = None,
+                 deps: dict | None = None) -> list[tuple[int, int, bool]]:
     """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated. keys: filled
-    with event index -> (domain, hi, lo) for the events whose line carries the protocol's order key."""
+    with event index -> (domain, hi, lo) for the events whose line carries the protocol's order key; deps: with
+    txn -> the transactions the protocol declared it depends on (a line's `p=`)."""
     name = path.name
     try:
         lines = path.read_text().splitlines()
@@ -132,10 +144,14 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
     out = []
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
+        dep = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("p=") else None
         key = _order_key(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("k=") else None
         if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
-            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>]', got {line!r}")
+            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [p=<ids>]', "
+                             f"got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
+        if dep is not None and deps is not None:
+            deps[t] = deps.get(t, frozenset()) | dep
         ids = _ids(f[1], f"{name}:{n}")
         if key is not None and keys is not None:
             keys.update((i, key) for i in range(len(out), len(out) + len(ids)))
@@ -181,8 +197,13 @@ def read_txn_log(path: Path, client: str, dumped: subprocess.CompletedProcess | 
 def read_record_outputs(path: Path, attempts: bool = False, times: dict | None = None,
                         sessions: dict | None = None) -> dict[int, tuple]:
     """txn id -> (status, type_name, outputs) from a client's records.csv (+ attempts with attempts=True). times:
-    filled with txn id -> (start, end) of each committed transaction, relative to its client's run start;
-    sessions: with txn id -> its session (the records' `session` column, 0 in records from before it)."""
+    filled with txn id -> (issue, answer) of each committed transaction, relative to its client's run start;
+    sessions: with txn id -> its session (the records' `session` column, 0 in records from before it).
+    The issue is the first attempt's send, `sent_us` (start_us in records from before it). Under an open load
+    start_us is the arrival, earlier by the wait for a coordinator: it measures latency, but as the issue it would
+    widen the interval and drop real-time edges (never add a false one), so the send keeps the check whole. The
+    answer is start_us + latency_us either way. A session's order is the same by either time: a coordinator takes
+    waiting arrivals oldest first and sends each after the last one's answer."""
     out = {}
     try:
         with open(path, newline="") as f:
@@ -192,7 +213,7 @@ def read_record_outputs(path: Path, attempts: bool = False, times: dict | None =
                 out[txn] = rec + (int(row["attempts"]),) if attempts else rec
                 if times is not None and row["status"] == "committed":
                     start = int(row["start_us"])
-                    times[txn] = (start, start + int(row["latency_us"]))
+                    times[txn] = (int(row.get("sent_us") or start), start + int(row["latency_us"]))
                     if sessions is not None:
                         sessions[txn] = int(row.get("session") or 0)
     except (OSError, KeyError, ValueError) as e:
@@ -220,8 +241,9 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
         dumps = dict(zip(logs, pool.map(dump_txn_log, logs)))
     for d in sorted(named, key=lambda d: d["node"]):
         h = d["execution_history"]
-        data.order_keys[d["node"]] = {}
-        data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]), data.order_keys[d["node"]])
+        data.order_keys[d["node"]], data.deps[d["node"]] = {}, {}
+        data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]), data.order_keys[d["node"]],
+                                                 data.deps[d["node"]])
         data.replicas.setdefault(int(d["shard"]), []).append(d["node"])
     starts, rel_times = {}, {}   # client -> (run start on CLOCK_MONOTONIC, on the wall clock); its records' times
     for s in summaries:
@@ -738,43 +760,112 @@ def check_realtime(data: RunData, adj: dict, margin_us: int | None = None, guara
 def check_protocol_order(data: RunData) -> list[str]:
     """(f): at every replica, two conflicting pieces (a key both access, at least one writing it; commutative and
     deferred pieces aside) whose history lines carry order keys of one domain ran in the keys' order: the order
-    the protocol says it decided (DAST's timestamps, SLOG's log positions, ...; docs/checker.md). Skipped when no
-    replica's history carries a key."""
-    if not any(data.order_keys.values()):
-        raise Skip("no history carries the protocol's order keys (it declares none, or a run from before them)")
+    the protocol says it decided (DAST's timestamps, SLOG's log positions, ...); and where the protocol declared
+    each transaction's dependencies (Janus, TAPIR), the later of two conflicting pieces belongs to a transaction
+    that depends on the earlier one's (docs/checker.md). Skipped when no replica's history carries either."""
+    if not any(data.order_keys.values()) and not any(data.deps.values()):
+        raise Skip("no history carries the protocol's order keys or dependencies (it declares none, or a run from "
+                   "before them)")
     out, keys_of = _Collector(), piece_keys(data)
     comm = data._commutative if data._commutative is not None else \
         {(t.id, p) for t in data.txns.values() for p in t.commutative}
-    checked = []   # (history, keys) already checked: a replica identical to another is not checked again
+    checked = []   # (history, keys, deps) already checked: a replica identical to another is not checked again
+    every: dict = {}   # every replica's declarations united: a path may leave the shard (Janus's components span
+    for d in data.deps.values():     # shards)
+        for t, ds in d.items():
+            every[t] = every.get(t, frozenset()) | ds
     for node, hist in sorted(data.histories.items()):
-        okeys = data.order_keys.get(node) or {}
-        if not okeys or any(h == hist and k == okeys for h, k in checked):
+        okeys, deps = data.order_keys.get(node) or {}, data.deps.get(node) or {}
+        if (not okeys and not deps) or any(h == hist and k == okeys and d == deps for h, k, d in checked):
             continue
-        checked.append((hist, okeys))
-        writers, accessed = {}, {}   # (conflict key, domain) -> (largest order key, its (txn, piece)) so far
-        for i, (t, p, deferred) in enumerate(hist):
-            ok = okeys.get(i)
-            if ok is None or deferred or (t, p) in comm:
-                continue
-            rw = keys_of.get((t, p))
-            if rw is None:
-                continue
-            dom, val = ok[0], ok[1:]
-            for keys, seen in ((rw[0], accessed), (rw[1], writers)):
-                for k in keys:
-                    prev = seen.get((k, dom))
-                    if prev is not None and prev[0] > val and prev[1][0] != t:
-                        out.add(f"{node}: {_describe(data, t)} piece {p} (key {dom}:{val[0]}.{val[1]}) ran after "
-                                f"{_describe(data, prev[1][0])} piece {prev[1][1]} (key {dom}:{prev[0][0]}."
-                                f"{prev[0][1]}), a conflicting piece the protocol ordered after it [{k}]")
-            for k in rw[0]:
-                for seen in (writers, accessed):
-                    if seen.get((k, dom), ((-1, -1),))[0] < val:
-                        seen[(k, dom)] = (val, (t, p))
-            for k in rw[1]:
-                if accessed.get((k, dom), ((-1, -1),))[0] < val:
-                    accessed[(k, dom)] = (val, (t, p))
+        checked.append((hist, okeys, deps))
+        if okeys:
+            _key_order(data, node, hist, okeys, keys_of, comm, out)
+        if deps:
+            _dependency_order(data, node, hist, deps, every, keys_of, comm, out)
     return out.result()
+
+
+def _key_order(data: RunData, node: str, hist: list, okeys: dict, keys_of: dict, comm: set,
+               out: _Collector) -> None:
+    writers, accessed = {}, {}   # (conflict key, domain) -> (largest order key, its (txn, piece)) so far
+    for i, (t, p, deferred) in enumerate(hist):
+        ok = okeys.get(i)
+        if ok is None or deferred or (t, p) in comm:
+            continue
+        rw = keys_of.get((t, p))
+        if rw is None:
+            continue
+        dom, val = ok[0], ok[1:]
+        for keys, seen in ((rw[0], accessed), (rw[1], writers)):
+            for k in keys:
+                prev = seen.get((k, dom))
+                if prev is not None and prev[0] > val and prev[1][0] != t:
+                    out.add(f"{node}: {_describe(data, t)} piece {p} (key {dom}:{val[0]}.{val[1]}) ran after "
+                            f"{_describe(data, prev[1][0])} piece {prev[1][1]} (key {dom}:{prev[0][0]}."
+                            f"{prev[0][1]}), a conflicting piece the protocol ordered after it [{k}]")
+        for k in rw[0]:
+            for seen in (writers, accessed):
+                if seen.get((k, dom), ((-1, -1),))[0] < val:
+                    seen[(k, dom)] = (val, (t, p))
+        for k in rw[1]:
+            if accessed.get((k, dom), ((-1, -1),))[0] < val:
+                accessed[(k, dom)] = (val, (t, p))
+
+
+DEPS_SEARCH_BUDGET = 5000   # transactions one dependency search may visit before the pair counts as unknown
+
+
+def _dependency_order(data: RunData, node: str, hist: list, deps: dict, every: dict, keys_of: dict, comm: set,
+                      out: _Collector) -> None:
+    """At one replica (deps: what its history declared), every access to a conflict key against the accesses it
+    conflicts with just before it (the key's last writer; for a write also the readers since): the accessing
+    transaction must depend on theirs through the declared dependencies (every: all replicas' declarations; a path
+    may pass through other shards). Consecutive pairs suffice: dependence is transitive.
+    A pair the dependencies leave unordered may run in either order at another replica (a protocol that orders by
+    its dependencies has no other order to keep them in); one whose dependencies say the opposite ran against them."""
+    def depends(b: int, a: int) -> bool | None:   # is a an ancestor of b? None: the search ran out of budget
+        if a in every[b]:
+            return True
+        seen, todo = {b}, [b]
+        while todo:
+            for y in every.get(todo.pop(), ()):
+                if y == a:
+                    return True
+                if y not in seen and y in every:
+                    if len(seen) >= DEPS_SEARCH_BUDGET:
+                        return None
+                    seen.add(y)
+                    todo.append(y)
+        return False
+
+    writer, readers = {}, {}     # conflict key -> its last writer here; the transactions that read it since
+    for t, p, deferred in hist:
+        if deferred or (t, p) in comm:
+            continue
+        rw = keys_of.get((t, p))
+        if rw is None:
+            continue
+        before = {}              # earlier conflicting transaction -> a key of the conflict
+        for k in rw[0]:
+            before.update((r, k) for r in readers.get(k, ()))
+        for k in (*rw[0], *rw[1]):
+            if k in writer:
+                before.setdefault(writer[k], k)
+        before.pop(t, None)
+        if t in deps:
+            for a, k in before.items():
+                if a in deps and depends(t, a) is False:
+                    how = ("against the declared dependencies (the earlier depends on the later)"
+                           if depends(a, t) else "the declared dependencies leave the two unordered")
+                    out.add(f"{node}: {_describe(data, a)} ran before {_describe(data, t)} piece {p}, which conflicts "
+                            f"with it on {k}: {how}")
+        for k in rw[0]:
+            writer[k], readers[k] = t, []
+        for k in rw[1]:
+            rs = readers.setdefault(k, [])
+            if not rs or rs[-1] != t:
+                rs.append(t)
 
 
 # ---- (d) serial replay --------------------------------------------------------------------------------------------

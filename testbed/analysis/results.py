@@ -84,10 +84,48 @@ def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, wr
                     df[df.status == "committed"].type_name.value_counts().sort_index().items()},
     }
     summary["throughput_tps"] = summary["classes"]["all"]["throughput_tps"]
+    load = open_loop_load(run_dir, summary["throughput_tps"])
+    if load is not None:   # a closed-loop summary stays as it was (so run folders from before are derived alike)
+        summary["load"] = load
     summary["counters"] = server_counters(run_dir)
     if write:
         Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def open_loop_load(run_dir, achieved_tps: float) -> dict | None:
+    """An open-loop run's offered load and what became of it, summed over the clients' summaries (each client's
+    `open_loop`, written by the engine; docs/workloads.md); None for a closed-loop run.
+      offered_tps    the configured rate (the clients' client.rate_tps summed)
+      arrival_tps    arrivals in the measurement window per second (the Poisson draw around offered_tps)
+      achieved_tps   commits completing in the window per second (the summary's throughput_tps)
+      shed           arrivals refused because client.max_outstanding were running or waiting (never run, in no
+                     percentile); unsent: still waiting for a coordinator when the drain timeout passed
+      *_in_window    of those, the ones that arrived in the window (the engine's, the deployment's window)
+      max_queued     the most arrivals that waited for a coordinator at once, at any one client"""
+    parts = []
+    for f in sorted(Path(run_dir, "clients").glob("*.summary.json")):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{f}: {e}") from e
+        if isinstance(data, dict) and isinstance(data.get("open_loop"), dict):
+            parts.append((data, data["open_loop"]))
+    if not parts:
+        return None
+
+    def total(key: str) -> int:
+        return sum(int(ol.get(key, 0)) for _, ol in parts)
+    arrival_tps = sum(int(ol.get("arrivals_in_window", 0)) / max(float(c["window_end_s"]) - float(c["window_start_s"]),
+                                                                 1e-9) for c, ol in parts)
+    return {"mode": "open", "clients": len(parts),
+            # rounded: a total split over the clients and summed again would show as 100.00000000000001
+            "offered_tps": round(sum(float(ol["rate_tps"]) for _, ol in parts), 6),
+            "arrival_tps": arrival_tps, "achieved_tps": achieved_tps,
+            "max_outstanding": max(int(ol.get("max_outstanding", 0)) for _, ol in parts),
+            **{k: total(k) for k in ("arrivals", "shed", "unsent", "arrivals_in_window", "shed_in_window",
+                                     "unsent_in_window")},
+            "max_queued": max(int(ol.get("max_queued", 0)) for _, ol in parts)}
 
 
 def server_counters(run_dir) -> dict:
@@ -127,8 +165,15 @@ def format_table(summary: dict) -> str:
     w = summary["window_s"]
     head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
     tail = []
+    load = summary.get("load")
+    if load:   # open loop: what was offered beside what was done, and what was refused (never silently)
+        tail.append(f"open loop: offered {load['offered_tps']:.1f} txn/s, arrived {load['arrival_tps']:.1f}/s in the "
+                    f"window, achieved {load['achieved_tps']:.1f}/s")
+        tail.append(f"  shed {load['shed']} of {load['arrivals']} arrivals ({load['shed_in_window']} in the window; "
+                    f"max_outstanding {load['max_outstanding']} per client), unsent at the drain timeout "
+                    f"{load['unsent']}, most waiting at one client {load['max_queued']}")
     if summary.get("counters"):
-        tail = ["counters (whole run): " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counters"].items()))]
+        tail.append("counters (whole run): " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counters"].items())))
     return "\n".join([head, text_table(cols, rows)] + tail)
 
 

@@ -7,7 +7,8 @@ the fault schedule (t = 0: the load starts). Per bucket [t, t + 1 s):
   irt_p50_ms ... p99    latency percentiles (nearest rank) of the committed transactions of the class that
                         *started* in it, as the summary's window does: a transaction held by a fault counts at its
                         issue, so a stall shows where it began, not only when it ends
-  in_flight             transactions issued and not yet finished at its end (committed or given up)
+  in_flight             transactions issued and not yet finished at its end (committed or given up); under an open
+                        load from their arrival, so those waiting for a coordinator count (docs/workloads.md)
   given_up, retried     transactions given up that ended in it; failed attempts of those that ended in it
   stalled               no commit in it while transactions were in flight
 A percentile of a bucket without samples is empty (NaN in the CSV, a gap in a figure), never 0.

@@ -38,8 +38,9 @@ from testbed.core import deploy as deploylib
 MANIFEST = derived.MANIFEST
 MANIFEST_VERSION = 2        # 2: with the bindings of summary.json, check.json and meta.json
 # top level; written beside the raw files. timeseries.csv (exp 6's per-second series, timeseries.py) is derived
-# from the records each time its figure is drawn, never read back in its place
-DERIVED = ("meta.json", "summary.json", "check.json", MANIFEST, "timeseries.csv")
+# from the records each time its figure is drawn, and records.parquet / records.csv (the run's transactions as one
+# table, runs_table.py --records) when a user asks for them; none is ever read back in their place
+DERIVED = ("meta.json", "summary.json", "check.json", MANIFEST, "timeseries.csv", "records.parquet", "records.csv")
 _TMP = f".{MANIFEST}.tmp"
 _CHUNK = 1 << 20
 

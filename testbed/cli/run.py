@@ -31,6 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     options.add_knob(ap, "cooldown", d["cooldown"])
     options.add_mode(ap)
     options.add_load(ap, d)
+    options.add_open_loop(ap, d)
     options.add_knob(ap, "scale", d["scale"])
     options.add_knob(ap, "zipf", d["zipf"])
     options.add_choice(ap, "district", d["district"])

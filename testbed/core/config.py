@@ -68,7 +68,11 @@ class ExpConfig:
     warmup_s: float = _default("WARMUP_S")
     cooldown_s: float = _default("COOLDOWN_S")
     tail_percentile: float = _default("TAIL_PERCENTILE")
+    open_loop_rate: float | None = _default("OPEN_LOOP_RATE")   # None: closed loop (docs/workloads.md)
+    open_loop_rate_per: str = _default("OPEN_LOOP_RATE_PER")
+    open_loop_max_outstanding: int = _default("OPEN_LOOP_MAX_OUTSTANDING")
     concurrency_levels: tuple = _default("CONCURRENCY_LEVELS")
+    exp1_offered_rates: tuple = _default("EXP1_OFFERED_RATES")   # () = exp 1 sweeps concurrency (closed loop)
     client_process_per_shard: tuple = _default("CLIENT_PROCESS_PER_SHARD")
     crt_ratios: tuple = _default("CRT_RATIOS")
     zipfs: tuple = _default("ZIPFS")
@@ -305,8 +309,16 @@ def validate(cfg: ExpConfig) -> ExpConfig:
         raise ValueError(f"WARMUP_S+COOLDOWN_S={c['warmup_s'] + c['cooldown_s']}: must be < DURATION_S="
                          f"{c['duration_s']}")
     c["tail_percentile"] = knoblib.check("TAIL_PERCENTILE", cfg.tail_percentile)
+    c["open_loop_rate"] = None if cfg.open_loop_rate is None else knoblib.check("OPEN_LOOP_RATE", cfg.open_loop_rate)
+    c["open_loop_rate_per"] = knoblib.check("OPEN_LOOP_RATE_PER", cfg.open_loop_rate_per)
+    c["open_loop_max_outstanding"] = knoblib.check("OPEN_LOOP_MAX_OUTSTANDING", cfg.open_loop_max_outstanding)
 
     c["concurrency_levels"] = knoblib.check_sweep("CONCURRENCY_LEVELS", cfg.concurrency_levels)
+    rates = cfg.exp1_offered_rates
+    if rates is None or (isinstance(rates, (list, tuple)) and not rates):
+        c["exp1_offered_rates"] = ()
+    else:
+        c["exp1_offered_rates"] = knoblib.check_sweep("EXP1_OFFERED_RATES", rates)
     c["client_process_per_shard"] = knoblib.check_sweep("CLIENT_PROCESS_PER_SHARD", cfg.client_process_per_shard)
     c["crt_ratios"] = knoblib.check_sweep("CRT_RATIOS", cfg.crt_ratios)
     c["zipfs"] = knoblib.check_sweep("ZIPFS", cfg.zipfs)

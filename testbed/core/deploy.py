@@ -42,8 +42,10 @@ def validate(**knobs) -> dict:
     k["protocol_options"] = protocol_options(proto, k)
     if k["rtt_ms"] is not None:
         k["rtt_ms"] = check_rtt_matrix(k["rtt_ms"], int(k["regions"]))
-    for n in ("mechanism", "processes", "transport", "district", "workload"):
+    for n in ("mechanism", "processes", "transport", "district", "workload", "rate_per"):
         k[n] = knoblib.check(n, k[n])
+    if k["rate"] is not None:
+        k["rate"] = knoblib.check("OPEN_LOOP_RATE", k["rate"], "rate")
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:
@@ -62,6 +64,25 @@ def protocol_options(proto: protocols.Protocol, k: dict) -> dict:
     if not isinstance(given, dict):
         raise ValueError(f"protocol_options={given!r}: must be a mapping of option names to values")
     return proto.check_options(given)
+
+
+def client_rate(rate: float, rate_per: str, regions: int, shards: int, clients_per_shard: int) -> float:
+    """Each client process's open-loop rate (the deployment's client.rate_tps) for `rate` txn/s offered in total
+    (rate_per "total") or in each region ("region"), split evenly over the client processes it covers."""
+    return rate / (clients_per_shard * shards * (regions if rate_per == "total" else 1))
+
+
+def load_of(deploy: dict) -> dict:
+    """How a deployment loads its servers, for meta.json: {"mode": "closed", "concurrency": n} or {"mode": "open",
+    "offered_tps": total, "offered_tps_per_region", "rate_tps_per_client", "max_outstanding", "concurrency"}."""
+    c = deploy.get("client") or {}
+    out = {"mode": "closed", "concurrency": c.get("n_concurrent")}
+    if float(c.get("rate_tps") or 0) > 0:
+        total = float(c["rate_tps"]) * sum(1 for node in deploy.get("nodes", ()) if node.get("kind") == "client")
+        out.update(mode="open", offered_tps=round(total, 6),
+                   offered_tps_per_region=round(total / int(deploy.get("regions") or 1), 6),
+                   rate_tps_per_client=float(c["rate_tps"]), max_outstanding=c.get("max_outstanding"))
+    return out
 
 
 def check_rtt_matrix(m, regions: int) -> list[list[float]]:
@@ -171,7 +192,11 @@ def build_deployment(place=None, **knobs) -> dict:
                    "drain_timeout_s": float(k["drain_timeout"]),
                    # attempts per transaction before it is given up (the artifact's 20); only protocols that
                    # abort on conflict (TAPIR) retry
-                   "retry_limit": int(k["retry_limit"])},
+                   "retry_limit": int(k["retry_limit"]),
+                   # open loop (docs/workloads.md): written only when a rate is set, so a closed-loop deployment file
+                   # stays what an engine from before open loop reads
+                   **({"rate_tps": client_rate(float(k["rate"]), k["rate_per"], R, N, C),
+                       "max_outstanding": int(k["max_outstanding"])} if k["rate"] is not None else {})},
         "protocols": {k["mode"]: k["protocol_options"]},
         "runtime": {"transport": k["transport"]},
         "nodes": nodes,

@@ -30,6 +30,7 @@ class Point:
     series: str = ""               # sub-line of a protocol (exp 1 with several client-process counts), else ""
     label: str = ""                # shown in progress lines and tables
     meta: dict = field(default_factory=dict)   # recorded in each run's meta.json (exp 6: its fault window)
+    axis: tuple = ()               # (x name, x label, x unit) when not the experiment's (exp 1 by offered load)
 
     @property
     def regions(self) -> int | None:
@@ -50,6 +51,10 @@ class Experiment:
     def script(self) -> str:
         return f"experiments/exp{self.number}_{self.name}.py"
 
+    def axis(self, point: Point | None = None) -> tuple[str, str, str]:
+        """(x name, x label, x unit) of a point: its own when it has one, else the experiment's."""
+        return point.axis if point is not None and point.axis else (self.x_name, self.x_label, self.x_unit)
+
 
 def _fixed_load(cfg: ExpConfig) -> dict:
     return dict(clients_per_shard=cfg.fixed_client_process_per_shard, concurrency=cfg.fixed_concurrency)
@@ -59,12 +64,29 @@ def _num(v):
     return int(v) if float(v).is_integer() else float(v)
 
 
+# exp 1's x when EXP1_OFFERED_RATES sets it (an open load; docs/workloads.md)
+OFFERED_AXIS = ("offered_tps", "offered load (txn/s, all regions; open loop, Poisson arrivals)", "txn/s")
+
+
 def _exp1(cfg: ExpConfig) -> list[Point]:
     # clients per region = CLIENT_PROCESS_PER_SHARD x SHARDS_PER_REGION x concurrency. Each (processes,
     # concurrency) pair is its own point (the original merged pairs with equal clients per region); with
     # several process counts each gets its own line.
     several = len(cfg.client_process_per_shard) > 1
     pts = []
+    if cfg.exp1_offered_rates:
+        # by offered load instead: each total rate open loop, taken by the most coordinators the closed-loop sweep
+        # would use (enough for its highest load; more waiting arrivals is what an overload looks like)
+        conc = max(cfg.concurrency_levels)
+        for cps in cfg.client_process_per_shard:
+            for r in cfg.exp1_offered_rates:
+                pts.append(Point(x=_num(r), knobs=dict(workload="tpcc", payment_crt_rate=-1, clients_per_shard=cps,
+                                                       concurrency=conc, rate=float(r), rate_per="total",
+                                                       max_outstanding=cfg.open_loop_max_outstanding),
+                                 series=f"{cps} client proc/shard" if several else "",
+                                 label=f"{_num(r)} txn/s offered ({cps} proc/shard x {conc} coord)",
+                                 axis=OFFERED_AXIS))
+        return pts
     for cps in cfg.client_process_per_shard:
         for conc in cfg.concurrency_levels:
             pts.append(Point(x=cps * cfg.shards_per_region * conc,
@@ -171,6 +193,7 @@ def quick_config(cfg: ExpConfig, exp: Experiment | None = None) -> ExpConfig:
         cfg, duration_s=QUICK_DURATION_S, warmup_s=QUICK_WARMUP_S, cooldown_s=QUICK_COOLDOWN_S, n_repeat=1,
         client_process_per_shard=(min(cfg.client_process_per_shard),),
         concurrency_levels=_thin(cfg.concurrency_levels), crt_ratios=_thin(cfg.crt_ratios),
+        exp1_offered_rates=_thin(cfg.exp1_offered_rates),
         zipfs=_thin(cfg.zipfs), robust_rtt_var=_thin(cfg.robust_rtt_var),
         fault_at_s=min(cfg.fault_at_s, QUICK_FAULT_AT_S), fault_for_s=min(cfg.fault_for_s, QUICK_FAULT_FOR_S),
         fault_after_s=min(cfg.fault_after_s, QUICK_FAULT_AFTER_S),

@@ -26,6 +26,7 @@ SHAPINGS = ("auto", "netem", "app")               # SHAPING
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")  # JITTER_DISTRIBUTION
 MECHANISMS = ("app", "netem", "none")             # a single run's link delays: the transport's, tc's, none
 FAULT_KIND_WORDS = ("none", "partition", "pause", "clock", "spike")   # FAULT_KINDS: exp 6's points
+RATE_PER = ("total", "region")                    # OPEN_LOOP_RATE_PER / --rate-per: what an open-loop rate counts
 
 
 def _fmt(x: float) -> str:
@@ -93,6 +94,15 @@ KNOBS = (
     Knob(("concurrency", "CONCURRENCY_LEVELS", "FIXED_CONCURRENCY", "SCALABILITY_CONCURRENCY"), 1, 256, True, "",
          "closed-loop coordinators per client process",
          default=dict(concurrency=2, CONCURRENCY_LEVELS=(1, 2, 4), FIXED_CONCURRENCY=4, SCALABILITY_CONCURRENCY=2)),
+    # open loop (docs/workloads.md): OPEN_LOOP_RATE / --rate set turns it on (None: closed loop); the range also
+    # bounds --rate (the run knob `rate`, a Setting below as its default None is no number)
+    # EXP1_OFFERED_RATES: exp 1's x when set, total rates (empty: exp 1 sweeps CONCURRENCY_LEVELS)
+    Knob(("OPEN_LOOP_RATE", "EXP1_OFFERED_RATES"), 0, 1_000_000, False, "txn/s",
+         "open loop: transactions offered per second, in total or per region (OPEN_LOOP_RATE_PER); None: closed loop",
+         lo_open=True, default=dict(OPEN_LOOP_RATE=None, EXP1_OFFERED_RATES=())),
+    Knob(("max_outstanding", "OPEN_LOOP_MAX_OUTSTANDING"), 1, 10_000_000, True, "",
+         "open loop: transactions running or waiting per client process; an arrival beyond it is shed (counted)",
+         default=dict(max_outstanding=1000, OPEN_LOOP_MAX_OUTSTANDING=1000)),
     Knob(("duration", "DURATION_S"), 1, 3600, False, "s", "client run time", default=dict(duration=10.0, DURATION_S=20)),
     Knob(("warmup", "WARMUP_S"), 0, 3600, False, "s", "trimmed from the window start",
          default=dict(warmup=2.0, WARMUP_S=5)),
@@ -175,6 +185,9 @@ CHOICES = (
     Choice(("JITTER_DISTRIBUTION",), DISTRIBUTIONS, "netem's delay distribution", default=dict(
         JITTER_DISTRIBUTION="normal")),
     Choice(("mechanism",), MECHANISMS, "how a single run's links are delayed", default=dict(mechanism="app")),
+    Choice(("rate_per", "OPEN_LOOP_RATE_PER"), RATE_PER,
+           "open loop: the rate is the whole deployment's (total) or each region's (region); either way it is split "
+           "evenly over the client processes", default=dict(rate_per="total", OPEN_LOOP_RATE_PER="total")),
 )
 
 # Every other setting: checked where it is read (testbed/core/config.py, testbed/core/deploy.py); its default here.
@@ -191,6 +204,9 @@ SETTINGS = (
             default=dict(faults=None, FAULTS=None)),
     Setting(("faults_seed",), "seed of the schedule's random targets (None: the run's seed)",
             default=dict(faults_seed=None)),
+    # open loop: transactions offered per second (rate_per: in total or per region), checked against
+    # OPEN_LOOP_RATE's range; None: closed loop (the default, as the artifact's experiments are)
+    Setting(("rate",), "open loop: transactions offered per second (None: closed loop)", default=dict(rate=None)),
     Setting(("SYSTEMS",), "the protocols compared (empty: every built one)", default=dict(SYSTEMS=())),
     Setting(("FAULT_KINDS",), "exp 6's faults, each a point: " + ", ".join(FAULT_KIND_WORDS),
             default=dict(FAULT_KINDS=FAULT_KIND_WORDS)),

@@ -60,3 +60,14 @@ def add_load(ap: argparse.ArgumentParser, defaults: dict) -> None:
     add_choice(ap, "workload", defaults["workload"])
     add_knob(ap, "clients_per_shard", defaults["clients_per_shard"])
     add_knob(ap, "concurrency", defaults["concurrency"])
+
+
+def add_open_loop(ap: argparse.ArgumentParser, defaults: dict) -> None:
+    """--rate, --rate-per, --max-outstanding: open-loop load (docs/workloads.md); without --rate, a closed loop."""
+    k = knob("OPEN_LOOP_RATE")
+    ap.add_argument("--rate", type=float, default=defaults["rate"], metavar="TXN_PER_S",
+                    help=f"open loop: transactions offered per second, Poisson arrivals, each measured from its "
+                         f"arrival (in {k.range_text()}; --rate-per says of what); --concurrency coordinators per "
+                         "client process take them (default: none, a closed loop)")
+    add_choice(ap, "rate_per", defaults["rate_per"])
+    add_knob(ap, "max_outstanding", defaults["max_outstanding"])

@@ -34,7 +34,10 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
                 transport=cfg.engine_transport,
                 rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(rtt.one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
-                cooldown=cfg.cooldown_s, faults=cfg.faults, faults_seed=cfg.faults_seed)
+                cooldown=cfg.cooldown_s, faults=cfg.faults, faults_seed=cfg.faults_seed,
+                # open loop only when OPEN_LOOP_RATE is set: a closed loop's knobs (config.json, sweep.json) as before
+                **(dict(rate=cfg.open_loop_rate, rate_per=cfg.open_loop_rate_per,
+                        max_outstanding=cfg.open_loop_max_outstanding) if cfg.open_loop_rate is not None else {}))
 
 
 class Backend(ABC):
@@ -65,7 +68,7 @@ class Backend(ABC):
         """Deploy knobs of the RTT self-test: the configured matrix of every region deployed, no jitter, one light
         client per shard."""
         return {**base_knobs(cfg, regions=cfg.max_regions), "jitter": 0, "concurrency": 1, "clients_per_shard": 1,
-                "faults": None}  # the default protocol
+                "faults": None, "rate": None}  # the default protocol; probes, not a load
 
     def describe(self) -> str:
         return f"{self.name} backend, shaping {self.mechanism}"

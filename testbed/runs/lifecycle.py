@@ -199,6 +199,8 @@ class Runner(ABC):
                 "kernel": platform.release(), "hostname": platform.node(), "command_line": sys.argv,
                 "python": platform.python_version(), "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "pid": os.getpid(), **(meta_extra or {}), "status": "running"}
+        if not probe:   # closed or open loop, and the offered rate (docs/workloads.md)
+            meta["load"] = deploylib.load_of(deploy)
         if deploy.get("faults") and not probe:  # the nemesis's schedule; faults.json/faults.jsonl: what happened
             meta["faults"] = "; ".join(f.get("spec") or f.get("id", "?") for f in deploy["faults"])
         write_json(run_dir / "meta.json", meta)

@@ -21,7 +21,7 @@ from tenacity import stop_after_delay
 from testbed.cluster import swarm
 from testbed.cluster.cluster import Cluster
 from testbed.cluster.hosts import load_hosts
-from testbed.core import gitinfo, interrupts, lock
+from testbed.core import gitinfo, interrupts, lock, presets
 from testbed.core.config import load_exp_config
 from testbed.core.polling import poll
 from testbed.core.runtypes import Interrupted
@@ -119,10 +119,12 @@ def run_killable(argv: list[str], stop: interrupts.Stop) -> int:
     return p.returncode
 
 
-def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bool = False) -> int:
+def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bool = False,
+                  preset: str | None = None) -> int:
     """Image, containers, self-test, then `python <script> argv --backend swarm` in the driver (script relative
-    to the checkout). Returns the job's exit code (128 + signal when stopped by one)."""
-    cfg = load_exp_config(config)
+    to the checkout). The containers are those of the config with the preset over it (argv carries --preset to
+    the job). Returns the job's exit code (128 + signal when stopped by one)."""
+    cfg = presets.apply(load_exp_config(config), preset)
     hosts = load_hosts()
     cmd_line = " ".join([os.path.basename(sys.argv[0]), *argv])
     try:

@@ -19,20 +19,23 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.analysis import claims, drawing, figures
+from testbed.analysis import claims, drawing, figures, runs_table
 from testbed.analysis.rundirs import run_outcome, scan_runs
-from testbed.core import deploy as deploylib, experiments, interrupts, lock, options, protocols
+from testbed.core import deploy as deploylib, experiments, interrupts, lock, options, presets, protocols
 from testbed.core.config import ExpConfig, load_exp_config, validate
 from testbed.core.experiments import Experiment, Point
 from testbed.core.runtypes import Interrupted, RunError
-from testbed.runs.backend import base_knobs
+from testbed.core.tables import text_table
+from testbed.runs.backend import Backend, base_knobs
 from testbed.runs.backends import open_backend
+from testbed.runs.driverexec import ENV_JOB
 from testbed.runs.jobs import job
 from testbed.sweeps import mainjob
 
@@ -40,7 +43,8 @@ KEY_VERSION = 1
 NOT_MEASUREMENT = ("seed", "base_port", "host")  # knobs that place a run or vary per repeat
 UNSET_LEFT_OUT = ("faults", "faults_seed")  # knobs newer than KEY_VERSION 1: left out of a key while unset, so the
                                             # points measured before them keep their keys (and resume)
-EST_STARTUP_S = 8           # first guess of per-run overhead for the ETA, before a run has been timed
+OPEN_LOOP_ONLY = ("rate", "rate_per", "max_outstanding")   # the same for open loop's: left out while rate is unset
+EST_STARTUP_S = 8           # first guess of per-run overhead for the ETA, before a run has been timed (the plan's too)
 
 
 def _canon(v):
@@ -58,8 +62,9 @@ def _canon(v):
 def point_key(experiment: str, system: str, knobs: dict, backend: str, mechanism: str, seed: int = 1) -> str:
     """Stable hash of everything that determines a point's measurement: not the per-repeat seed, but the sweep's
     first seed (SEED / --seed; repeat r runs seed + r)."""
-    k = {n: v for n, v in deploylib.validate(**knobs).items() if n not in NOT_MEASUREMENT
-         and not (n in UNSET_LEFT_OUT and not v)}
+    valid = deploylib.validate(**knobs)
+    k = {n: v for n, v in valid.items() if n not in NOT_MEASUREMENT
+         and not (n in UNSET_LEFT_OUT and not v) and not (n in OPEN_LOOP_ONLY and valid["rate"] is None)}
     what = {"v": KEY_VERSION, "experiment": experiment, "system": system, "knobs": k, "backend": backend,
             "mechanism": mechanism}
     if seed != 1:  # the default leaves the keys of earlier sweeps as they were
@@ -72,6 +77,13 @@ def run_length(sweep, cfg: ExpConfig) -> float:
     """Seconds of load per run: DURATION_S, or the mean of the points' own (exp 6 sets its runs' length)."""
     lengths = [float(t.knobs.get("duration", cfg.duration_s)) for t in sweep.tasks]
     return sum(lengths) / len(lengths) if lengths else cfg.duration_s
+
+
+def run_estimate(sweep, cfg: ExpConfig) -> float:
+    """Seconds one run of the sweep is expected to take before any has been timed: its length plus EST_STARTUP_S
+    (start-up, drain, collection, checker). The ETA of the progress line starts from it, then uses the runs'
+    measured times; the plan (--plan) and the line a sweep starts with multiply it by the runs."""
+    return run_length(sweep, cfg) + EST_STARTUP_S
 
 
 @dataclass
@@ -161,6 +173,7 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
 
 def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
     exp = sweep.experiment
+    x_name, x_label, x_unit = exp.axis(sweep.tasks[0].point if sweep.tasks else None)
     systems = {s: sweep.skipped.get(s, "run") for s in sweep.systems}
     points, seen = [], set()
     for t in sweep.tasks:
@@ -169,8 +182,7 @@ def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
             points.append(dict(key=t.key, system=t.system, x=t.point.x, series=t.point.series,
                                label=t.point.label, knobs=_canon({k: v for k, v in t.knobs.items() if k != "seed"})))
     return {"experiment": exp.name, "title": exp.title, "workload": exp.workload,
-            "x": {"name": exp.x_name, "label": exp.x_label.replace("{inter}", f"{cfg.inter_rtt_ms:g}"),
-                  "unit": exp.x_unit},
+            "x": {"name": x_name, "label": x_label.replace("{inter}", f"{cfg.inter_rtt_ms:g}"), "unit": x_unit},
             "systems": systems, "skipped_points": sweep.skipped_points, "n_repeat": cfg.n_repeat, "tail_percentile": cfg.tail_percentile,
             "quick": quick, "backend": backend.name, "mechanism": backend.mechanism,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "points": points, "exp_config": cfg.as_dict()}
@@ -252,7 +264,7 @@ class Progress:
 def run_one(backend, exp: Experiment, cfg: ExpConfig, t: Task, out_root: Path, quick: bool) -> Outcome:
     """One run of the sweep; its outcome is the one the run lifecycle recorded. Interrupted propagates."""
     meta_extra = {"experiment": exp.name, "system": t.system,
-                  "x": {"name": exp.x_name, "value": t.point.x, "unit": exp.x_unit},
+                  "x": {"name": exp.axis(t.point)[0], "value": t.point.x, "unit": exp.axis(t.point)[2]},
                   "series": t.point.series, "point_label": t.point.label, "repeat": t.repeat,
                   "n_repeat": cfg.n_repeat, "point_key": t.key, "mechanism": backend.mechanism, "quick": quick,
                   "runner_start_unix": time.time(), **t.point.meta}
@@ -283,8 +295,7 @@ def run_sweep(exp: Experiment, cfg: ExpConfig, backend, out_root="results", fres
     exp_dir.mkdir(parents=True, exist_ok=True)
     (exp_dir / figures.MANIFEST).write_text(json.dumps(manifest(sweep, cfg, backend, quick), indent=2) + "\n")
     previous = {} if fresh else previous_runs(exp_dir)
-    est = run_length(sweep, cfg) + EST_STARTUP_S
-    progress = Progress(len(sweep.tasks), est, tty=tty)
+    progress = Progress(len(sweep.tasks), run_estimate(sweep, cfg), tty=tty)
     try:
         with interrupts.stop_on_signals() as stop:
             for t in sweep.tasks:
@@ -326,32 +337,51 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="runs per point, overriding N_REPEAT (and --quick's 1): e.g. --quick --repeats 3 for the "
                          "quick points with a spread; the runs already there count (repeat 1 of a --quick sweep is "
                          "reused)")
+    ap.add_argument("--preset", default=None, metavar="NAME",
+                    help="a named set of exp_config.py settings laid over the file's (the knobs it names take its "
+                         "values; --seed, --quick and --repeats apply on top): "
+                         + "; ".join(f"{p.name}: {p.about}" for p in presets.PRESETS.values())
+                         + " (docs/experiments.md)")
+    ap.add_argument("--plan", action="store_true",
+                    help="print the plan (per experiment: protocols, points, repeats, runs, estimated time; the "
+                         "total) and exit 0 without starting anything")
     options.add_backend(ap)
     options.add_config(ap)
     options.add_results_root(ap)
     options.add_wait(ap)
 
 
+def sweep_config(exp: Experiment, config=None, preset: str | None = None, seed: int | None = None,
+                 quick: bool = False, repeats: int | None = None) -> ExpConfig:
+    """exp_config.py (or config) with the command line's layers over it, in this order: --preset, --seed, --quick,
+    --repeats; each result validated (ValueError naming the knob)."""
+    cfg = presets.apply(load_exp_config(config), preset)
+    if seed is not None:
+        cfg = validate(dataclasses.replace(cfg, seed=seed))
+    if quick:
+        cfg = experiments.quick_config(cfg, exp)
+    if repeats is not None:
+        cfg = validate(dataclasses.replace(cfg, n_repeat=repeats))
+    return cfg
+
+
 def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kind="auto", out="results",
-                   log=print, seed: int | None = None, repeats: int | None = None) -> tuple[int, Path | None]:
+                   log=print, seed: int | None = None, repeats: int | None = None,
+                   preset: str | None = None) -> tuple[int, Path | None]:
     """One experiment end to end: sweep, close the backend, draw the figure, print the table and the PDF path.
-    seed overrides SEED, repeats N_REPEAT (also the --quick preset's). Returns (exit code, pdf): 0 all ok, 1 some
-    point failed, 2 bad configuration, 128 + signal interrupted."""
+    preset lays a named set of settings over the config (testbed/core/presets.py), seed overrides SEED, repeats
+    N_REPEAT (also the --quick preset's). Returns (exit code, pdf): 0 all ok, 1 some point failed, 2 bad
+    configuration, 128 + signal interrupted."""
     exp = experiments.get(name)
     try:
-        cfg = load_exp_config(config)
-        if seed is not None:
-            cfg = validate(dataclasses.replace(cfg, seed=seed))
-        if quick:
-            cfg = experiments.quick_config(cfg, exp)
-        if repeats is not None:
-            cfg = validate(dataclasses.replace(cfg, n_repeat=repeats))
+        cfg = sweep_config(exp, config, preset, seed, quick, repeats)
         backend = open_backend(backend_kind, cfg)
     except (ValueError, RuntimeError) as e:
         print(f"{exp.script()}: error: {e}", file=sys.stderr)
         return 2, None
     t0 = time.monotonic()
-    log(f"== {exp.title}: {exp.script()}{' --quick' if quick else ''} on the {backend.describe()}")
+    flags = (f" --preset {preset}" if preset else "") + (" --quick" if quick else "")
+    log(f"== {exp.title}: {exp.script()}{flags} on the {backend.describe()}")
     try:
         try:
             sweep = plan(exp, cfg, backend, log=lambda *_: None)
@@ -361,7 +391,7 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
         n, systems = len(sweep.tasks), list(dict.fromkeys(t.system for t in sweep.tasks))
         log(f"   protocols {', '.join(systems) or '(none built)'}; {len({t.key for t in sweep.tasks})} points"
             f" x {cfg.n_repeat} repeat(s) = {n} runs of {run_length(sweep, cfg):g} s"
-            f" (~{_hms(n * (run_length(sweep, cfg) + EST_STARTUP_S))} if none is reused)")
+            f" (~{_hms(n * run_estimate(sweep, cfg))} if none is reused)")
         sweep = run_sweep(exp, cfg, backend, out_root=out, fresh=fresh, quick=quick, log=log)
     finally:
         try:
@@ -388,15 +418,126 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
     return code, fig.pdf
 
 
+# ---------------------------------------------------------------- the plan of a job
+
+class _Planning(Backend):
+    """What plan() asks of a backend, without opening one (no container is asked, no run starts): the engine's
+    protocol registry, read as the local backend reads it (the driver runs this checkout's engine too)."""
+    mechanism = "app"
+
+    def __init__(self, kind: str):
+        self.name = kind
+
+    def deployment(self, **knobs) -> dict:
+        raise NotImplementedError("a plan deploys nothing")
+
+    def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0):
+        raise NotImplementedError("a plan runs nothing")
+
+
+@dataclass
+class PlannedSweep:
+    """One experiment of a job's plan: its sweep as run_experiment() would plan it."""
+    experiment: Experiment
+    cfg: ExpConfig
+    sweep: Sweep
+
+    @property
+    def systems(self) -> list[str]:
+        return list(dict.fromkeys(t.system for t in self.sweep.tasks))
+
+    @property
+    def points(self) -> int:
+        """The experiment's points that run (a protocol's line has one each; exp 4 skips SLOG's below 3 regions)."""
+        return len({(t.point.series, t.point.x, t.point.label) for t in self.sweep.tasks})
+
+    @property
+    def runs(self) -> int:
+        return len(self.sweep.tasks)
+
+    @property
+    def run_s(self) -> float:
+        return run_estimate(self.sweep, self.cfg)
+
+    @property
+    def estimate_s(self) -> float:
+        return self.runs * self.run_s
+
+
+def plan_job(names: list[str], config=None, preset: str | None = None, seed: int | None = None, quick: bool = False,
+             repeats: int | None = None, backend_kind: str = "auto", log=print) -> list[PlannedSweep]:
+    """Every experiment of a job planned as its sweep would be (testbed/core/presets.py, sweep_config, plan()),
+    nothing started: no backend opened, no lock taken, nothing written. log gets what plan() says (protocols or
+    points skipped). ValueError '<script>: error: <what>' for the first experiment that would be refused."""
+    out = []
+    for name in names:
+        exp = experiments.get(name)
+        try:
+            cfg = sweep_config(exp, config, preset, seed, quick, repeats)
+            out.append(PlannedSweep(exp, cfg, plan(exp, cfg, _Planning(backend_kind),
+                                                   log=lambda m, e=exp: log(f"exp{e.number}: {m}"))))
+        except ValueError as e:
+            raise ValueError(f"{exp.script()}: error: {e}") from None
+    return out
+
+
+def render_plan(plans: list[PlannedSweep], preset: str | None = None, config=None) -> str:
+    """The plan as printed: what the preset changes in the config, a row per experiment (protocols, points,
+    repeats, runs, seconds per run, estimated time), the total in runs and hours."""
+    lines = []
+    if preset:
+        p = presets.get(preset)
+        changed = presets.changes(load_exp_config(config), preset)
+        lines.append(f"preset {p.name}: {p.about}; over {config or 'exp_config.py'} it sets"
+                     + (":" if changed else " nothing new (the file has its values already)"))
+        lines += [f"  {k} = {new!r}  (the file: {old!r})" for k, old, new in changed]
+    total_runs, total_s = sum(pl.runs for pl in plans), sum(pl.estimate_s for pl in plans)
+    rows = [[f"exp{pl.experiment.number} {pl.experiment.name}", ", ".join(pl.systems), str(pl.points),
+             str(pl.cfg.n_repeat), str(pl.runs), f"{pl.run_s:g} s", _hms(pl.estimate_s)] for pl in plans]
+    rows.append(["total", "", "", "", str(total_runs), "", _hms(total_s)])
+    lines.append(text_table(["experiment", "protocols", "points", "repeats", "runs", "per run", "estimated"], rows,
+                            left=(0, 1)))
+    lines.append(f"{total_runs} runs, about {_hms(total_s)} ({total_s / 3600:.1f} h) if none is reused (per run: "
+                 f"its length + {EST_STARTUP_S:g} s for start-up, checks and collection, the runner's first ETA; the "
+                 "progress line then uses the measured times)")
+    return "\n".join(lines)
+
+
 def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], script: str) -> int:
     """The command lines' common body: run on the host through the driver container (testbed/sweeps/mainjob.py), or
     here (local backend, or inside the driver) holding the job's lock; experiments stop at the first bad
-    configuration or interrupt. Prints the figure paths."""
+    configuration or interrupt. Prints the figure paths, and writes results/claims.md and the table of every run
+    (results/runs.parquet, runs.csv: testbed/analysis/runs_table.py).
+    With --plan: prints the job's plan (render_plan) and returns 0, starting nothing (2 and one line when it would
+    be refused). With a preset or several experiments the plan is printed before anything starts too (on the host:
+    not again by the job it starts in the driver)."""
     prog = Path(script).stem
+    preset, plan_only = getattr(a, "preset", None), getattr(a, "plan", False)
+    if preset is not None:
+        try:
+            presets.get(preset)
+        except ValueError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
+    if plan_only or ((preset is not None or len(names) > 1) and not os.environ.get(ENV_JOB)):
+        notes = []
+        try:
+            plans = plan_job(names, a.config, preset, a.seed, a.quick, a.repeats, a.backend, log=notes.append)
+        except ValueError as e:
+            if plan_only:
+                print(e, file=sys.stderr)
+                return 2
+            plans = None   # the experiment says so when it starts, in the same words (or its engine can tell more)
+        if plans is not None:
+            print(render_plan(plans, preset, a.config), flush=True)
+        if plan_only:
+            for n in notes:   # a sweep says them as it starts
+                print(f"  {n}")
+            return 0
     try:
         where = mainjob.choose(a.backend)
         if where == "swarm-via-driver":
-            return mainjob.run_in_driver(script, argv, a.config, wait=a.wait)
+            return mainjob.run_in_driver(script, argv, a.config, wait=a.wait, preset=preset)
     except (RuntimeError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -406,7 +547,7 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
         with job(kind, a.out, a.wait):
             for name in names:
                 code, pdf = run_experiment(name, a.config, a.quick, a.fresh, kind, a.out, seed=a.seed,
-                                           repeats=a.repeats)
+                                           repeats=a.repeats, preset=preset)
                 if pdf:
                     pdfs.append(pdf)
                 rc = max(rc, code)
@@ -427,6 +568,13 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     else:
         if table:
             print(f"every experiment's numbers beside the paper's claims: {table}")
+    try:
+        written = runs_table.write(a.out)
+    except Exception as e:  # noqa: BLE001 - the sweep stands without it (e.g. no pyarrow in an older venv)
+        print(f"warning: {runs_table.PARQUET} not written: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+    else:
+        if written:
+            print(f"every run as one table (pandas.read_parquet): {written[0]} (also {written[1].name})")
     return rc
 
 

@@ -9,8 +9,8 @@
 #include <map>
 #include <memory>
 #include <queue>
-#include <tuple>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -632,6 +632,64 @@ void check_order_keys(const Run& run, Collector& out) {
   }
 }
 
+// (f), dependencies: per replica, each access to a conflict key against the
+// conflicting accesses just before it (the key's last writer; for a write also
+// the readers since); the accessing transaction must reach theirs through the
+// declared dependencies (transitivity covers the rest). Unordered, the pair could run the other way at another replica;
+// ordered the other way, it ran against the protocol's order.
+void check_declared_deps(const Run& run, Collector& out) {
+  // Every replica's declarations, united: a path may leave the shard (Janus: a component spans shards).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> deps;
+  for (const auto& rep : run.replicas())
+    for (const auto& [t, ds] : rep.deps) deps[t].insert(deps[t].end(), ds.begin(), ds.end());
+  for (const auto& rep : run.replicas()) {
+    if (rep.deps.empty()) continue;
+    auto depends = [&](uint64_t b, uint64_t a) {  // a is an ancestor of b
+      std::unordered_set<uint64_t> seen{b};
+      std::vector<uint64_t> todo{b};
+      while (!todo.empty()) {
+        auto it = deps.find(todo.back());
+        todo.pop_back();
+        if (it == deps.end()) continue;
+        for (uint64_t y : it->second) {
+          if (y == a) return true;
+          if (deps.count(y) && seen.insert(y).second) todo.push_back(y);
+        }
+      }
+      return false;
+    };
+    std::map<std::string, uint64_t> writer;                   // conflict key -> its last writer here
+    std::map<std::string, std::vector<uint64_t>> readers;     // ... and the transactions that read it since
+    for (const auto& e : rep.history) {
+      if (e.deferred || run.commutes(e.txn, e.piece)) continue;
+      const Piece* piece = run.piece(e.txn, e.piece);
+      if (!piece) continue;
+      std::set<std::string> writes(piece->write_keys().begin(), piece->write_keys().end());
+      std::map<uint64_t, std::string> before;  // earlier conflicting transaction -> a key of the conflict
+      for (const auto& k : writes)
+        for (uint64_t r : readers[k]) before.emplace(r, k);
+      for (const auto& k : writes)
+        if (writer.count(k)) before.emplace(writer[k], k);
+      for (const auto& k : piece->read_keys())
+        if (writer.count(k)) before.emplace(writer[k], k);
+      before.erase(e.txn);
+      if (deps.count(e.txn))
+        for (const auto& [a, k] : before)
+          if (deps.count(a) && !depends(e.txn, a))
+            out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") executed " + run.describe(a) + " before " +
+                    run.describe(e.txn) + " piece " + std::to_string(e.piece) + ", which conflicts with it on " + k +
+                    (depends(a, e.txn) ? ": against the declared dependencies (the earlier depends on the later)"
+                                       : ": the declared dependencies leave the two unordered"));
+      for (const auto& k : writes) {
+        writer[k] = e.txn;
+        readers[k].clear();
+      }
+      for (const auto& k : piece->read_keys())
+        if (!writes.count(k) && (readers[k].empty() || readers[k].back() != e.txn)) readers[k].push_back(e.txn);
+    }
+  }
+}
+
 }  // namespace
 
 HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHistory& r) {
@@ -670,6 +728,7 @@ HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHi
     replay.finish();
   }
   check_order_keys(run, order_key);
+  check_declared_deps(run, order_key);
   order_key.finish();
   return v;
 }

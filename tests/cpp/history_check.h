@@ -35,12 +35,18 @@
 //                        protocol executed by its own declared order
 //                        (docs/protocol-registry.md, order_key). This sees a
 //                        race every replica makes alike, which (a)-(d) accept
-//                        as long as the run stays serializable
+//                        as long as the run stays serializable. Where the
+//                        protocol declared each transaction's dependencies
+//                        (ReplicaRun::deps: Janus, TAPIR), every access to a
+//                        key belongs to a transaction that depends (through
+//                        the declared dependencies) on the one of each
+//                        conflicting access just before it
 //
 // The simulated cluster (sim_cluster.h) runs it after every run_and_check().
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/executor.h"
@@ -54,6 +60,8 @@ struct ReplicaRun {
   uint32_t shard = 0;
   std::vector<ExecEvent> history;  // in execution order
   std::string digest;              // the final store digest
+  // The dependencies the protocol declared per transaction (ShardExecutor::deps(); empty: none declared).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> deps;
 };
 
 // One transaction as a client finished it.

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 
 #include "client/client_node.h"
+#include "sim_cluster.h"
 
 using namespace txn;
 
@@ -124,14 +127,35 @@ TEST(ClientNode, ClosedLoopStopsAtDuration) {
     EXPECT_EQ(r.latency_us, 10000);
     EXPECT_EQ(r.attempts, 1u);
     EXPECT_LT(r.start_us, 1000000);
+    EXPECT_EQ(r.sent_us, r.start_us) << "a closed loop sends when it starts";
     EXPECT_EQ(r.txn_id >> 40, 5u);
   }
+  EXPECT_FALSE(c.open_loop());
+  EXPECT_EQ(c.open_loop_stats().arrivals, 0u);
   // client_index = slot + k * n_concurrent; node 5 is the second client of shard 0.
   EXPECT_EQ(w.seen[0].client_index, 3u);
   EXPECT_EQ(w.seen[2].client_index, 5u);
   EXPECT_EQ(w.seen[0].home_shard, 0u);
   Summary s = summarize(c.records(), 1, 0.1, 0.1);
   EXPECT_NEAR(s.throughput_tps, 3 * 80 / 0.8, 3 / 0.8 + 1e-9);
+}
+
+// A clock that moves on every read (as a real one does between two reads): a closed loop's start is the time it
+// sends, read once, so its records' start_us and sent_us are one.
+TEST(ClientNode, ClosedLoopStartIsItsSend) {
+  struct TickingEnv : FakeEnv {
+    TimeUs reads = 0;
+    TimeUs mono_us() override { return FakeEnv::mono_us() + reads++; }
+  };
+  Deployment d = dep();
+  FakeWorkload w;
+  ClientNode c(d, 5, w, std::make_unique<FakeDriver>(10000, 1));
+  TickingEnv env;
+  c.start(env);
+  env.run(c, 100000000);
+  ASSERT_TRUE(c.finished());
+  ASSERT_FALSE(c.records().empty());
+  for (const auto& r : c.records()) EXPECT_EQ(r.sent_us, r.start_us);
 }
 
 TEST(ClientNode, RetriesWithFreshIdsThenGivesUp) {
@@ -266,4 +290,245 @@ TEST(ClientNode, LogsOutputsOnlyWhenTheWorkloadAsksAndTheTransactionCommitted) {
   TxnLogEntry back;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &back).ok());
   EXPECT_EQ(back.outputs().at("r0_0").s(), "0");
+}
+
+// ---- open loop (client.rate_tps > 0; docs/workloads.md) ----------------------------------------------------------
+
+namespace {
+
+Deployment open_dep(double rate_tps, uint32_t slots, double duration_s) {
+  Deployment d = dep();
+  d.client.rate_tps = rate_tps;
+  d.client.n_concurrent = slots;
+  d.client.duration_s = duration_s;
+  d.client.warmup_s = 0;
+  d.client.cooldown_s = 0;
+  d.client.drain_timeout_s = 1000;
+  d.client.retry_limit = 4;
+  return d;
+}
+
+// What every open-loop run owes: every arrival is a record, shed or unsent, in the window as in the run; a slot
+// (a session) runs one transaction at a time, sent no earlier than it arrived and after the slot's last one ended,
+// its transactions in the order of their arrivals; latency counts from the arrival (with service_us >= 0: a
+// committed one's is its wait plus its attempts' service).
+void expect_open_loop_books_balance(const ClientNode& c, uint32_t slots, TimeUs service_us) {
+  const auto& st = c.open_loop_stats();
+  EXPECT_EQ(st.arrivals, c.records().size() + st.shed + st.unsent);
+  std::map<uint32_t, TimeUs> slot_free;   // session -> when its last transaction ended
+  std::map<uint32_t, TimeUs> slot_start;  // session -> the intended start of its last transaction
+  for (const auto& r : c.records()) {
+    EXPECT_GE(r.sent_us, r.start_us) << "txn " << r.txn_id << " sent before it arrived";
+    EXPECT_LT(r.session, slots);
+    EXPECT_GT(r.latency_us, r.sent_us - r.start_us);
+    if (r.committed && service_us >= 0) {
+      EXPECT_EQ(r.latency_us, r.sent_us - r.start_us + TimeUs(r.attempts) * service_us);
+    }
+    if (slot_free.count(r.session)) {
+      EXPECT_GE(r.sent_us, slot_free[r.session]) << "session " << r.session << " ran two transactions at once";
+      EXPECT_GE(r.start_us, slot_start[r.session]) << "session " << r.session << " out of arrival order";
+    }
+    slot_free[r.session] = r.start_us + r.latency_us;
+    slot_start[r.session] = r.start_us;
+  }
+}
+
+}  // namespace
+
+// Poisson arrivals at the configured rate: over 200 virtual seconds at 500 txn/s (100,000 arrivals, sd 316) the
+// count is within 1.5 %, the mean gap within 2 % of 2 ms, and the gaps are exponential: a share e^-1 of them
+// longer than the mean, their coefficient of variation 1. Fast service: nothing waits, each is sent on arrival.
+TEST(ClientNode, OpenLoopArrivalsArePoissonAtTheRate) {
+  const double rate = 500, secs = 200;
+  Deployment d = open_dep(rate, 4, secs);
+  FakeWorkload w;
+  auto drv = std::make_unique<FakeDriver>(100, 0);   // 0.1 ms per txn
+  FakeDriver* f = drv.get();
+  ClientNode c(d, 5, w, std::move(drv));
+  FakeEnv env;
+  c.start(env);
+  EXPECT_EQ(f->outstanding, 0) << "an open loop waits for its first arrival";
+  env.run(c, TimeUs(1e12));
+  ASSERT_TRUE(c.finished());
+  const auto& st = c.open_loop_stats();
+  const double expect = rate * secs;
+  EXPECT_NEAR(double(st.arrivals), expect, 0.015 * expect);
+  EXPECT_EQ(st.shed, 0u);
+  EXPECT_EQ(st.unsent, 0u);
+  EXPECT_EQ(st.arrivals_window, st.arrivals);   // warm-up and cool-down 0: the whole run is the window
+  ASSERT_EQ(c.records().size(), st.arrivals);
+  std::vector<double> gaps;
+  TimeUs prev = 0;
+  for (const auto& r : c.records()) {
+    EXPECT_EQ(r.sent_us, r.start_us) << "a free slot takes an arrival at once";
+    EXPECT_EQ(r.latency_us, 100);
+    EXPECT_LT(r.start_us, TimeUs(secs * 1e6)) << "arrivals stop at the duration";
+    gaps.push_back(double(r.start_us - prev));
+    prev = r.start_us;
+  }
+  double mean = 0, var = 0;
+  for (double g : gaps) mean += g;
+  mean /= gaps.size();
+  for (double g : gaps) var += (g - mean) * (g - mean);
+  var /= gaps.size();
+  EXPECT_NEAR(mean, 1e6 / rate, 0.02 * 1e6 / rate);
+  EXPECT_NEAR(std::sqrt(var) / mean, 1.0, 0.03);
+  const double longer = double(std::count_if(gaps.begin(), gaps.end(), [&](double g) { return g > mean; }));
+  EXPECT_NEAR(longer / gaps.size(), std::exp(-1.0), 0.01);
+  EXPECT_EQ(st.max_queued, 0u);
+  EXPECT_EQ(c.records().front().session, 0u) << "a quiet client runs its arrivals on its first slot";
+  expect_open_loop_books_balance(c, 4, 100);
+  // The same seed, the same arrivals.
+  Deployment d2 = open_dep(rate, 4, 2);
+  ClientNode a(d2, 5, w, std::make_unique<FakeDriver>(100, 0)), b(d2, 5, w, std::make_unique<FakeDriver>(100, 0));
+  FakeEnv ea, eb;
+  a.start(ea);
+  b.start(eb);
+  ea.run(a, TimeUs(1e12));
+  eb.run(b, TimeUs(1e12));
+  ASSERT_EQ(a.records().size(), b.records().size());
+  for (size_t i = 0; i < a.records().size(); ++i) EXPECT_EQ(a.records()[i].start_us, b.records()[i].start_us);
+}
+
+// A slow server: 2 slots, 50 ms per transaction (40 txn/s at most) under 100 txn/s offered. Arrivals wait for a
+// slot, and each one's latency counts its wait: start_us is its arrival, sent_us when a slot took it, latency to
+// the answer from the arrival. Nothing sheds (the bound is far), so the queue grows through the run and drains
+// after it: the last transactions waited seconds, which a closed loop would never have recorded.
+TEST(ClientNode, OpenLoopLatencyCountsTheWaitForACoordinator) {
+  Deployment d = open_dep(100, 2, 5);
+  FakeWorkload w;
+  auto drv = std::make_unique<FakeDriver>(50000, 0);
+  FakeDriver* f = drv.get();
+  ClientNode c(d, 4, w, std::move(drv));
+  FakeEnv env;
+  c.start(env);
+  env.run(c, TimeUs(1e12));
+  ASSERT_TRUE(c.finished());
+  const auto& st = c.open_loop_stats();
+  EXPECT_EQ(st.shed, 0u);
+  EXPECT_EQ(st.unsent, 0u);
+  EXPECT_EQ(c.records().size(), st.arrivals) << "every arrival ran, also those waiting at the stop (drained)";
+  EXPECT_EQ(f->max_outstanding, 2) << "never more in flight than slots";
+  EXPECT_GT(st.max_queued, 200u);
+  size_t waited = 0;
+  TimeUs worst = 0, prev_start = 0;
+  for (const auto& r : c.records()) {
+    EXPECT_TRUE(r.committed);
+    EXPECT_EQ(r.latency_us, r.sent_us - r.start_us + 50000) << "latency from the arrival, its wait included";
+    EXPECT_GE(r.start_us, prev_start) << "waiting arrivals are taken oldest first";
+    prev_start = r.start_us;
+    waited += r.sent_us > r.start_us;
+    worst = std::max(worst, r.latency_us);
+  }
+  EXPECT_GT(waited, c.records().size() * 9 / 10);
+  EXPECT_GT(worst, 5000000) << "the last arrivals waited for the whole backlog";
+  // A record's end is the answer's time: the next transaction of its session was sent then, not before.
+  expect_open_loop_books_balance(c, 2, 50000);
+  // The summary's latency population is these, from their arrivals: the median is far above the service time.
+  Summary s = summarize(c.records(), 5, 0, 0);
+  EXPECT_GT(s.all.p50_ms, 1000);
+}
+
+// The bound: at most max_outstanding running or waiting; every arrival beyond it is shed and counted, in the
+// window too. 1 slot, 1 s per transaction, 100 txn/s for 1 s, max_outstanding 3: the first arrival runs, the next
+// two wait, all others are shed; the two waiting ones drain after the stop.
+TEST(ClientNode, OpenLoopShedsArrivalsBeyondTheBound) {
+  Deployment d = open_dep(100, 1, 1);
+  d.client.max_outstanding = 3;
+  d.client.warmup_s = 0.2;
+  d.client.cooldown_s = 0.2;
+  FakeWorkload w;
+  auto drv = std::make_unique<FakeDriver>(1000000, 0);
+  FakeDriver* f = drv.get();
+  ClientNode c(d, 4, w, std::move(drv));
+  FakeEnv env;
+  c.start(env);
+  env.run(c, TimeUs(1e12));
+  ASSERT_TRUE(c.finished());
+  const auto& st = c.open_loop_stats();
+  ASSERT_EQ(c.records().size(), 3u);
+  EXPECT_GT(st.arrivals, 80u);
+  EXPECT_EQ(st.shed, st.arrivals - 3);
+  EXPECT_EQ(st.unsent, 0u);
+  EXPECT_EQ(st.max_queued, 2u);
+  EXPECT_EQ(f->max_outstanding, 1);
+  // The window [0.2, 0.8) s: the three that ran arrived in its first 0.2 s (at 100/s), so every arrival in it was
+  // shed.
+  for (const auto& r : c.records()) EXPECT_LT(r.start_us, 200000);
+  EXPECT_EQ(st.shed_window, st.arrivals_window);
+  EXPECT_GT(st.arrivals_window, 40u);
+  EXPECT_EQ(c.records()[1].sent_us, c.records()[0].start_us + c.records()[0].latency_us);
+  expect_open_loop_books_balance(c, 1, 1000000);
+}
+
+// The drain timeout: what is running is given up, what still waits for a slot is unsent (counted, not recorded).
+TEST(ClientNode, OpenLoopDrainTimeoutCountsTheArrivalsStillWaiting) {
+  Deployment d = open_dep(100, 1, 1);
+  d.client.max_outstanding = 4;
+  d.client.drain_timeout_s = 0.5;
+  FakeWorkload w;
+  ClientNode c(d, 4, w, std::make_unique<FakeDriver>(1000000, 0));
+  FakeEnv env;
+  c.start(env);
+  env.run(c, TimeUs(1e12));
+  ASSERT_TRUE(c.finished());
+  const auto& st = c.open_loop_stats();
+  // The first ends at ~1.01 s, the second is running at the 1.5 s deadline (given up), two were never sent.
+  ASSERT_EQ(c.records().size(), 2u);
+  EXPECT_TRUE(c.records()[0].committed);
+  EXPECT_FALSE(c.records()[1].committed);
+  EXPECT_EQ(c.records()[1].start_us + c.records()[1].latency_us, 1500000) << "given up at the deadline";
+  EXPECT_EQ(st.unsent, 2u);
+  EXPECT_EQ(st.unsent_window, 2u);
+  EXPECT_EQ(st.shed, st.arrivals - 4);
+  expect_open_loop_books_balance(c, 1, 1000000);
+  const std::string js = c.open_loop_json();
+  EXPECT_NE(js.find("\"rate_tps\": 100,"), std::string::npos) << js;
+  EXPECT_NE(js.find("\"unsent\": 2,"), std::string::npos) << js;
+  EXPECT_NE(js.find("\"max_outstanding\": 4,"), std::string::npos) << js;
+}
+
+// Retries as in a closed loop: the same transaction under fresh ids on its slot, its latency from its arrival.
+TEST(ClientNode, OpenLoopRetriesKeepTheArrivalAsStart) {
+  Deployment d = open_dep(50, 1, 2);
+  FakeWorkload w;
+  auto drv = std::make_unique<FakeDriver>(10000, 2);   // two aborts, then a commit: 30 ms per transaction
+  FakeDriver* f = drv.get();
+  ClientNode c(d, 4, w, std::move(drv));
+  FakeEnv env;
+  c.start(env);
+  env.run(c, TimeUs(1e12));
+  ASSERT_TRUE(c.finished());
+  ASSERT_FALSE(c.records().empty());
+  for (const auto& r : c.records()) {
+    EXPECT_TRUE(r.committed);
+    EXPECT_EQ(r.attempts, 3u);
+    EXPECT_EQ(r.latency_us, r.sent_us - r.start_us + 30000);
+  }
+  std::set<uint64_t> uniq(f->ids.begin(), f->ids.end());
+  EXPECT_EQ(uniq.size(), f->ids.size());
+  expect_open_loop_books_balance(c, 1, 10000);
+}
+
+// Every registered protocol under an open load on the simulated network: everything commits, the protocol-neutral
+// checks pass (run_and_check: replicas agree, the history checker's orders, atomicity, serializability, replay),
+// and each client's books balance with its sessions one transaction at a time, in arrival order.
+TEST(ClientNode, OpenLoopUnderEveryProtocolInTheSimulator) {
+  for (const std::string& mode : protocol_names()) {
+    SCOPED_TRACE(mode);
+    Deployment d = txn::test::small_deployment(mode, "tpcc");
+    d.client.n_concurrent = 4;
+    d.client.rate_tps = 15;   // per client: well under what 4 coordinators carry at 100 ms cross-region RTT
+    txn::test::SimCluster c(d, {}, true);
+    txn::test::run_and_check(c);
+    uint64_t arrivals = 0;
+    for (auto* cl : c.clients) {
+      EXPECT_EQ(cl->open_loop_stats().shed, 0u);
+      EXPECT_EQ(cl->open_loop_stats().unsent, 0u);
+      arrivals += cl->open_loop_stats().arrivals;
+      expect_open_loop_books_balance(*cl, 4, -1);
+    }
+    const double expect = 15.0 * 3 * c.clients.size();
+    EXPECT_NEAR(double(arrivals), expect, 0.2 * expect);
+  }
 }

@@ -292,3 +292,37 @@ TEST(Config, ProcessesGroupNodesAndAreChecked) {
   EXPECT_EQ(m.endpoint(8), 3u);
   expect_error(replace(grouped, "name: c1.0.0,", "name: c1.0.0, process: '',"), "nodes[8].process: must not be empty");
 }
+
+// Open loop (docs/workloads.md): client.rate_tps > 0 turns it on, client.max_outstanding bounds what waits; closed
+// loop when the file sets no rate. A bad value is one line naming the key and its range.
+TEST(Config, OpenLoopKnobsAreParsedAndRangeChecked) {
+  Deployment def = parse_deployment(kBase);
+  EXPECT_FALSE(def.client.open_loop());
+  EXPECT_EQ(def.client.rate_tps, 0);
+  EXPECT_EQ(def.client.max_outstanding, 1000u);
+  auto with = [](const std::string& knobs) {
+    return replace(kBase, "cooldown_s: 1}", "cooldown_s: 1, " + knobs + "}");
+  };
+  Deployment d = parse_deployment(with("rate_tps: 12.5, max_outstanding: 7"));
+  EXPECT_TRUE(d.client.open_loop());
+  EXPECT_DOUBLE_EQ(d.client.rate_tps, 12.5);
+  EXPECT_EQ(d.client.max_outstanding, 7u);
+  EXPECT_FALSE(parse_deployment(with("rate_tps: 0")).client.open_loop());
+  EXPECT_EQ(parse_deployment(with("rate_tps: 1000000, max_outstanding: 10000000")).client.max_outstanding, 10000000u);
+  auto message = [](const std::string& yaml) {
+    try {
+      parse_deployment(yaml);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(with("rate_tps: -1")), "client.rate_tps: -1 out of range [0, 1000000] (txn/s; 0: closed loop)");
+  EXPECT_EQ(message(with("rate_tps: 2000000")),
+            "client.rate_tps: 2e+06 out of range [0, 1000000] (txn/s; 0: closed loop)");
+  EXPECT_EQ(message(with("rate_tps: fast")), "client.rate_tps: expected a number, got 'fast'");
+  EXPECT_EQ(message(with("rate_tps: .nan")), "client.rate_tps: expected a finite number, got '.nan'");
+  EXPECT_EQ(message(with("max_outstanding: 0")), "client.max_outstanding: 0 out of range [1, 10000000]");
+  EXPECT_EQ(message(with("max_outstanding: 2.5")), "client.max_outstanding: expected an integer, got '2.5'");
+  EXPECT_EQ(message(with("max_outstanding: 10000001")), "client.max_outstanding: 10000001 out of range [1, 10000000]");
+}

@@ -153,6 +153,30 @@ TEST(Executor, HistoryLinesCarryTheOrderKeyAndSplitWhereItChanges) {
                                       "22 1", "23 0-1 d k=2:5.1", "# end events=7 lines=5"}));
 }
 
+TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
+  Deployment d = tpca(1, 1);
+  auto w = make_workload(d);
+  ShardExecutor ex(*w, 0);
+  Vars out;
+  auto run = [&](uint64_t txn, uint32_t piece, const OrderKey& key = {}) {
+    Piece p = update(piece, 0, 0, 1);
+    ex.execute(txn, p, p.args(), &out, false, key);
+  };
+  ex.declare_deps(31, {9, 4, 9});
+  ex.declare_deps(31, {5});           // the first declaration stands
+  run(31, 0, order_key(1, 2, 3));
+  run(31, 1);                         // the key changes: a second line, without the dependencies
+  ex.declare_deps(32, {});
+  run(32, 0);
+  run(33, 0);                         // none declared: no suffix
+  run(31, 2);                         // the transaction again, later: written once only
+  EXPECT_EQ(ex.deps().at(31), (std::vector<uint64_t>{4, 9}));
+  std::ostringstream o;
+  EXPECT_EQ(ex.write_history(o, "s0.0.0"), 5u);
+  EXPECT_EQ(lines(o.str()), (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0", "31 0 k=1:2.3 p=4,9",
+                                                      "31 1", "32 0 p=", "33 0", "31 2", "# end events=5 lines=5"}));
+}
+
 TEST(Executor, OutputsDigestIsOrderFreeAndSeesNamesTypesAndValues) {
   Vars a, b;
   a["o_id"] = wl::int_value(3);
@@ -267,7 +291,9 @@ TEST(Executor, EveryProtocolRecordsTheOrderKeyItDeclares) {
           ++events;
           keyed += e.key.set;
           auto [it, fresh] = first.emplace(e.txn, e.key);
-          if (!fresh && !e.deferred) EXPECT_EQ(it->second, e.key) << "txn " << e.txn << " at shard " << s;
+          if (!fresh && !e.deferred) {
+            EXPECT_EQ(it->second, e.key) << "txn " << e.txn << " at shard " << s;
+          }
         }
     }
     ASSERT_GT(events, 0u);

@@ -106,6 +106,10 @@ class Scenario {
       if (p.shard() == shard) histories_[{shard, r}].push_back({id, p.id(), deferred, {}});
   }
   std::vector<ExecEvent>& history(uint32_t shard, uint32_t r) { return histories_[{shard, r}]; }
+  // Every replica of `shard` declares that `id` depends on `deps` (ShardExecutor::declare_deps).
+  void declare(uint32_t shard, uint64_t id, std::vector<uint64_t> deps) {
+    for (uint32_t r = 0; r < kReplicas; ++r) deps_[{shard, r}][id] = deps;
+  }
 
   // The run: each replica's history executed on a fresh store; each committed
   // transaction's outputs as replica 0 of each of its shards produced them.
@@ -133,7 +137,9 @@ class Scenario {
           if (r == 0)
             for (const auto& [k, v] : out) outputs[e.txn][k] = v;
         }
-        run.replicas.push_back({"r" + std::to_string(s) + "." + std::to_string(r), s, h, store->digest()});
+        auto d = deps_.find({s, r});
+        run.replicas.push_back({"r" + std::to_string(s) + "." + std::to_string(r), s, h, store->digest(),
+                                d == deps_.end() ? std::unordered_map<uint64_t, std::vector<uint64_t>>{} : d->second});
       }
     for (const auto& t : entries_)
       run.txns.push_back({"c0", &t, t.committed() ? outputs_digest(outputs[t.txn().txn_id()]) : ""});
@@ -151,6 +157,7 @@ class Scenario {
   }
   std::vector<TxnLogEntry> entries_;
   std::map<std::pair<uint32_t, uint32_t>, std::vector<ExecEvent>> histories_;
+  std::map<std::pair<uint32_t, uint32_t>, std::unordered_map<uint64_t, std::vector<uint64_t>>> deps_;
 };
 
 // Transactions 1 and 2 both update x on shard 0 and y on shard 1; 3 updates z
@@ -435,6 +442,31 @@ TEST(HistoryCheck, ConflictingPiecesAgainstTheirKeysAreCaughtAtEveryReplica) {
     t.history(1, r)[1].key = order_key(0, 3, 1);
   }
   EXPECT_EQ(t.check().order_key.size(), 3u) << all(t.check());
+}
+
+TEST(HistoryCheck, ConflictingPiecesAreHeldToTheDeclaredDependencies) {
+  Scenario s = two_shard_run();  // every replica runs 1 before 2: (a)-(d) pass
+  s.declare(0, 1, {});
+  s.declare(0, 2, {1});
+  s.declare(0, 3, {});           // 3 conflicts with neither
+  s.declare(1, 1, {});
+  s.declare(1, 2, {4});          // on shard 1, 2 reaches 1 through 4, declared on shard 0 only (a path may leave
+  s.declare(0, 4, {1});          // the shard)
+  EXPECT_TRUE(s.check().ok()) << all(s.check());
+  s.declare(0, 2, {});           // the dependencies leave 1 and 2 unordered
+  s.declare(1, 2, {});
+  HistoryVerdict v = s.check();
+  EXPECT_TRUE(v.order.empty() && v.serializability.empty() && v.replay.empty()) << all(v);
+  ASSERT_EQ(v.order_key.size(), 6u) << all(v);  // at every replica of both shards
+  EXPECT_EQ(v.order_key[3], "r1.0 (shard 1) executed txn 1 (kv, c0) before txn 2 (kv, c0) piece 1, which conflicts "
+                            "with it on y: the declared dependencies leave the two unordered");
+  Scenario t = two_shard_run();  // only shard 0 declares: 1 ran first, though it depends on 2 (were 2 to depend on 1
+  t.declare(0, 1, {2});          // too, the two would be one cycle, which Janus orders by id)
+  t.declare(0, 2, {});
+  v = t.check();
+  ASSERT_EQ(v.order_key.size(), 3u) << all(v);
+  EXPECT_EQ(v.order_key[0], "r0.0 (shard 0) executed txn 1 (kv, c0) before txn 2 (kv, c0) piece 0, which conflicts "
+                            "with it on x: against the declared dependencies (the earlier depends on the later)");
 }
 
 TEST(HistoryCheck, OrderKeysOfDifferentDomainsOrUnsetAreNotCompared) {

@@ -57,10 +57,11 @@ TEST(Metrics, SummarizeWindow) {
 }
 
 TEST(Metrics, RecordsCsv) {
-  std::vector<TxnRecord> r = {{42, 1, true, 10, 2000, 2, true, "00ff", 3}, {43, 7, false, 11, 5, 20, false, ""}};
+  std::vector<TxnRecord> r = {{42, 1, true, 10, 2000, 2, true, "00ff", 3, 250},
+                              {43, 7, false, 11, 5, 20, false, "", 0, 11}};
   std::string csv = records_csv(r, {"NewOrder", "Payment"});
   EXPECT_EQ(csv,
-            "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session\n"
-            "42,1,Payment,CRT,10,2000,2,committed,00ff,3\n"
-            "43,7,7,IRT,11,5,20,given_up,,0\n");
+            "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session,sent_us\n"
+            "42,1,Payment,CRT,10,2000,2,committed,00ff,3,250\n"
+            "43,7,7,IRT,11,5,20,given_up,,0,11\n");
 }

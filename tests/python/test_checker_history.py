@@ -185,6 +185,39 @@ def test_protocol_order_holds_conflicting_pieces_to_their_declared_keys():
         histories.check_protocol_order(data)
 
 
+def test_protocol_order_holds_conflicting_pieces_to_their_declared_dependencies():
+    P = histories.Piece
+    # 1 writes x; 2 and 3 read it; 4 writes it again; 5 writes z; 6 (another shard's replica r1) writes y
+    pieces = {1: ((), ("x",)), 2: (("x",), ()), 3: (("x",), ()), 4: ((), ("x",)), 5: ((), ("z",)), 6: ((), ("y",))}
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, *rw)}, frozenset()) for t, rw in pieces.items()}
+    deps = {1: frozenset(), 2: frozenset({1}), 3: frozenset({1}), 4: frozenset({2, 3}), 5: frozenset()}
+    data = histories.RunData(txns=txns, replicas={0: ["r0"], 1: ["r1"]},
+                             histories={"r0": [(t, 0, False) for t in (1, 3, 2, 4, 5)], "r1": [(6, 0, False)]},
+                             deps={"r0": deps, "r1": {6: frozenset()}})
+    # the reads in either order (they commute); 4 reaches 1 through them; 5 conflicts with nothing
+    assert histories.check_protocol_order(data) == []
+    deps[4] = frozenset({2})   # the write 4 does not depend on the read 3 that ran before it
+    assert histories.check_protocol_order(data) == [
+        "r0: txn 3 (?, c) ran before txn 4 (?, c) piece 0, which conflicts with it on x: the declared dependencies "
+        "leave the two unordered"]
+    deps[4] = frozenset({2, 6})   # through another shard's transaction, declared at its replica
+    data.deps["r1"][6] = frozenset({3})
+    assert histories.check_protocol_order(data) == []
+    deps[4] = frozenset({2, 3})
+    data.histories["r0"] = [(t, 0, False) for t in (2, 1, 3, 4, 5)]   # the read 2 before the write it depends on
+    assert histories.check_protocol_order(data) == [
+        "r0: txn 2 (?, c) ran before txn 1 (?, c) piece 0, which conflicts with it on x: against the declared "
+        "dependencies (the earlier depends on the later)"]
+    data.histories["r0"][0] = (2, 0, True)   # a deferred piece's place does not matter
+    assert histories.check_protocol_order(data) == []
+    data.histories["r0"][0] = (2, 0, False)
+    del deps[2]   # nor does that of a transaction without declared dependencies
+    assert histories.check_protocol_order(data) == []
+    data.deps = {"r0": {}, "r1": {}}
+    with pytest.raises(histories.Skip, match="no history carries"):
+        histories.check_protocol_order(data)
+
+
 def test_history_lines_carry_order_keys(tmp_path):
     f = tmp_path / "r.history.txt"
     f.write_text("# txn-history v1 node=r shard=0\n5 0-2 k=3:17.4\n6 1 d k=0:2.0\n7 0\n# end events=5 lines=3\n")
@@ -194,6 +227,14 @@ def test_history_lines_carry_order_keys(tmp_path):
     assert keys == {0: (3, 17, 4), 1: (3, 17, 4), 2: (3, 17, 4), 3: (0, 2, 0)}
     f.write_text("# txn-history v1 node=r shard=0\n5 0 k=3:x.4\n# end events=1 lines=1\n")
     with pytest.raises(histories.Unreadable, match="bad order key"):
+        histories.read_history(f)
+    # declared dependencies, on a transaction's first line (none: "p=")
+    f.write_text("# txn-history v1 node=r shard=0\n5 0 k=0:5.0 p=3,4\n6 0 d p=\n5 1 k=0:5.0\n# end events=3 lines=3\n")
+    keys, deps = {}, {}
+    assert histories.read_history(f, 3, keys, deps) == [(5, 0, False), (6, 0, True), (5, 1, False)]
+    assert deps == {5: frozenset({3, 4}), 6: frozenset()} and keys == {0: (0, 5, 0), 2: (0, 5, 0)}
+    f.write_text("# txn-history v1 node=r shard=0\n5 0 p=3,x\n# end events=1 lines=1\n")
+    with pytest.raises(histories.Unreadable, match="bad dependency list"):
         histories.read_history(f)
 
 

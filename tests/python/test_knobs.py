@@ -72,6 +72,11 @@ def test_the_same_range_on_both_sides():
         config.load_exp_config({"TAIL_PERCENTILE": 100})
     with pytest.raises(ValueError, match=r"SCALABILITY_N_REGIONS item=65: must be an integer in \[1, 64\]"):
         config.load_exp_config({"REGIONS": 3, "SCALABILITY_N_REGIONS": [65]})
+    # open loop's rate: a run's `rate` (None: closed loop, so a Setting) is held to OPEN_LOOP_RATE's range
+    with pytest.raises(ValueError, match=r"^rate=0: must be a number in \(0, 1000000\]$"):
+        deploy.validate(rate=0)
+    with pytest.raises(ValueError, match=r"^OPEN_LOOP_RATE=0: must be a number in \(0, 1000000\]$"):
+        config.load_exp_config({"OPEN_LOOP_RATE": 0})
 
 
 def bounds():

@@ -524,6 +524,7 @@ void Site::try_execute(Env& env) {
 
 bool Site::run_pieces(Env& env, TxnId t, Local& l) {
   Vars& known = vars_[t];
+  exec_.declare_deps(t, graph_.at(t).deps);   // the committed dependencies, for the checker (the first call stands)
   for (const auto& p : l.txn.pieces()) {
     if (p.shard() != me_.shard || l.done.count(p.id())) continue;
     Vars scratch, out;

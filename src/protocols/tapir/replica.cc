@@ -403,6 +403,7 @@ void Site::try_apply(Env& env) {
         ++w;
         continue;
       }
+      exec_.declare_deps(t, l.deps);   // what it waited for above: the checker holds conflicting pieces to it
       for (const auto& p : l.txn.pieces()) {
         if (p.shard() != me_.shard) continue;
         Vars scratch, out;
