@@ -64,8 +64,9 @@ class ShardExecutor {
   const std::vector<ExecEvent>& history() const { return history_; }
   // The transactions the protocol made `txn_id` wait for here, where it orders by a dependency graph (Janus's
   // committed dependencies, TAPIR's): declared before its pieces execute, written once per transaction in the
-  // history (" p=<ids>"). The checker holds every two conflicting pieces to them: the later one must depend on the
-  // earlier, directly or through this shard's transactions (docs/checker.md, "The protocol's own order").
+  // history (" p=<ids>"). The checker holds every two conflicting pieces to them: the later one's transaction must
+  // depend on the earlier one's, directly or through what any replica declared (docs/checker.md, "Declared
+  // dependencies"). The first declaration of a transaction stands.
   void declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& deps() const { return deps_; }
   // The history file (format in docs/checker.md); returns the number of lines
