@@ -25,7 +25,9 @@ from testbed.core.runtypes import Interrupted, RunError
 from testbed.runs.local import LocalRunner
 
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
-# durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it)
+# durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it),
+# equivalent (the broken rule guards a state no execution of our engine reaches, so no run can show it: its own
+# simulator test stages that state; an end-to-end catch would prove the claim wrong, and fails the row)
 MUTANTS = [
     ("dast.none", "the protocol as built", "-"),
     ("dast.no_stretch", "the stretch disabled: fresh() never clamps below a pending CRT", "latency"),
@@ -50,7 +52,11 @@ MUTANTS = [
     ("tapir.no_abstain", "Prepare ignores conflicting prepared or committed-unapplied transactions", "safety"),
     ("tapir.no_stale_check", "Prepare ignores the read versions", "safety"),
     ("tapir.apply_without_deps", "a Commit is applied on arrival, not after its dependencies", "safety"),
-    ("tapir.unapplied_not_held", "a committed transaction not prepared here holds nothing until applied", "safety"),
+    # Equivalent: a replica that refused a transaction the coordinator then decided OK gets Finalize before Commit
+    # on the same FIFO channel, and Finalize makes it hold the keys; the Commit-time hold this mutant removes is only
+    # reached by a Commit without its Finalize (tests/mutants/README.md, "Equivalent mutants").
+    ("tapir.unapplied_not_held", "a committed transaction not prepared here holds nothing until applied",
+     "equivalent"),
     ("tapir.no_write_write", "the OCC check ignores write-write conflicts with prepared transactions", "safety"),
     ("tapir.reads_unvalidated", "Prepare validates the versions of the keys it writes only, not of those it reads",
      "safety"),
@@ -143,9 +149,9 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
 
 def stress_faults(duration: float) -> str:
     """The stress runs' nemesis (docs/nemesis.md), scaled to the run: two replicas of a shard with their protocol
-    clocks a few ms apart and a region's clock ahead for a while, jitter inside two regions (channels stay FIFO,
-    but a replica's messages from different senders interleave differently at each replica: the replicas stop
-    making the same race alike), followers' processes paused one after another (each a different follower of the
+    clocks a few ms apart and a region's clock ahead for a while, jitter inside every region for most of the run
+    (channels stay FIFO, but a replica's messages from different senders interleave differently at each replica:
+    the replicas stop making the same race alike, and a coordinator's first replies come from different replicas), followers' processes paused one after another (each a different follower of the
     seed's choice; at its SIGCONT a replica reads what queued up on its connections in the order its event loop
     serves them, not the order it was sent in: what the other replicas of its shard got in one order it may get in
     another), a region partitioned and healed."""
@@ -153,8 +159,8 @@ def stress_faults(duration: float) -> str:
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
-                      f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", f"jitter:r0+12ms@{t(0.1)}+{t(0.7)}",
-                      f"jitter:r1+12ms@{t(0.1)}+{t(0.7)}", *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}"])
+                      f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
+                      *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}"])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
@@ -187,6 +193,10 @@ def verdict(kind: str, sim: str, e2e_: str) -> str:
         return "ok" if not caught_sim and not caught_e2e else "BROKEN BASELINE"
     if kind == "safety":
         return "ok" if caught_e2e else "MISSED by the end-to-end checker"
+    if kind == "equivalent":
+        if caught_e2e:
+            return "NOT EQUIVALENT: caught end to end (a run reached the state it was said to never reach)"
+        return "ok" if caught_sim else "MISSED by its simulator test"
     return "ok" if caught_sim or caught_e2e else "MISSED"
 
 
@@ -197,11 +207,11 @@ def main(argv=None) -> int:
     options.add_build_dir(ap, str(REPO / "build-mutants"))
     options.add_results_root(ap, default=str(REPO / "results"))
     ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s (default %(default)s)")
-    ap.add_argument("--runs", type=int, default=3,
+    ap.add_argument("--runs", type=int, default=5,
                     help="end-to-end runs (seeds differ; the odd ones run the anomaly workload, the even ones TPC-C): "
                          "a safety mutant "
                          "is run until one catches it, the unbroken protocol must pass them all; latency and "
-                         "durability mutants run once (default %(default)s)")
+                         "durability mutants run once; an equivalent one runs them all and must pass them (default %(default)s)")
     ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
                     help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
                          "or plain (the default load); both alternate the anomaly workload and TPC-C")
@@ -245,7 +255,7 @@ def main(argv=None) -> int:
         sim = sim_tests(protocol_of(name), build_dir, log)
         e = "-"
         if not a.no_e2e:
-            runs = a.runs if kind in ("-", "safety") else 1
+            runs = a.runs if kind in ("-", "safety", "equivalent") else 1
             for k in range(runs):
                 print(f"[{name}] end-to-end run {k + 1} of at most {runs} ({a.profile}, {a.duration:g} s)",
                       file=sys.stderr, flush=True)

@@ -16,6 +16,8 @@ up(cfg, hosts):
 Idempotent: a container whose spec (and image id) is unchanged and that still runs is kept; a changed one is
 replaced (so is every container after an image rebuild under the same tag); containers
 of the deployment that are no longer in the plan are removed. Any failure removes everything this call started.
+The work on each host (connecting, starting containers, waiting for them, removing them) runs in parallel, one
+worker per host (_per_host); containers.yml records bring_up_s and where it went (bring_up_phases_s).
 down(): remove every container labelled with the deployment, the network, the key pair, containers.yml, and
 the swarm when up() created it.
 """
@@ -31,6 +33,7 @@ import tarfile
 import threading
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +74,58 @@ def state_paths(deployment: str, repo: Path = REPO) -> tuple[Path, Path]:
 
 def _say(log, msg):
     (log or print)(msg)
+
+
+# ---------------------------------------------------------------- one worker per host
+
+HOST_WORKERS = 32   # hosts worked on at once (connect, start, wait, remove); more hosts queue for a free worker
+
+
+def _group(pairs) -> dict:
+    """(host, item) pairs -> host -> [items], in the pairs' order."""
+    out = {}
+    for host, item in pairs:
+        out.setdefault(host, []).append(item)
+    return out
+
+
+def _per_host(items_by_host: dict, fn, workers: int | None = None, stop: threading.Event | None = None) -> dict:
+    """fn(item) for every item, one worker thread per host (up to workers, default HOST_WORKERS), each running its
+    host's items in order: a docker-py client is not thread-safe, so a host's client (and its containers) is only
+    ever used by that host's one worker. Returns host -> [(item, fn(item) or the exception it raised)].
+    stop: no item starts once it is set, and an item that raises sets it (a host's list then ends early)."""
+    if not items_by_host:
+        return {}
+    halt = stop if stop is not None else threading.Event()
+
+    def run(items):
+        out = []
+        for item in items:
+            if halt.is_set():
+                break
+            try:
+                out.append((item, fn(item)))
+            except Exception as e:  # noqa: BLE001 -- handed to the caller with its item
+                out.append((item, e))
+                if stop is not None:
+                    stop.set()
+        return out
+    with ThreadPoolExecutor(min(len(items_by_host), workers or HOST_WORKERS), thread_name_prefix="per-host") as pool:
+        futures = {host: pool.submit(run, items) for host, items in items_by_host.items()}
+        try:
+            return {host: f.result() for host, f in futures.items()}
+        except BaseException:  # interrupted (Ctrl-C): the workers end their current item, and `with` waits for them
+            halt.set()
+            raise
+
+
+def _outcomes(done: dict) -> list:
+    """_per_host's answer as one list of (item, result or exception), host by host."""
+    return [pair for pairs in done.values() for pair in pairs]
+
+
+def _first_error(done: dict) -> Exception | None:
+    return next((out for _, out in _outcomes(done) if isinstance(out, Exception)), None)
 
 
 # ---------------------------------------------------------------- connecting
@@ -235,34 +290,44 @@ def _connect_ssh(h: Host, timeout: float, ssh_timeout_s: float):
 
 
 def connect(hosts, timeout: float = DOCKER_API_TIMEOUT_S, ssh_timeout_s: float = 15, log=None) -> dict:
-    """address -> docker.DockerClient for every host; SwarmError naming the first host that cannot be used.
+    """address -> docker.DockerClient for every host, connected in parallel (one worker per host); SwarmError
+    naming the first host (in hosts' order) that cannot be used, after closing the clients that did open.
     Each non-local host is announced; an ssh:// host fails within about ssh_timeout_s (SSH_CONNECT_TIMEOUT_S)
     when it does not answer: TCP connect and the SSH banner are probed first, then docker-py's paramiko
     connection and the ping get that long again."""
-    clients = {}
+    hosts = list(hosts)
+    opened, lock = {}, threading.Lock()
+
+    def open_one(h):
+        ssh = h.url.startswith("ssh://")
+        if not h.is_local:
+            _say(log, f"connecting to {h.address} ({h.url}) ...")
+        try:
+            c = _connect_ssh(h, timeout, ssh_timeout_s) if ssh else _open_docker(h.url, timeout)
+        except _Unreachable as e:
+            raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker over SSH: {e.what}; {e.hint}") \
+                from None
+        except Exception as e:  # noqa: BLE001 -- DockerException, OSError, paramiko's own types for ssh://
+            hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
+                    f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
+                    "Docker run there?")
+            over = " over SSH" if ssh else ""
+            raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker{over}: {_short(e)}; {hint}") \
+                from None
+        with lock:
+            opened[h.address] = c
+        return c
     try:
+        done = _per_host(_group((h.address, h) for h in hosts), open_one)
+        failed = {h.address: out for h, out in _outcomes(done) if isinstance(out, Exception)}
         for h in hosts:
-            ssh = h.url.startswith("ssh://")
-            if not h.is_local:
-                _say(log, f"connecting to {h.address} ({h.url}) ...")
-            try:
-                clients[h.address] = (_connect_ssh(h, timeout, ssh_timeout_s) if ssh else
-                                      _open_docker(h.url, timeout))
-            except _Unreachable as e:
-                raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker over SSH: {e.what}; {e.hint}") \
-                    from None
-            except Exception as e:  # noqa: BLE001 -- DockerException, OSError, paramiko's own types for ssh://
-                hint = ("is the Docker daemon running? (systemctl start docker)" if h.is_local else
-                        f"can this machine ssh to {h.user + '@' if h.user else ''}{h.address} with a key, and does "
-                        "Docker run there?")
-                over = " over SSH" if ssh else ""
-                raise SwarmError(f"host {h.address} ({h.url}): cannot reach Docker{over}: {_short(e)}; {hint}") \
-                    from None
+            if h.address in failed:
+                raise failed[h.address]
     except BaseException:
-        for c in clients.values():
+        for c in opened.values():
             c.close()
         raise
-    return clients
+    return {h.address: opened[h.address] for h in hosts}
 
 
 def _short(e: BaseException) -> str:
@@ -664,16 +729,27 @@ def unreachable_from(driver, targets: dict) -> dict:
     return found
 
 
-def _wait_up(started: dict, timeout_s: float, log=None) -> None:
-    """Every container running and its sshd up; SwarmError with the logs of the first that died."""
+def _wait_up(started: dict, timeout_s: float, log=None, host_of: dict | None = None) -> None:
+    """Every container running and its sshd up; SwarmError with the logs of the first that died.
+    host_of: name -> host address; each round looks at the containers of every host in parallel (names without
+    a host share one worker)."""
     pending = dict(started)
+    host_of = host_of or {}
+
+    def look(name) -> bool:  # on its host's worker
+        ct = pending[name]
+        ct.reload()
+        if _has_died(ct):
+            raise _died(name, ct)
+        return ct.status == "running" and _sshd_up(ct)
 
     def all_up() -> bool:  # one look at those not up yet; a death raises at once (not retried)
-        for name, ct in list(pending.items()):
-            ct.reload()
-            if _has_died(ct):
-                raise _died(name, ct)
-            if ct.status == "running" and _sshd_up(ct):
+        done = _per_host(_group((host_of.get(name), name) for name in pending), look, stop=threading.Event())
+        err = _first_error(done)
+        if err is not None:
+            raise err
+        for name, is_up in _outcomes(done):
+            if is_up:
                 del pending[name]
         return not pending
     if not poll(all_up, stop_after_delay(timeout_s), 0.3):
@@ -689,9 +765,16 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
     default_dir, default_yml = state_paths(deployment, repo)
     state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
     hosts = list(hosts)
-    t_start = time.monotonic()
+    t_start = mark = time.monotonic()
+    phases = {}  # where the bring-up time goes: phase -> seconds
+
+    def lap(phase):
+        nonlocal mark
+        now = time.monotonic()
+        phases[phase], mark = round(now - mark, 2), now
     containers = plan(cfg, hosts)  # ValueError for a too-small subnet, before anything is touched
     clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
+    lap("connect")
     created_swarm, created_net, started, attempted = False, False, {}, set()
     fresh_key = not (state_dir / "id_ed25519").is_file()
     prev = load_state(containers_yml)
@@ -710,17 +793,22 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         wanted = {s.container.name: s for s in specs(cfg, containers, pubkey, deployment, host_cpus, repo,
                                                       image_ids)}
 
-        kept = {}
-        for addr, ct in _labelled(clients, deployment):
+        def keep(labelled) -> bool:  # on the container's host's worker: True to keep it, else it is removed
+            addr, ct = labelled
             s = wanted.get(ct.name)
             if s and s.container.host.address == addr and ct.labels.get("edge-txn.spec") == s.digest \
                     and ct.status == "running":
                 sick = health_problem(ct, cfg.network_name, s.container.ip)
                 if sick is None:
-                    kept[ct.name] = ct
-                    continue
+                    return True
                 _say(log, f"container {ct.name} {sick}: replacing it")
             ct.remove(force=True)
+            return False
+        done = _per_host(_group((addr, (addr, ct)) for addr, ct in _labelled(clients, deployment)), keep,
+                         stop=threading.Event())
+        if (err := _first_error(done)) is not None:
+            raise err
+        kept = {ct.name: ct for (_, ct), keep_it in _outcomes(done) if keep_it}
         driver_name = containers[-1].name
         if driver_name in kept:  # what the runs need of a kept shard: its sshd reachable from the driver
             for name, why in unreachable_from(kept[driver_name], {n: wanted[n].container.ip for n in kept
@@ -732,32 +820,51 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
             started[name] = ct
         new = [s for s in wanted.values() if s.kwargs is not None]
         attempted = {s.container.name for s in new}
-        for s in new:
+
+        def exists(s) -> bool:  # on its host's worker
             try:
                 clients[s.container.host.address].containers.get(s.container.name)
             except Exception:  # noqa: BLE001 -- not there: good
-                continue
-            raise SwarmError(f"a container named {s.container.name} exists on {s.container.host.address} "
-                             f"and is not part of this deployment; remove it (docker rm -f {s.container.name})")
+                return False
+            return True
+        done = _per_host(_group((s.container.host.address, s) for s in new), exists)
+        taken = {s.container.name for s, there in _outcomes(done) if there is True}
+        for s in new:
+            if s.container.name in taken:
+                raise SwarmError(f"a container named {s.container.name} exists on {s.container.host.address} "
+                                 f"and is not part of this deployment; remove it (docker rm -f {s.container.name})")
+        lap("checks")
         # One canary per host first, up and running before the others start. A host leaves the overlay when its
         # last container on it exits; a container started at that moment fails ("network not found") and Docker
         # leaks its network attachment, which keeps the overlay from ever being removed until the swarm is left.
         # With a live container per host, none of the others can race a host leaving the overlay; and an image
         # whose containers die at once is found with one container started per host, not all of them.
+        # Each batch is started by one worker per host (its containers in order); a failed start stops every
+        # worker before its next start.
         canaries = list({s.container.host.address: s for s in reversed(new)}.values())
         rest = [s for s in new if s not in canaries]
+        host_of = {c.name: c.host.address for c in containers}
+        started_lock, failure = threading.Lock(), threading.Event()
+
+        def start(s):  # on its host's worker
+            ct = _start(clients[s.container.host.address], s, cfg.network_name)
+            with started_lock:
+                started[s.container.name] = ct
         for batch in (canaries, rest):
-            for s in batch:
-                try:
-                    started[s.container.name] = _start(clients[s.container.host.address], s, cfg.network_name)
-                except Exception as e:
-                    _raise_if_one_died(started)  # the root cause, e.g. the overlay vanished with its last container
-                    raise SwarmError(f"cannot start {s.container.name} ({s.container.ip}) on "
-                                     f"{s.container.host.address}: {_short(e)}") from None
+            done = _per_host(_group((s.container.host.address, s) for s in batch), start, stop=failure)
+            failed = {s.container.name: e for s, e in _outcomes(done) if isinstance(e, Exception)}
+            if failed:
+                _raise_if_one_died(started)  # the root cause, e.g. the overlay vanished with its last container
+                s = next(s for s in batch if s.container.name in failed)
+                raise SwarmError(f"cannot start {s.container.name} ({s.container.ip}) on "
+                                 f"{s.container.host.address}: {_short(failed[s.container.name])}")
             if batch is canaries and rest:
-                _wait_up({s.container.name: started[s.container.name] for s in canaries}, up_timeout_s, log)
+                _wait_up({s.container.name: started[s.container.name] for s in canaries}, up_timeout_s, log,
+                         host_of)
+        lap("start")
         _say(log, f"containers: {len(new)} started, {len(kept)} kept (unchanged and healthy); waiting for sshd")
-        _wait_up(started, up_timeout_s, log)
+        _wait_up(started, up_timeout_s, log, host_of)
+        lap("wait_up")
         far = {}
 
         def all_reachable() -> bool:  # a new container's overlay path may take a moment after its sshd is up
@@ -768,6 +875,7 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         if not poll(all_reachable, stop_after_delay(30), 1.0):
             raise SwarmError("from the driver, cannot reach the sshd of " + "; ".join(
                 f"{n} ({why})" for n, why in sorted(far.items())[:5]) + " (the overlay network between hosts?)")
+        lap("reach")
 
         probe = None
         if cfg.shaping != "app":  # netem only when the kernel of every host has it (one container per host)
@@ -781,6 +889,7 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         mechanism, detail = shaping.choose_mechanism(cfg.shaping, probe, log=lambda m: _say(log, m))
         if mechanism == "netem":
             apply_netem(cfg, containers, started, cfg.jitter_ms)
+        lap("shaping")
         state = {
             "deployment": deployment, "network": cfg.network_name, "subnet": cfg.subnet, "image": cfg.image_name,
             "mechanism": mechanism, "mechanism_detail": detail, "jitter_ms": cfg.jitter_ms,
@@ -793,6 +902,7 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
             "containers": [dict(name=c.name, ip=c.ip, host=c.host.address, region=c.region, shard=c.shard,
                                 role=c.role, id=started[c.name].id[:12]) for c in containers],
             "bring_up_s": round(time.monotonic() - t_start, 2),
+            "bring_up_phases_s": phases,
         }
         write_state(state, containers_yml)
         driver = started[containers[-1].name]
@@ -900,7 +1010,9 @@ def write_state(state: dict, path: Path) -> None:
 def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path | None = None,
          containers_yml: Path | None = None, log=None, repo: Path = REPO, take_over: bool = False) -> dict:
     """Remove everything of the deployment; returns counts. Works without containers.yml (labels suffice).
-    A deployment that belongs to another checkout is refused (SwarmError) unless take_over."""
+    A deployment that belongs to another checkout is refused (SwarmError) unless take_over. Containers are removed
+    in parallel, one worker per host; down_s: the seconds it all took."""
+    t_start = time.monotonic()
     deployment = deployment or cfg.deployment
     default_dir, default_yml = state_paths(deployment)
     state_dir, containers_yml = state_dir or default_dir, containers_yml or default_yml
@@ -909,10 +1021,11 @@ def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path |
     clients = connect(hosts, ssh_timeout_s=cfg.ssh_connect_timeout_s, log=log)
     try:
         check_owner(clients, deployment, repo, take_over, log, removing=True)
-        n = 0
-        for _, ct in list(_labelled(clients, deployment)):
-            ct.remove(force=True)
-            n += 1
+        done = _per_host(_group(_labelled(clients, deployment)), lambda ct: ct.remove(force=True),
+                         stop=threading.Event())
+        if (err := _first_error(done)) is not None:
+            raise err
+        n = len(_outcomes(done))
         manager = clients[hosts[0].address]
         stuck = _remove_network(manager, state.get("network", cfg.network_name), deployment)
         left = False
@@ -930,7 +1043,7 @@ def down(cfg: ExpConfig, hosts, deployment: str | None = None, state_dir: Path |
             _remove_gwbridge(manager)
         _remove_keys(state_dir)
         Path(containers_yml).unlink(missing_ok=True)
-        return {"containers_removed": n, "swarm_left": left}
+        return {"containers_removed": n, "swarm_left": left, "down_s": round(time.monotonic() - t_start, 2)}
     finally:
         for c in clients.values():
             c.close()
@@ -946,22 +1059,22 @@ ENGINE_SWEEP = ("n=$( (pgrep -x txn-server; pgrep -x txn-client) | wc -l); pkill
 def stop_engines(hosts, state: dict) -> dict:
     """Kill every engine process in the deployment's shard containers and remove their run folders (after a
     job was cut off, e.g. its driver container stopped). Returns {container: processes stopped} for those that
-    had any; containers that do not run are skipped."""
+    had any; containers that do not run are skipped. One worker per host."""
     clients = connect(hosts)
     try:
-        found = {}
         by_name = {c["name"]: c for c in state.get("containers", []) if c.get("role") == "shard"}
-        for _, ct in _labelled(clients, state.get("deployment", "")):
-            if ct.name not in by_name or ct.status != "running":
-                continue
+
+        def sweep(ct) -> int:  # on its host's worker
             try:
                 rc, out = exec_run(ct, ["sh", "-c", ENGINE_SWEEP])
             except Exception:  # noqa: BLE001 -- stopped between list and exec: nothing runs there
-                continue
-            n = int(out.split()[-1]) if out.split() and out.split()[-1].isdigit() else 0
-            if n:
-                found[ct.name] = n
-        return found
+                return 0
+            return int(out.split()[-1]) if out.split() and out.split()[-1].isdigit() else 0
+        done = _per_host(_group((addr, ct) for addr, ct in _labelled(clients, state.get("deployment", ""))
+                                if ct.name in by_name and ct.status == "running"), sweep)
+        if (err := _first_error(done)) is not None:
+            raise err
+        return {ct.name: n for ct, n in _outcomes(done) if n}
     finally:
         for c in clients.values():
             c.close()

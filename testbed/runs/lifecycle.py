@@ -149,6 +149,18 @@ class Runner(ABC):
         """Start one engine process (role server|client) writing its outputs to run_dir/<out>: of the node, or,
         when node has `nodes`, of the deployment's process named node['name'] (see engine_target)."""
 
+    def spawn_many(self, items: list, cfg_path: Path, run_dir: Path, started, check) -> list:
+        """spawn() for each (node, role, out, extra) of items; returns the processes in the items' order. started(p)
+        is called as each one starts (so that teardown knows it even when a later one fails), check() before each
+        (it raises on a stop request). One after the other here; a backend that can start them at once overrides."""
+        out = []
+        for node, role, o, extra in items:
+            check()
+            p = self.spawn(node, role, cfg_path, run_dir, o, list(extra))
+            started(p)
+            out.append(p)
+        return out
+
     def refresh(self) -> None:
         """Called before every round of poll()/ready() checks: bring the view of the processes up to date, and
         raise RunError when their host (a container) is gone, naming it and why."""
@@ -171,6 +183,11 @@ class Runner(ABC):
         beside its deployment file (a local run's is the run folder's). A backend whose processes read another
         copy writes that too."""
         (Path(run_dir) / LOAD_START).write_text(text)
+
+    def driver_overhead(self) -> dict:
+        """What driving the run cost this process (meta.json `driver`), for backends that reach their processes
+        remotely; {} when there is nothing to say."""
+        return {}
 
     def describe_host_problem(self) -> str | None:
         """A reason why processes vanished that the backend can see (e.g. a container that died), or None."""
@@ -242,6 +259,9 @@ class Runner(ABC):
         if notes:
             meta["cleanup_notes"] = notes
         meta["phases_s"] = self._phases
+        overhead = self.driver_overhead()
+        if overhead:
+            meta["driver"] = overhead
         if meta["machine_cpu"].get("steal_pct", 0) > STEAL_WARN_PCT:
             self.say(f"warning: the hypervisor took {meta['machine_cpu']['steal_pct']:.0f} % of this machine's CPU "
                      "time during the run (steal); its latencies carry that")
@@ -286,13 +306,10 @@ class Runner(ABC):
         self._phase("prepare")
         nodes = deploy["nodes"]
 
-        def start(node, role, out, extra=()):
-            stop.check()
-            p = self.spawn(node, role, cfg, run_dir, out, list(extra))
-            procs.append(p)
-            return p
+        def start(role, out, nodes_, extra=()):
+            return self.spawn_many([(n, role, out, extra) for n in nodes_], cfg, run_dir, procs.append, stop.check)
 
-        servers = [start(n, "server", "servers") for n in engine_processes(nodes, clients=False)]
+        servers = start("server", "servers", engine_processes(nodes, clients=False))
         self.say(f"started {len(servers)} server processes; waiting for READY")
         t0, pending = time.monotonic(), list(servers)
         while pending:
@@ -316,7 +333,7 @@ class Runner(ABC):
             for n in nodes:
                 if n["kind"] == "client":
                     firsts.setdefault(n["region"], n)
-            clients = [start(n, "client", "clients", ["--probe", str(probe)]) for n in firsts.values()]
+            clients = start("client", "clients", list(firsts.values()), ["--probe", str(probe)])
             expected = 15.0
         else:
             go = mixed
@@ -329,7 +346,7 @@ class Runner(ABC):
             self.signal_all(go, signal.SIGUSR1)  # their clients start now, as the client processes do
             if self._nemesis is not None:
                 self._nemesis.start()
-            clients = [start(n, "client", "clients") for n in engine_processes(nodes, clients=True)]
+            clients = start("client", "clients", engine_processes(nodes, clients=True))
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
         self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
                            expected + self.margin_s, probe, stop)

@@ -45,9 +45,14 @@ DRIVER_CONTAINERS_YML = DRIVER_ETC / "containers.yml"
 DRIVER_KEY = DRIVER_ETC / "id_ed25519"
 DOCKER_SOCKET = "/var/run/docker.sock"   # the driver's host's Docker, mounted by start_containers.py
 REMOTE_ROOT = "/tmp/edge-run"
-POLL_INTERVAL_S = 0.5   # one status command per container every half second while a run goes on
+POLL_INTERVAL_S = 0.5   # a container looks at its processes every half second while a run goes on (WATCH_SH)
+READ_INTERVAL_S = 0.05  # the driver reads what the watchers sent at most this often (no command: a buffer read)
+BEAT_ROUNDS = 4         # a status watcher repeats an unchanged status every 4 rounds (2 s): a heartbeat
+SILENT_S = 8.0          # a container whose watcher sent nothing for this long (4 heartbeats) is in trouble
 CMD_TIMEOUT_S = 5.0     # any status/signal command; a container that does not answer in this is in trouble
 CONNECT_TIMEOUT_S = 10.0
+SPAWN_TIMEOUT_S = 20.0  # starting a process: a container whose engines are all loading at once answers slowly (100
+                        # containers on one 2-core host took over 5 s); a dead one is found by its status watcher
 LIFE_SLACK_S = 60.0     # `timeout` kills an engine process this long after the run's longest possible end
 
 
@@ -80,6 +85,16 @@ class Ssh:
             raise SshError(f"cannot ssh to {ip}: {why}", why) from None
         self.client.get_transport().set_keepalive(2)
         self.lock = threading.Lock()
+        self.sessions = 0   # SSH sessions (channels) opened on this connection: commands, copies, watchers
+
+    def _open(self, cmd: str, timeout: float):
+        """A new session running cmd, its stderr merged into its stdout (the caller holds the lock)."""
+        chan = self.client.get_transport().open_session(timeout=timeout)
+        self.sessions += 1
+        chan.settimeout(timeout)
+        chan.set_combine_stderr(True)
+        chan.exec_command(cmd)
+        return chan
 
     def sh(self, cmd: str, timeout: float = CMD_TIMEOUT_S) -> tuple[int, str]:
         """Run cmd in the container; (exit code, stdout+stderr). SshError when it takes longer than timeout or the
@@ -87,10 +102,7 @@ class Ssh:
         if not self.lock.acquire(timeout=timeout):
             raise SshError(f"{self.ip}: connection busy for {timeout:g}s")
         try:
-            chan = self.client.get_transport().open_session(timeout=timeout)
-            chan.settimeout(timeout)
-            chan.set_combine_stderr(True)
-            chan.exec_command(cmd)
+            chan = self._open(cmd, timeout)
             t0, out = time.monotonic(), b""
             while True:
                 chunk = chan.recv(65536)
@@ -111,10 +123,26 @@ class Ssh:
         finally:
             self.lock.release()
 
+    def stream(self, cmd: str, timeout: float = CMD_TIMEOUT_S):
+        """Start cmd on a channel of its own and return the channel, to be read without blocking while the command
+        runs on (a status watcher). SshError when it cannot be started."""
+        if not self.lock.acquire(timeout=timeout):
+            raise SshError(f"{self.ip}: connection busy for {timeout:g}s")
+        try:
+            chan = self._open(cmd, timeout)
+            chan.setblocking(False)
+            return chan
+        except (OSError, EOFError, TimeoutError, AttributeError, paramiko.SSHException) as e:
+            why = f"{type(e).__name__} {e}".strip()
+            raise SshError(f"`{cmd[:60]}` on {self.ip}: {why}", why) from None
+        finally:
+            self.lock.release()
+
     def put(self, local: Path, remote: str, timeout: float = 30) -> None:
         with self.lock:
             try:
                 sftp = self.client.open_sftp()
+                self.sessions += 1
                 sftp.get_channel().settimeout(timeout)
                 try:
                     sftp.put(str(local), remote)
@@ -130,6 +158,7 @@ class Ssh:
         with self.lock:
             try:
                 sftp = self.client.open_sftp()
+                self.sessions += 1
                 sftp.get_channel().settimeout(timeout)
                 try:
                     for sub in ("logs", "servers", "clients"):
@@ -154,19 +183,76 @@ class Ssh:
         self.client.close()
 
 
-# the status of every process of a run in one container, one line each:
+# The status of a run's processes in one container, sent to the driver by one command for the whole run (instead of
+# one command per container per round, which at 100 containers took the driver 1.5 s a round): every POLL_INTERVAL_S
+# the container looks at its processes and sends their status, then a line END, when it changed, or every
+# BEAT_ROUNDS rounds as a heartbeat. Status lines:
 #   RC <name> <code>             exited (its wrapper recorded the code)
 #   UP <name> <pid>              running (its wrapper is alive)
 #   LOST <name> <pid> <0|1>      its wrapper is gone without recording a code; 1: the process itself still runs
-# plus the READY lines of the servers' logs, and the DONE lines of servers that run clients.
-STATUS_SH = r"""cd {rdir}/logs 2>/dev/null || exit 0
-for f in *.wpid; do [ -e "$f" ] || continue; n=${{f%.wpid}}; w=$(cat "$f"); p=$(cat "$n.pid" 2>/dev/null)
-  if [ -s "$n.rc" ]; then echo "RC $n $(cat "$n.rc")"
-  elif kill -0 "$w" 2>/dev/null; then echo "UP $n ${{p:-0}}"
-  elif [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo "LOST $n $p 1"
-  else echo "LOST $n ${{p:-0}} 0"; fi
+# plus the READY lines of the servers' logs, and the DONE lines of servers that run clients. bash builtins only (the
+# wait is a read that times out on a FIFO nobody writes): no process per round, which 100 such loops on one 2-core
+# host would pay for (a sh loop with `sleep` and `grep` cost 7 ms of CPU per second each, 0.7 of a core for 100).
+# It ends with the run's logs folder (removed at teardown), when its channel is closed (SIGPIPE at the next write)
+# or at the run's life limit (`timeout` around it). The driver only reads what arrived (Watch).
+WATCH_SH = r"""cd {rdir}/logs 2>/dev/null || exit 0
+tick={rdir}/.tick; mkfifo "$tick" 2>/dev/null; exec 3<>"$tick"
+nl=$'\n'; last=x; n=0
+while [ -d {rdir}/logs ]; do
+  s=
+  for f in *.wpid; do [ -e "$f" ] || continue; p=${{f%.wpid}}; read -r w < "$f"
+    pid=; [ -e "$p.pid" ] && read -r pid < "$p.pid"
+    if [ -s "$p.rc" ]; then read -r c < "$p.rc"; s+="RC $p $c$nl"
+    elif kill -0 "$w" 2>/dev/null; then s+="UP $p ${{pid:-0}}$nl"
+    elif [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then s+="LOST $p $pid 1$nl"
+    else s+="LOST $p ${{pid:-0}} 0$nl"; fi
+  done
+  for f in *.log; do [ -e "$f" ] || continue
+    while IFS= read -r line || [ -n "$line" ]; do
+      case $line in "READY "*|"DONE "*) s+="$line$nl";; esac
+    done < "$f"
+  done
+  if [ "$s" != "$last" ] || [ $n -ge {beat} ]; then printf '%sEND\n' "$s" || exit 0; last=$s; n=0; fi
+  n=$((n+1)); read -r -t {interval} -u 3 _
 done
-grep -h -e '^READY ' -e '^DONE ' *.log 2>/dev/null; true"""
+exit 0"""
+
+
+class Watch:
+    """The reading end of one container's status watcher (WATCH_SH): the last complete status it sent, and when it
+    was last heard from. `chan` needs recv_ready(), recv(), exit_status_ready() and closed (a paramiko Channel)."""
+
+    def __init__(self, chan, now: float):
+        self.chan, self.heard, self.buf, self.block = chan, now, "", []
+
+    def read(self, now: float) -> list[str] | None:
+        """The lines of the newest complete status that arrived since the last read (None: nothing new). SshError
+        when the watcher ended or has been silent for SILENT_S."""
+        latest = None
+        while self.chan.recv_ready():
+            data = self.chan.recv(65536)
+            if not data:
+                break
+            self.heard = now
+            self.buf += data.decode(errors="replace")
+            *lines, self.buf = self.buf.split("\n")
+            for line in lines:
+                if line == "END":
+                    latest, self.block = self.block, []
+                elif line:
+                    self.block.append(line)
+        if latest is None and (self.chan.closed or self.chan.exit_status_ready()):
+            raise SshError("its status watcher ended", "status watcher ended")
+        if latest is None and now - self.heard > SILENT_S:
+            raise SshError(f"no status for {now - self.heard:.0f}s", f"no status for {now - self.heard:.0f}s")
+        return latest
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except Exception:  # noqa: BLE001 -- a connection already gone
+            pass
+
 
 # engine processes in a container that do not belong to the run `keep` (none: every one): "pid command line"
 LEFTOVERS_SH = r"""for p in $(pgrep -x txn-server; pgrep -x txn-client); do
@@ -187,7 +273,7 @@ class RemoteProc(Proc):
                  f"echo $! > {log}.pid; wait $!; echo $? > {log}.rc.tmp; mv {log}.rc.tmp {log}.rc")
         try:
             rc, out = conn.sh(f"cd {rdir} || exit 1; setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 &"
-                              " echo started")
+                              " echo started", timeout=SPAWN_TIMEOUT_S)
         except SshError as e:
             raise RunError(runner.container_problem(conn.ip, e)) from None
         if rc != 0 or "started" not in out:
@@ -246,6 +332,9 @@ class SwarmRunner(Runner):
         self._last_poll = 0.0
         self._t_start = 0.0
         self._gone: set[str] = set()   # containers found dead or unreachable during this run
+        self.watches: dict[str, Watch] = {}
+        self._cost: dict = {}           # what the driver spent on this run (driver_overhead)
+        self._dropped_sessions = 0      # sessions of the connections dropped since (counted still)
 
     # ---- connections and the containers' state
     def conn(self, ip: str) -> Ssh:
@@ -254,6 +343,7 @@ class SwarmRunner(Runner):
                 self.conns[ip] = Ssh(ip, self.key_path)
             except SshError as e:
                 raise RunError(self.container_problem(ip, e)) from None
+            self._cost["connections"] = self._cost.get("connections", 0) + 1
         return self.conns[ip]
 
     def container_problem(self, ip: str, err) -> str:
@@ -294,6 +384,8 @@ class SwarmRunner(Runner):
     def prepare(self, deploy, cfg_path, run_dir):
         self._t_start = time.time()
         self._gone = set()
+        self._close_watches()
+        self._cost = {"connections": 0, "start": self._spent(), "rounds": []}
         self.rdir = f"{REMOTE_ROOT}/{run_dir.name}"
         self.rc, self.ready_names, self.done_names, self._last_poll = {}, set(), set(), 0.0
         c = deploy["client"]
@@ -308,10 +400,13 @@ class SwarmRunner(Runner):
             if left:
                 conn.sh("kill -9 " + " ".join(ln.split()[0] for ln in left) + " 2>/dev/null; true")
             rc, out = conn.sh(f"rm -rf {REMOTE_ROOT}/*; mkdir -p {self.rdir}/logs {self.rdir}/servers "
-                              f"{self.rdir}/clients")
+                              f"{self.rdir}/clients && cat > {self.rdir}/watch.sh <<'EDGE_WATCH'\n"
+                              f"{WATCH_SH.format(rdir=self.rdir, beat=BEAT_ROUNDS, interval=POLL_INTERVAL_S)}\n"
+                              "EDGE_WATCH")
             if rc != 0:
                 raise RunError(f"{self.names.get(ip, ip)}: cannot create {self.rdir}: {out.strip()}")
             conn.put(cfg_path, f"{self.rdir}/deploy.yml")
+            self.watches[ip] = Watch(conn.stream(self._watch_cmd()), time.monotonic())
             return left
 
         for ip, r in self._each(ips, setup, timeout=CONNECT_TIMEOUT_S + 4 * CMD_TIMEOUT_S + 30).items():
@@ -329,6 +424,28 @@ class SwarmRunner(Runner):
                 "--out", f"{self.rdir}/{out}", *client_out(node, f"{self.rdir}/clients"), *extra]
         return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]), node["name"],
                           argv, self.rdir, self._life_s)
+
+    def spawn_many(self, items, cfg_path, run_dir, started, check) -> list:
+        """The containers in parallel, each one's processes in order (one SSH command each: one after the other, 100
+        containers took 7 s here before their servers could start)."""
+        check()
+        by_ip: dict = {}
+        for i, item in enumerate(items):
+            by_ip.setdefault(item[0]["host"], []).append(i)
+        out: list = [None] * len(items)
+
+        def start(ip):
+            for i in by_ip[ip]:
+                node, role, o, extra = items[i]
+                out[i] = self.spawn(node, role, cfg_path, run_dir, o, list(extra))
+                started(out[i])
+        for ip, r in self._each(list(by_ip), start, timeout=len(items) * SPAWN_TIMEOUT_S + CONNECT_TIMEOUT_S).items():
+            if isinstance(r, RunError):
+                raise r
+            if isinstance(r, Exception):
+                raise RunError(self.container_problem(ip, r))
+        check()
+        return out
 
     def signal_all(self, procs: list, sig) -> None:
         """The containers in parallel, each one's processes one by one (all one by one, a run's go took ~15 ms per
@@ -349,17 +466,38 @@ class SwarmRunner(Runner):
             if r[0] != 0:
                 raise RunError(f"{self.names.get(ip, ip)}: cannot write {self.rdir}/load_start: {r[1].strip()}")
 
-    def refresh(self) -> None:
-        now = time.monotonic()
-        if now - self._last_poll < POLL_INTERVAL_S:
-            return
-        self._last_poll = now
-        cmd = STATUS_SH.format(rdir=self.rdir)
-        answers = self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), timeout=CMD_TIMEOUT_S + 1)
-        for ip, r in answers.items():
+    def _watch_cmd(self) -> str:
+        return f"exec timeout {self._life_s:.0f} bash {self.rdir}/watch.sh"
+
+    def _start_watches(self) -> None:
+        """A status watcher (WATCH_SH) for every container of the run that has none yet (prepare starts them), in
+        parallel."""
+        cmd = self._watch_cmd()
+        ips = [ip for ip in self.conns if ip not in self.watches]
+        for ip, r in self._each(ips, lambda ip: self.conns[ip].stream(cmd), timeout=CMD_TIMEOUT_S + 1).items():
             if isinstance(r, Exception):
                 raise RunError(self.container_problem(ip, r))
-            for line in r[1].splitlines():
+            self.watches[ip] = Watch(r, time.monotonic())
+
+    def _close_watches(self) -> None:
+        for w in self.watches.values():
+            w.close()
+        self.watches = {}
+
+    def refresh(self) -> None:
+        """Read what the containers' status watchers sent since the last round: no command, no SSH round trip."""
+        now = time.monotonic()
+        if now - self._last_poll < READ_INTERVAL_S:
+            return
+        self._last_poll = now
+        if len(self.watches) < len(self.conns):
+            self._start_watches()
+        for ip, w in self.watches.items():
+            try:
+                lines = w.read(time.monotonic())
+            except SshError as e:
+                raise RunError(self.container_problem(ip, e)) from None
+            for line in lines or ():
                 p = line.split()
                 if len(p) >= 3 and p[0] == "RC" and p[2].lstrip("-").isdigit():
                     self.rc[p[1]] = int(p[2])
@@ -372,15 +510,37 @@ class SwarmRunner(Runner):
                     raise RunError(f"{p[1]} in {self.names.get(ip, ip)}: its wrapper shell is gone (killed?) without "
                                    "recording an exit status; "
                                    + (f"the process still runs (pid {p[2]})" if still else "the process is gone too"))
+        self._cost.setdefault("rounds", []).append(time.monotonic() - now)
+
+    def driver_overhead(self) -> dict:
+        """What driving this run cost the driver (meta.json `driver`), from its preparation to the end of the copy of
+        its results (the checker's work after that is not counted): this process's CPU seconds (every thread), the
+        SSH connections it opened and the sessions (commands, copies, watchers) it started over them, and the status
+        rounds with the time one took (reading the watchers' output; starting them, in the first)."""
+        c, rounds = self._cost, sorted(self._cost.get("rounds", []))
+        if "start" not in c:
+            return {}
+        (cpu0, wall0, sessions0), (cpu1, wall1, sessions1) = c["start"], c.get("end") or self._spent()
+        return {"containers": len(self.conns), "cpu_s": round(cpu1 - cpu0, 3), "wall_s": round(wall1 - wall0, 3),
+                "ssh_connections": c.get("connections", 0), "ssh_sessions": sessions1 - sessions0,
+                "status_rounds": len(rounds),
+                "status_round_ms_p50": round(rounds[len(rounds) // 2] * 1000, 2) if rounds else None,
+                "status_round_ms_max": round(rounds[-1] * 1000, 2) if rounds else None}
 
     def collect(self, run_dir: Path) -> None:
         got = self._each(list(self.conns), lambda ip: self.conns[ip].get_tree(self.rdir, run_dir), timeout=120)
         for ip, r in got.items():
             if isinstance(r, Exception):
                 raise RunError(self.container_problem(ip, r))
+        self._cost["end"] = self._spent()
+
+    def _spent(self) -> tuple:
+        sessions = self._dropped_sessions + sum(c.sessions for c in self.conns.values())
+        return time.process_time(), time.monotonic(), sessions
 
     def teardown(self, run_dir: Path, procs: list) -> list[str]:
         notes = []
+        self._close_watches()
         if self.rdir:
             # '[/]' and no other "<rdir>/" in the command keep pkill from matching this very command
             pattern = "[/]" + self.rdir.lstrip("/") + "/"
@@ -401,8 +561,12 @@ class SwarmRunner(Runner):
         return notes
 
     def _drop(self, ip: str) -> None:
+        w = self.watches.pop(ip, None)
+        if w is not None:
+            w.close()
         conn = self.conns.pop(ip, None)
         if conn is not None:
+            self._dropped_sessions += conn.sessions
             try:
                 conn.close()
             except Exception:  # noqa: BLE001

@@ -1,0 +1,43 @@
+"""scripts/mutants.py: the verdict of each kind of mutant, and the stress runs' nemesis as the deployment takes it."""
+import importlib.util
+
+import pytest
+
+from testbed.core import deploy
+from testbed.core.paths import REPO
+
+spec = importlib.util.spec_from_file_location("mutants_script", REPO / "scripts" / "mutants.py")
+mutants = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mutants)
+
+
+@pytest.mark.parametrize("kind, sim, e2e, want", [
+    ("-", "passed", "passed (5 runs)", "ok"),
+    ("-", "passed", "CAUGHT: order (run 2)", "BROKEN BASELINE"),
+    ("safety", "CAUGHT 3: X", "passed (5 runs)", "MISSED by the end-to-end checker"),
+    ("safety", "passed", "CAUGHT: anomalies (run 1)", "ok"),
+    ("latency", "CAUGHT 1: X", "passed", "ok"),
+    ("latency", "passed", "passed", "MISSED"),
+    ("equivalent", "CAUGHT 1: X", "passed (5 runs)", "ok"),
+    ("equivalent", "passed", "passed (5 runs)", "MISSED by its simulator test"),
+])
+def test_verdicts(kind, sim, e2e, want):
+    assert mutants.verdict(kind, sim, e2e) == want
+
+
+def test_an_equivalent_mutant_caught_end_to_end_fails_its_row():
+    assert mutants.verdict("equivalent", "CAUGHT 1: X", "CAUGHT: order (run 4)").startswith("NOT EQUIVALENT")
+
+
+def test_every_mutant_has_a_known_kind():
+    assert {k for _, _, k in mutants.MUTANTS} <= {"-", "safety", "latency", "durability", "equivalent"}
+
+
+@pytest.mark.parametrize("duration", [10, 20, 60])
+def test_stress_nemesis_is_a_valid_schedule_with_jitter_inside_every_region(duration):
+    dep = mutants.e2e_deployment("janus", "stress", duration, 27000, attempt=0)
+    kinds = [f["kind"] for f in dep["faults"]]
+    assert kinds.count("pause") == 6 and kinds.count("partition") == 1 and kinds.count("jitter") == 3
+    assert all(f"jitter:r{r}+" in mutants.stress_faults(duration) for r in range(3))
+    plain = mutants.e2e_deployment("janus", "plain", duration, 27000, attempt=1)
+    assert not plain.get("faults")

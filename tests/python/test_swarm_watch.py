@@ -1,0 +1,116 @@
+"""The swarm driver's status watchers (testbed/runs/swarm_backend.py): the container-side loop (WATCH_SH, run here by
+bash on a scratch run folder) and the driver-side reader (Watch, on a fake channel)."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from testbed.runs import swarm_backend as sb
+
+
+class FakeChan:
+    def __init__(self):
+        self.chunks, self.closed, self.ended = [], False, False
+
+    def recv_ready(self):
+        return bool(self.chunks)
+
+    def recv(self, n):
+        return self.chunks.pop(0)
+
+    def exit_status_ready(self):
+        return self.ended
+
+    def close(self):
+        self.closed = True
+
+
+def test_read_returns_the_newest_complete_status_across_split_chunks():
+    ch = FakeChan()
+    w = sb.Watch(ch, now=0.0)
+    assert w.read(0.1) is None
+    ch.chunks += [b"UP s0 12\nREA", b"DY s0\nEND\nRC s0 0\n"]
+    assert w.read(0.2) == ["UP s0 12", "READY s0"]
+    ch.chunks += [b"READY s0\nEND\n", b"RC s0 0\nREADY s0\nEND\nUP"]   # two statuses in one round: the newer
+    assert w.read(0.3) == ["RC s0 0", "READY s0"]
+    ch.chunks += [b" x 1\nEND\n"]
+    assert w.read(0.4) == ["UP x 1"]
+
+
+def test_an_empty_status_is_a_status():
+    ch = FakeChan()
+    w = sb.Watch(ch, now=0.0)
+    ch.chunks.append(b"\nEND\n")
+    assert w.read(0.1) == []
+
+
+def test_a_watcher_that_ended_or_fell_silent_is_an_error():
+    ch = FakeChan()
+    w = sb.Watch(ch, now=0.0)
+    ch.chunks.append(b"UP a 1\nEND\n")
+    ch.ended = True
+    assert w.read(0.1) == ["UP a 1"]       # what it sent before ending still counts
+    with pytest.raises(sb.SshError, match="ended"):
+        w.read(0.2)
+    quiet = sb.Watch(FakeChan(), now=0.0)
+    assert quiet.read(sb.SILENT_S - 0.5) is None
+    with pytest.raises(sb.SshError, match="no status for"):
+        quiet.read(sb.SILENT_S + 0.5)
+    quiet.close()
+
+
+def _watch(tmp_path, interval=0.05, beat=3, life=20):
+    rdir = tmp_path / "run"
+    (rdir / "logs").mkdir(parents=True)
+    (rdir / "watch.sh").write_text(sb.WATCH_SH.format(rdir=rdir, beat=beat, interval=interval))
+    return rdir, subprocess.Popen(["timeout", str(life), "bash", str(rdir / "watch.sh")], stdout=subprocess.PIPE,
+                                  text=True)
+
+
+def _blocks(p, n):
+    out, block = [], []
+    for line in p.stdout:
+        line = line.rstrip("\n")
+        if line == "END":
+            out.append(block)
+            block = []
+            if len(out) == n:
+                return out
+        elif line:
+            block.append(line)
+    return out
+
+
+def test_the_container_loop_sends_changes_and_heartbeats_and_ends_with_the_run_folder(tmp_path):
+    rdir, p = _watch(tmp_path)
+    try:
+        logs = rdir / "logs"
+        first = _blocks(p, 1)
+        assert first == [[]]                      # nothing started yet: an empty status
+        (logs / "s0.wpid").write_text(str(os.getpid()))   # a live wrapper
+        (logs / "s0.pid").write_text("1")
+        (logs / "s0.log").write_text("READY s0\n")
+        t0 = time.monotonic()
+        got = _blocks(p, 1)[0]
+        assert "UP s0 1" in got and "READY s0" in got
+        (logs / "s0.rc").write_text("0")
+        assert "RC s0 0" in _blocks(p, 1)[0]
+        beat = _blocks(p, 1)[0]                   # unchanged: repeated as a heartbeat after `beat` rounds
+        assert "RC s0 0" in beat and time.monotonic() - t0 < 5
+        for f in logs.iterdir():
+            f.unlink()
+        logs.rmdir()
+        assert p.wait(timeout=5) == 0             # the run folder's logs gone (teardown): the loop ends
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_the_container_loop_ends_at_its_life_limit(tmp_path):
+    _, p = _watch(tmp_path, life=1)
+    try:
+        assert p.wait(timeout=10) == 124          # timeout's code: nothing outlives the run's life limit
+    finally:
+        p.kill()
+        p.wait()
