@@ -49,7 +49,7 @@ POLL_INTERVAL_S = 0.5   # a container looks at its processes every half second w
 READ_INTERVAL_S = 0.05  # the driver reads what the watchers sent at most this often (no command: a buffer read)
 BEAT_ROUNDS = 4         # a status watcher repeats an unchanged status every 4 rounds (2 s): a heartbeat
 SILENT_S = 8.0          # a container whose watcher sent nothing for this long (4 heartbeats) is in trouble
-CMD_TIMEOUT_S = 5.0     # any status/signal command; a container that does not answer in this is in trouble
+CMD_TIMEOUT_S = 5.0     # any other command (set-up, load start, signal, cleanup): no answer in this is trouble
 CONNECT_TIMEOUT_S = 10.0
 SPAWN_TIMEOUT_S = 20.0  # starting a process: a container whose engines are all loading at once answers slowly (100
                         # containers on one 2-core host took over 5 s); a dead one is found by its status watcher
