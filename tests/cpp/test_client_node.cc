@@ -333,6 +333,28 @@ void expect_open_loop_books_balance(const ClientNode& c, uint32_t slots, TimeUs 
   }
 }
 
+// An open-loop client (node `self`) over a FakeDriver answering each attempt after service_us and aborting the first
+// `aborts` attempts of every transaction: start() it, then finish() runs the simulated time to its end.
+struct OpenRun {
+  FakeWorkload w;
+  FakeEnv env;
+  FakeDriver* f;
+  ClientNode c;
+  OpenRun(const Deployment& d, TimeUs service_us, int aborts = 0, NodeId self = 4)
+      : c(d, self, w, driver(service_us, aborts)) {}
+  std::unique_ptr<FakeDriver> driver(TimeUs service_us, int aborts) {
+    auto drv = std::make_unique<FakeDriver>(service_us, aborts);
+    f = drv.get();
+    return drv;
+  }
+  void start() { c.start(env); }
+  void finish() { env.run(c, TimeUs(1e12)); }
+  void to_end() {
+    start();
+    finish();
+  }
+};
+
 }  // namespace
 
 // Poisson arrivals at the configured rate: over 200 virtual seconds at 500 txn/s (100,000 arrivals, sd 316) the
@@ -341,14 +363,12 @@ void expect_open_loop_books_balance(const ClientNode& c, uint32_t slots, TimeUs 
 TEST(ClientNode, OpenLoopArrivalsArePoissonAtTheRate) {
   const double rate = 500, secs = 200;
   Deployment d = open_dep(rate, 4, secs);
-  FakeWorkload w;
-  auto drv = std::make_unique<FakeDriver>(100, 0);   // 0.1 ms per txn
-  FakeDriver* f = drv.get();
-  ClientNode c(d, 5, w, std::move(drv));
-  FakeEnv env;
-  c.start(env);
+  OpenRun run(d, 100, 0, 5);   // 0.1 ms per txn
+  FakeDriver* f = run.f;
+  ClientNode& c = run.c;
+  run.start();
   EXPECT_EQ(f->outstanding, 0) << "an open loop waits for its first arrival";
-  env.run(c, TimeUs(1e12));
+  run.finish();
   ASSERT_TRUE(c.finished());
   const auto& st = c.open_loop_stats();
   const double expect = rate * secs;
@@ -380,7 +400,8 @@ TEST(ClientNode, OpenLoopArrivalsArePoissonAtTheRate) {
   expect_open_loop_books_balance(c, 4, 100);
   // The same seed, the same arrivals.
   Deployment d2 = open_dep(rate, 4, 2);
-  ClientNode a(d2, 5, w, std::make_unique<FakeDriver>(100, 0)), b(d2, 5, w, std::make_unique<FakeDriver>(100, 0));
+  ClientNode a(d2, 5, run.w, std::make_unique<FakeDriver>(100, 0));
+  ClientNode b(d2, 5, run.w, std::make_unique<FakeDriver>(100, 0));
   FakeEnv ea, eb;
   a.start(ea);
   b.start(eb);
@@ -396,19 +417,15 @@ TEST(ClientNode, OpenLoopArrivalsArePoissonAtTheRate) {
 // after it: the last transactions waited seconds, which a closed loop would never have recorded.
 TEST(ClientNode, OpenLoopLatencyCountsTheWaitForACoordinator) {
   Deployment d = open_dep(100, 2, 5);
-  FakeWorkload w;
-  auto drv = std::make_unique<FakeDriver>(50000, 0);
-  FakeDriver* f = drv.get();
-  ClientNode c(d, 4, w, std::move(drv));
-  FakeEnv env;
-  c.start(env);
-  env.run(c, TimeUs(1e12));
+  OpenRun run(d, 50000);
+  run.to_end();
+  ClientNode& c = run.c;
   ASSERT_TRUE(c.finished());
   const auto& st = c.open_loop_stats();
   EXPECT_EQ(st.shed, 0u);
   EXPECT_EQ(st.unsent, 0u);
   EXPECT_EQ(c.records().size(), st.arrivals) << "every arrival ran, also those waiting at the stop (drained)";
-  EXPECT_EQ(f->max_outstanding, 2) << "never more in flight than slots";
+  EXPECT_EQ(run.f->max_outstanding, 2) << "never more in flight than slots";
   EXPECT_GT(st.max_queued, 200u);
   size_t waited = 0;
   TimeUs worst = 0, prev_start = 0;
@@ -437,13 +454,9 @@ TEST(ClientNode, OpenLoopShedsArrivalsBeyondTheBound) {
   d.client.max_outstanding = 3;
   d.client.warmup_s = 0.2;
   d.client.cooldown_s = 0.2;
-  FakeWorkload w;
-  auto drv = std::make_unique<FakeDriver>(1000000, 0);
-  FakeDriver* f = drv.get();
-  ClientNode c(d, 4, w, std::move(drv));
-  FakeEnv env;
-  c.start(env);
-  env.run(c, TimeUs(1e12));
+  OpenRun run(d, 1000000);
+  run.to_end();
+  ClientNode& c = run.c;
   ASSERT_TRUE(c.finished());
   const auto& st = c.open_loop_stats();
   ASSERT_EQ(c.records().size(), 3u);
@@ -451,7 +464,7 @@ TEST(ClientNode, OpenLoopShedsArrivalsBeyondTheBound) {
   EXPECT_EQ(st.shed, st.arrivals - 3);
   EXPECT_EQ(st.unsent, 0u);
   EXPECT_EQ(st.max_queued, 2u);
-  EXPECT_EQ(f->max_outstanding, 1);
+  EXPECT_EQ(run.f->max_outstanding, 1);
   // The window [0.2, 0.8) s: the three that ran arrived in its first 0.2 s (at 100/s), so every arrival in it was
   // shed.
   for (const auto& r : c.records()) EXPECT_LT(r.start_us, 200000);
@@ -466,11 +479,9 @@ TEST(ClientNode, OpenLoopDrainTimeoutCountsTheArrivalsStillWaiting) {
   Deployment d = open_dep(100, 1, 1);
   d.client.max_outstanding = 4;
   d.client.drain_timeout_s = 0.5;
-  FakeWorkload w;
-  ClientNode c(d, 4, w, std::make_unique<FakeDriver>(1000000, 0));
-  FakeEnv env;
-  c.start(env);
-  env.run(c, TimeUs(1e12));
+  OpenRun run(d, 1000000);
+  run.to_end();
+  ClientNode& c = run.c;
   ASSERT_TRUE(c.finished());
   const auto& st = c.open_loop_stats();
   // The first ends at ~1.01 s, the second is running at the 1.5 s deadline (given up), two were never sent.
@@ -491,13 +502,9 @@ TEST(ClientNode, OpenLoopDrainTimeoutCountsTheArrivalsStillWaiting) {
 // Retries as in a closed loop: the same transaction under fresh ids on its slot, its latency from its arrival.
 TEST(ClientNode, OpenLoopRetriesKeepTheArrivalAsStart) {
   Deployment d = open_dep(50, 1, 2);
-  FakeWorkload w;
-  auto drv = std::make_unique<FakeDriver>(10000, 2);   // two aborts, then a commit: 30 ms per transaction
-  FakeDriver* f = drv.get();
-  ClientNode c(d, 4, w, std::move(drv));
-  FakeEnv env;
-  c.start(env);
-  env.run(c, TimeUs(1e12));
+  OpenRun run(d, 10000, 2);   // two aborts, then a commit: 30 ms per transaction
+  run.to_end();
+  ClientNode& c = run.c;
   ASSERT_TRUE(c.finished());
   ASSERT_FALSE(c.records().empty());
   for (const auto& r : c.records()) {
@@ -505,8 +512,8 @@ TEST(ClientNode, OpenLoopRetriesKeepTheArrivalAsStart) {
     EXPECT_EQ(r.attempts, 3u);
     EXPECT_EQ(r.latency_us, r.sent_us - r.start_us + 30000);
   }
-  std::set<uint64_t> uniq(f->ids.begin(), f->ids.end());
-  EXPECT_EQ(uniq.size(), f->ids.size());
+  std::set<uint64_t> uniq(run.f->ids.begin(), run.f->ids.end());
+  EXPECT_EQ(uniq.size(), run.f->ids.size());
   expect_open_loop_books_balance(c, 1, 10000);
 }
 
