@@ -18,11 +18,22 @@ void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Var
   w_.execute(*store_, p, in, out);
 }
 
-void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps) {
-  auto [it, fresh] = deps_.try_emplace(txn_id, deps);
-  if (!fresh) return;   // the first declaration stands (a transaction's dependencies are final once committed)
+namespace {
+// The first declaration of `txn_id` in `into` stands (a transaction's dependencies are final once committed; a
+// replica votes once); kept as sorted, distinct ids.
+void declare_ids(std::unordered_map<uint64_t, std::vector<uint64_t>>& into, uint64_t txn_id,
+                 const std::vector<uint64_t>& ids) {
+  auto [it, fresh] = into.try_emplace(txn_id, ids);
+  if (!fresh) return;
   std::sort(it->second.begin(), it->second.end());
   it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
+}
+}  // namespace
+
+void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps) { declare_ids(deps_, txn_id, deps); }
+
+void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps) {
+  declare_ids(votes_, txn_id, deps);
 }
 
 bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
@@ -65,15 +76,19 @@ void write_ids(std::ostream& o, const std::vector<uint32_t>& ids) {
 
 // One line per run of consecutive events of one transaction with one deferred
 // flag and one order key: "<txn id> <piece ids>" plus " d" when deferred, plus
-// " k=<domain>:<hi>.<lo>" (decimal) when the key is set, plus " p=<ids>" (its
-// declared dependencies, comma-separated, possibly none) on the transaction's
-// first line when the protocol declared them. Piece ids keep their execution
+// " k=<domain>:<hi>.<lo>" (decimal) when the key is set, plus " v=<ids>" (this
+// replica's vote) and " p=<ids>" (its declared dependencies), comma-separated,
+// possibly none, on the transaction's first line when the protocol declared them. Piece ids keep their execution
 // order; only ascending runs are collapsed.
 size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) const {
   o << "# txn-history v1 node=" << node << " shard=" << shard_ << "\n";
   size_t lines = 0;
   std::vector<uint32_t> ids;
-  std::unordered_set<uint64_t> declared;   // transactions whose " p=" is written
+  std::unordered_set<uint64_t> declared, voted;   // transactions whose " p=" / " v=" is written
+  auto ids_out = [&o](const char* tag, const std::vector<uint64_t>& v) {
+    o << tag;
+    for (size_t k = 0; k < v.size(); ++k) o << (k ? "," : "") << v[k];
+  };
   for (size_t i = 0; i < history_.size();) {
     const ExecEvent& first = history_[i];
     ids.clear();
@@ -93,10 +108,8 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
     }
     if (first.deferred) o << " d";
     if (first.key.set) o << " k=" << first.key.domain << ':' << first.key.hi << '.' << first.key.lo;
-    if (auto d = deps_.find(first.txn); d != deps_.end() && declared.insert(first.txn).second) {
-      o << " p=";
-      for (size_t k = 0; k < d->second.size(); ++k) o << (k ? "," : "") << d->second[k];
-    }
+    if (auto v = votes_.find(first.txn); v != votes_.end() && voted.insert(first.txn).second) ids_out(" v=", v->second);
+    if (auto d = deps_.find(first.txn); d != deps_.end() && declared.insert(first.txn).second) ids_out(" p=", d->second);
     o << '\n';
     ++lines;
     i = j;

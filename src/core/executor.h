@@ -69,6 +69,12 @@ class ShardExecutor {
   // dependencies"). The first declaration of a transaction stands.
   void declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& deps() const { return deps_; }
+  // The dependencies this replica voted for `txn_id` before the decision (Janus's PreAccept reply), where the
+  // protocol's decision must cover every replica's vote: written once per transaction (" v=<ids>"), the checker
+  // requires them to be among the dependencies the transaction was then declared with here (docs/checker.md,
+  // "Votes"). The first declaration stands.
+  void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps);
+  const std::unordered_map<uint64_t, std::vector<uint64_t>>& votes() const { return votes_; }
   // The history file (format in docs/checker.md); returns the number of lines
   // written between the header and the trailer.
   size_t write_history(std::ostream& o, const std::string& node) const;
@@ -79,6 +85,7 @@ class ShardExecutor {
   std::unique_ptr<ShardStore> store_;
   std::vector<ExecEvent> history_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> deps_;   // declare_deps, sorted ids
+  std::unordered_map<uint64_t, std::vector<uint64_t>> votes_;  // declare_vote, sorted ids
 };
 
 // The variables piece `p` executes with: its args, plus its inputs' values from `known`. When the piece has no

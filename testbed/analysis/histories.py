@@ -14,7 +14,8 @@ Checks (each returns violation lines):
                        (strict serializability; a transaction answered before another was issued comes first)
   protocol_order   (f) conflicting pieces ran in the order of the keys the protocol declared for them (history
                        lines' `k=<domain>:<hi>.<lo>`), at every replica; and where it declared dependencies
-                       (`p=<ids>`), the later of two conflicting pieces depends on the earlier one
+                       (`p=<ids>`), the later of two conflicting pieces depends on the earlier one, and each
+                       replica's vote (`v=<ids>`) is among the dependencies its transaction was decided with
 """
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ class RunData:
     clock: str = ""                                   # "monotonic" (one kernel) | "wall" | "" (none recorded)
     order_keys: dict = field(default_factory=dict)    # replica node -> {event index: (domain, hi, lo)}
     deps: dict = field(default_factory=dict)          # replica node -> {txn: frozenset of the txns it declared}
+    votes: dict = field(default_factory=dict)         # replica node -> {txn: frozenset of the txns it voted for}
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
     _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
@@ -119,18 +121,20 @@ def _order_key(text: str, where: str) -> tuple[int, int, int]:
 
 
 def _deps(text: str, where: str) -> frozenset:
-    """A history line's declared dependencies "p=<id>,<id>" (or "p=": none) -> the ids."""
+    """A history line's declared dependencies "p=<id>,<id>" (or "p=": none), or its vote "v=...", -> the ids."""
     ids = text[2:].split(",") if len(text) > 2 else []
     if all(x.isdigit() for x in ids):
         return frozenset(int(x) for x in ids)
-    raise Unreadable(f"{where}: bad dependency list {text!r} (p=<txn id>,<txn id>,...)")
+    what = "dependency list" if text[0] == "p" else "vote"
+    raise Unreadable(f"{where}: bad {what} {text!r} ({text[0]}=<txn id>,<txn id>,...)")
 
 
 def read_history(path: Path, events: int | None = None, keys: dict | None = None,
-                 deps: dict | None = None) -> list[tuple[int, int, bool]]:
+                 deps: dict | None = None, votes: dict | None = None) -> list[tuple[int, int, bool]]:
     """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated. keys: filled
     with event index -> (domain, hi, lo) for the events whose line carries the protocol's order key; deps: with
-    txn -> the transactions the protocol declared it depends on (a line's `p=`)."""
+    txn -> the transactions the protocol declared it depends on (a line's `p=`); votes: with txn -> those this
+    replica voted for (`v=`)."""
     name = path.name
     try:
         lines = path.read_text().splitlines()
@@ -145,13 +149,16 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
         dep = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("p=") else None
+        vote = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("v=") else None
         key = _order_key(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("k=") else None
         if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
-            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [p=<ids>]', "
-                             f"got {line!r}")
+            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [v=<ids>] "
+                             f"[p=<ids>]', got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
         if dep is not None and deps is not None:
             deps[t] = deps.get(t, frozenset()) | dep
+        if vote is not None and votes is not None:
+            votes[t] = votes.get(t, frozenset()) | vote
         ids = _ids(f[1], f"{name}:{n}")
         if key is not None and keys is not None:
             keys.update((i, key) for i in range(len(out), len(out) + len(ids)))
@@ -241,9 +248,9 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
         dumps = dict(zip(logs, pool.map(dump_txn_log, logs)))
     for d in sorted(named, key=lambda d: d["node"]):
         h = d["execution_history"]
-        data.order_keys[d["node"]], data.deps[d["node"]] = {}, {}
+        data.order_keys[d["node"]], data.deps[d["node"]], data.votes[d["node"]] = {}, {}, {}
         data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]), data.order_keys[d["node"]],
-                                                 data.deps[d["node"]])
+                                                 data.deps[d["node"]], data.votes[d["node"]])
         data.replicas.setdefault(int(d["shard"]), []).append(d["node"])
     starts, rel_times = {}, {}   # client -> (run start on CLOCK_MONOTONIC, on the wall clock); its records' times
     for s in summaries:
@@ -762,10 +769,11 @@ def check_protocol_order(data: RunData) -> list[str]:
     deferred pieces aside) whose history lines carry order keys of one domain ran in the keys' order: the order
     the protocol says it decided (DAST's timestamps, SLOG's log positions, ...); and where the protocol declared
     each transaction's dependencies (Janus, TAPIR), the later of two conflicting pieces belongs to a transaction
-    that depends on the earlier one's (docs/checker.md). Skipped when no replica's history carries either."""
-    if not any(data.order_keys.values()) and not any(data.deps.values()):
-        raise Skip("no history carries the protocol's order keys or dependencies (it declares none, or a run from "
-                   "before them)")
+    that depends on the earlier one's, and where a replica declared its vote (Janus), the transaction was decided
+    with every dependency of it (docs/checker.md). Skipped when no replica's history carries any of them."""
+    if not any(data.order_keys.values()) and not any(data.deps.values()) and not any(data.votes.values()):
+        raise Skip("no history carries the protocol's order keys, dependencies or votes (it declares none, or a run "
+                   "from before them)")
     out, keys_of = _Collector(), piece_keys(data)
     comm = data._commutative if data._commutative is not None else \
         {(t.id, p) for t in data.txns.values() for p in t.commutative}
@@ -783,7 +791,27 @@ def check_protocol_order(data: RunData) -> list[str]:
             _key_order(data, node, hist, okeys, keys_of, comm, out)
         if deps:
             _dependency_order(data, node, hist, deps, every, keys_of, comm, out)
+    for node, votes in sorted(data.votes.items()):
+        if votes:
+            _votes_held(data, node, votes, out)
     return out.result()
+
+
+def _votes_held(data: RunData, node: str, votes: dict, out: _Collector) -> None:
+    """At one replica, every transaction it voted for and executed was decided with dependencies that hold its
+    whole vote: a protocol whose decision must hear every replica (our Janus: a replica's latest access per key is
+    the only link it may know of between two conflicting transactions) left none out."""
+    deps = data.deps.get(node) or {}
+    executed = {t for t, _, _ in data.histories.get(node, ())}
+    for t, vote in sorted(votes.items()):
+        if t not in executed:
+            continue
+        if t not in deps:
+            out.add(f"{node}: executed {_describe(data, t)}, which it voted for, without declaring the dependencies "
+                    f"it was decided with")
+        elif vote - deps[t]:
+            out.add(f"{node}: voted for dependencies of {_describe(data, t)} that its decision left out: "
+                    + ", ".join(_describe(data, x) for x in sorted(vote - deps[t])))
 
 
 def _key_order(data: RunData, node: str, hist: list, okeys: dict, keys_of: dict, comm: set,

@@ -45,6 +45,7 @@ DRIVER_CONTAINERS_YML = DRIVER_ETC / "containers.yml"
 DRIVER_KEY = DRIVER_ETC / "id_ed25519"
 DOCKER_SOCKET = "/var/run/docker.sock"   # the driver's host's Docker, mounted by start_containers.py
 REMOTE_ROOT = "/tmp/edge-run"
+SALVAGE_S = 30          # a failed run's files: the copy from one container may take this long (then it is noted)
 POLL_INTERVAL_S = 0.5   # a container looks at its processes every half second while a run goes on (WATCH_SH)
 READ_INTERVAL_S = 0.05  # the driver reads what the watchers sent at most this often (no command: a buffer read)
 BEAT_ROUNDS = 4         # a status watcher repeats an unchanged status every 4 rounds (2 s): a heartbeat
@@ -168,7 +169,7 @@ class Ssh:
                             continue
                         (local_dir / sub).mkdir(parents=True, exist_ok=True)
                         for f in names:
-                            if f.endswith((".pid", ".wpid", ".rc")):
+                            if f.endswith((".pid", ".wpid", ".rc", ".tmp")):
                                 continue
                             sftp.get(f"{remote_dir}/{sub}/{f}", str(local_dir / sub / f))
                             n += 1
@@ -200,7 +201,7 @@ tick={rdir}/.tick; mkfifo "$tick" 2>/dev/null; exec 3<>"$tick"
 nl=$'\n'; last=x; n=0
 while [ -d {rdir}/logs ]; do
   s=
-  for f in *.wpid; do [ -e "$f" ] || continue; p=${{f%.wpid}}; read -r w < "$f"
+  for f in *.wpid; do [ -e "$f" ] || continue; p=${{f%.wpid}}; w=; read -r w < "$f"; [ -n "$w" ] || continue
     pid=; [ -e "$p.pid" ] && read -r pid < "$p.pid"
     if [ -s "$p.rc" ]; then read -r c < "$p.rc"; s+="RC $p $c$nl"
     elif kill -0 "$w" 2>/dev/null; then s+="UP $p ${{pid:-0}}$nl"
@@ -269,8 +270,12 @@ class RemoteProc(Proc):
         self.runner, self.conn, self.container, self.name, self.argv, self.rdir = (
             runner, conn, container, name, argv, rdir)
         log = f"logs/{name}"
-        inner = (f"echo $$ > {log}.wpid; timeout {life_s:.0f} {shlex.join(argv)} > {log}.log 2>&1 & "
-                 f"echo $! > {log}.pid; wait $!; echo $? > {log}.rc.tmp; mv {log}.rc.tmp {log}.rc")
+        # .wpid, .pid and .rc appear whole (written aside, then renamed): the status watcher reads them at any time,
+        # and an empty .wpid once read as a wrapper gone without an exit status failed a run of 100 containers
+        inner = (f"echo $$ > {log}.wpid.tmp; mv {log}.wpid.tmp {log}.wpid; "
+                 f"timeout {life_s:.0f} {shlex.join(argv)} > {log}.log 2>&1 & "
+                 f"echo $! > {log}.pid.tmp; mv {log}.pid.tmp {log}.pid; wait $!; echo $? > {log}.rc.tmp; "
+                 f"mv {log}.rc.tmp {log}.rc")
         try:
             rc, out = conn.sh(f"cd {rdir} || exit 1; setsid sh -c {shlex.quote(inner)} < /dev/null > /dev/null 2>&1 &"
                               " echo started", timeout=SPAWN_TIMEOUT_S)
@@ -388,6 +393,7 @@ class SwarmRunner(Runner):
         self._cost = {"connections": 0, "start": self._spent(), "rounds": []}
         self.rdir = f"{REMOTE_ROOT}/{run_dir.name}"
         self.rc, self.ready_names, self.done_names, self._last_poll = {}, set(), set(), 0.0
+        self._collected = False
         c = deploy["client"]
         self._life_s = (self.ready_timeout_s + float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
                         + self.margin_s + self.grace_s + LIFE_SLACK_S)
@@ -532,6 +538,7 @@ class SwarmRunner(Runner):
         for ip, r in got.items():
             if isinstance(r, Exception):
                 raise RunError(self.container_problem(ip, r))
+        self._collected = True
         self._cost["end"] = self._spent()
 
     def _spent(self) -> tuple:
@@ -544,20 +551,42 @@ class SwarmRunner(Runner):
         if self.rdir:
             # '[/]' and no other "<rdir>/" in the command keep pkill from matching this very command
             pattern = "[/]" + self.rdir.lstrip("/") + "/"
-            cmd = (f"cd {self.rdir} 2>/dev/null && for f in logs/*.pid logs/*.wpid; do [ -e \"$f\" ] && "
-                   f"kill -9 $(cat \"$f\") 2>/dev/null; done; pkill -9 -f {shlex.quote(pattern)} 2>/dev/null; "
-                   f"cd /; rm -rf {shlex.quote(self.rdir)}; true")
+            kill = (f"cd {self.rdir} 2>/dev/null && for f in logs/*.pid logs/*.wpid; do [ -e \"$f\" ] && "
+                    f"kill -9 $(cat \"$f\") 2>/dev/null; done; pkill -9 -f {shlex.quote(pattern)} 2>/dev/null; ")
+            remove = f"cd /; rm -rf {shlex.quote(self.rdir)}; true"
             for ip in [ip for ip in self.conns if ip in self._gone]:  # nothing of the run survives there
                 notes.append(f"{self.names.get(ip, ip)}: not cleaned: it stopped answering (if it still runs, "
                              "the run's processes there may too; `start_containers.py --down` removes them)")
                 self._drop(ip)
-            for ip, r in self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), CMD_TIMEOUT_S + 2).items():
-                if isinstance(r, Exception):
-                    notes.append(f"{self.names.get(ip, ip)}: cleanup failed ({getattr(r, 'why', r)})")
-                    self._drop(ip)
+
+            def cleanup(cmd: str) -> None:
+                for ip, r in self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), CMD_TIMEOUT_S + 2).items():
+                    if isinstance(r, Exception):
+                        notes.append(f"{self.names.get(ip, ip)}: cleanup failed ({getattr(r, 'why', r)})")
+                        self._drop(ip)
+            if getattr(self, "_collected", True):
+                cleanup(kill + remove)
+            else:   # a run that failed before its results were copied: its logs are the account of why
+                cleanup(kill + "true")
+                notes.extend(self._salvage(run_dir))
+                cleanup(remove)
         _chown_like_parent(run_dir)
         for n in notes:
             self.say(n)
+        return notes
+
+    def _salvage(self, run_dir: Path) -> list[str]:
+        """What a failed run's processes left in the containers (logs, dumps, records), copied into run_dir, every
+        container in parallel, each bounded in time; notes on the containers that could not give it."""
+        notes, n = [], 0
+        got = self._each(list(self.conns), lambda ip: self.conns[ip].get_tree(self.rdir, run_dir, timeout=SALVAGE_S),
+                         timeout=SALVAGE_S + 5)
+        for ip, r in got.items():
+            if isinstance(r, Exception):
+                notes.append(f"{self.names.get(ip, ip)}: the failed run's files not copied ({getattr(r, 'why', r)})")
+            else:
+                n += r
+        self.say(f"the failed run's files: {n} copied from {len(got) - len(notes)} container(s) into {run_dir}")
         return notes
 
     def _drop(self, ip: str) -> None:

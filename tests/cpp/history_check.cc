@@ -690,6 +690,33 @@ void check_declared_deps(const Run& run, Collector& out) {
   }
 }
 
+// (f), votes: at each replica, a transaction it voted for and executed was decided with dependencies that hold
+// every one of its vote (the decision must hear every replica's vote: one left out may be the only link between two
+// conflicting transactions).
+void check_votes(const Run& run, Collector& out) {
+  for (const auto& rep : run.replicas()) {
+    if (rep.votes.empty()) continue;
+    std::unordered_set<uint64_t> executed;
+    for (const auto& e : rep.history) executed.insert(e.txn);
+    for (const auto& [t, vote] : rep.votes) {
+      if (!executed.count(t)) continue;
+      auto d = rep.deps.find(t);
+      if (d == rep.deps.end()) {
+        out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") executed " + run.describe(t) +
+                ", which it voted for, without declaring the dependencies it was decided with");
+        continue;
+      }
+      std::string missing;
+      for (uint64_t x : vote)
+        if (std::find(d->second.begin(), d->second.end(), x) == d->second.end())
+          missing += (missing.empty() ? "" : ", ") + run.describe(x);
+      if (!missing.empty())
+        out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") voted for dependencies of " + run.describe(t) +
+                " that its decision left out: " + missing);
+    }
+  }
+}
+
 }  // namespace
 
 HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHistory& r) {
@@ -729,6 +756,7 @@ HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHi
   }
   check_order_keys(run, order_key);
   check_declared_deps(run, order_key);
+  check_votes(run, order_key);
   order_key.finish();
   return v;
 }

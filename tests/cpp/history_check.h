@@ -40,7 +40,11 @@
 //                        (ReplicaRun::deps: Janus, TAPIR), every access to a
 //                        key belongs to a transaction that depends (through
 //                        the declared dependencies) on the one of each
-//                        conflicting access just before it
+//                        conflicting access just before it; and where a
+//                        replica declared its vote (ReplicaRun::votes:
+//                        Janus's PreAccept reply), the dependencies the
+//                        transaction was decided with there hold every one it
+//                        voted for
 //
 // The simulated cluster (sim_cluster.h) runs it after every run_and_check().
 #pragma once
@@ -62,6 +66,8 @@ struct ReplicaRun {
   std::string digest;              // the final store digest
   // The dependencies the protocol declared per transaction (ShardExecutor::deps(); empty: none declared).
   std::unordered_map<uint64_t, std::vector<uint64_t>> deps;
+  // The dependencies it voted for per transaction before the decision (ShardExecutor::votes(); empty: none).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> votes;
 };
 
 // One transaction as a client finished it.

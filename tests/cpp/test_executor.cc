@@ -164,6 +164,9 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   };
   ex.declare_deps(31, {9, 4, 9});
   ex.declare_deps(31, {5});           // the first declaration stands
+  ex.declare_vote(31, {9, 4});
+  ex.declare_vote(31, {7});           // likewise the first vote
+  ex.declare_vote(33, {2});           // a vote without declared dependencies
   run(31, 0, order_key(1, 2, 3));
   run(31, 1);                         // the key changes: a second line, without the dependencies
   ex.declare_deps(32, {});
@@ -171,10 +174,12 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   run(33, 0);                         // none declared: no suffix
   run(31, 2);                         // the transaction again, later: written once only
   EXPECT_EQ(ex.deps().at(31), (std::vector<uint64_t>{4, 9}));
+  EXPECT_EQ(ex.votes().at(31), (std::vector<uint64_t>{4, 9}));
   std::ostringstream o;
   EXPECT_EQ(ex.write_history(o, "s0.0.0"), 5u);
-  EXPECT_EQ(lines(o.str()), (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0", "31 0 k=1:2.3 p=4,9",
-                                                      "31 1", "32 0 p=", "33 0", "31 2", "# end events=5 lines=5"}));
+  EXPECT_EQ(lines(o.str()), (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0",
+                                                      "31 0 k=1:2.3 v=4,9 p=4,9", "31 1", "32 0 p=", "33 0 v=2",
+                                                      "31 2", "# end events=5 lines=5"}));
 }
 
 TEST(Executor, OutputsDigestIsOrderFreeAndSeesNamesTypesAndValues) {

@@ -110,6 +110,8 @@ class Scenario {
   void declare(uint32_t shard, uint64_t id, std::vector<uint64_t> deps) {
     for (uint32_t r = 0; r < kReplicas; ++r) deps_[{shard, r}][id] = deps;
   }
+  // Replica `r` of `shard` declares that it voted for `deps` as `id`'s dependencies (ShardExecutor::declare_vote).
+  void vote(uint32_t shard, uint32_t r, uint64_t id, std::vector<uint64_t> deps) { votes_[{shard, r}][id] = deps; }
 
   // The run: each replica's history executed on a fresh store; each committed
   // transaction's outputs as replica 0 of each of its shards produced them.
@@ -138,8 +140,10 @@ class Scenario {
             for (const auto& [k, v] : out) outputs[e.txn][k] = v;
         }
         auto d = deps_.find({s, r});
+        auto v = votes_.find({s, r});
         run.replicas.push_back({"r" + std::to_string(s) + "." + std::to_string(r), s, h, store->digest(),
-                                d == deps_.end() ? std::unordered_map<uint64_t, std::vector<uint64_t>>{} : d->second});
+                                d == deps_.end() ? std::unordered_map<uint64_t, std::vector<uint64_t>>{} : d->second,
+                                v == votes_.end() ? std::unordered_map<uint64_t, std::vector<uint64_t>>{} : v->second});
       }
     for (const auto& t : entries_)
       run.txns.push_back({"c0", &t, t.committed() ? outputs_digest(outputs[t.txn().txn_id()]) : ""});
@@ -157,7 +161,7 @@ class Scenario {
   }
   std::vector<TxnLogEntry> entries_;
   std::map<std::pair<uint32_t, uint32_t>, std::vector<ExecEvent>> histories_;
-  std::map<std::pair<uint32_t, uint32_t>, std::unordered_map<uint64_t, std::vector<uint64_t>>> deps_;
+  std::map<std::pair<uint32_t, uint32_t>, std::unordered_map<uint64_t, std::vector<uint64_t>>> deps_, votes_;
 };
 
 // Transactions 1 and 2 both update x on shard 0 and y on shard 1; 3 updates z
@@ -467,6 +471,35 @@ TEST(HistoryCheck, ConflictingPiecesAreHeldToTheDeclaredDependencies) {
   ASSERT_EQ(v.order_key.size(), 3u) << all(v);
   EXPECT_EQ(v.order_key[0], "r0.0 (shard 0) executed txn 1 (kv, c0) before txn 2 (kv, c0) piece 0, which conflicts "
                             "with it on x: against the declared dependencies (the earlier depends on the later)");
+}
+
+TEST(HistoryCheck, EveryReplicasVoteIsAmongTheDependenciesTheTransactionWasDecidedWith) {
+  Scenario s = two_shard_run();  // every replica runs 1 before 2, as 2's dependencies say
+  s.declare(0, 1, {});
+  s.declare(0, 2, {1, 3});
+  s.declare(1, 1, {});
+  s.declare(1, 2, {1});
+  s.vote(0, 0, 2, {1});
+  s.vote(0, 1, 2, {3, 1});       // the decision holds the union of the votes
+  s.vote(1, 2, 1, {});
+  s.vote(0, 2, 9, {1});          // 9 never ran here: nothing to hold it to
+  EXPECT_TRUE(s.check().ok()) << all(s.check());
+  s.vote(0, 2, 2, {1, 3, 4});    // a vote the decision left out (a coordinator that did not wait for this replica)
+  s.vote(1, 1, 1, {2});
+  HistoryVerdict v = s.check();
+  EXPECT_TRUE(v.order.empty() && v.serializability.empty() && v.replay.empty()) << all(v);
+  ASSERT_EQ(v.order_key.size(), 2u) << all(v);
+  EXPECT_EQ(v.order_key[0], "r0.2 (shard 0) voted for dependencies of txn 2 (kv, c0) that its decision left out: "
+                            "txn 4 (in no client's log)");
+  EXPECT_TRUE(has(v.order_key, "r1.1 (shard 1) voted for dependencies of txn 1 (kv, c0) that its decision left out: "
+                               "txn 2 (kv, c0)")) << all(v);
+  Scenario t = two_shard_run();  // a replica that voted, then ran the transaction with no declared decision
+  t.declare(0, 2, {1});
+  t.vote(0, 1, 1, {});
+  v = t.check();
+  ASSERT_EQ(v.order_key.size(), 1u) << all(v);
+  EXPECT_EQ(v.order_key[0], "r0.1 (shard 0) executed txn 1 (kv, c0), which it voted for, without declaring the "
+                            "dependencies it was decided with");
 }
 
 TEST(HistoryCheck, OrderKeysOfDifferentDomainsOrUnsetAreNotCompared) {

@@ -218,6 +218,28 @@ def test_protocol_order_holds_conflicting_pieces_to_their_declared_dependencies(
         histories.check_protocol_order(data)
 
 
+def test_protocol_order_holds_each_decision_to_every_vote():
+    P = histories.Piece
+    pieces = {1: ((), ("x",)), 2: ((), ("x",)), 3: ((), ("y",))}
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, *rw)}, frozenset()) for t, rw in pieces.items()}
+    run = [(t, 0, False) for t in (1, 2, 3)]
+    data = histories.RunData(txns=txns, replicas={0: ["r0", "r1"]}, histories={"r0": run, "r1": list(run)},
+                             deps={"r0": {1: frozenset(), 2: frozenset({1}), 3: frozenset()},
+                                   "r1": {1: frozenset(), 2: frozenset({1}), 3: frozenset()}},
+                             votes={"r0": {2: frozenset({1})}, "r1": {2: frozenset(), 9: frozenset({1})}})
+    # each vote within its decision; 9 never ran at r1: nothing to hold it to
+    assert histories.check_protocol_order(data) == []
+    data.votes["r1"][3] = frozenset({1, 2})   # a replica whose vote the decision of 3 did not hear
+    assert histories.check_protocol_order(data) == [
+        "r1: voted for dependencies of txn 3 (?, c) that its decision left out: txn 1 (?, c), txn 2 (?, c)"]
+    del data.deps["r1"][3]                    # voted, then ran it without a declared decision
+    assert histories.check_protocol_order(data) == [
+        "r1: executed txn 3 (?, c), which it voted for, without declaring the dependencies it was decided with"]
+    data.deps, data.votes = {}, {"r0": {}, "r1": {3: frozenset()}}   # votes alone are enough for the check to run
+    assert histories.check_protocol_order(data) == [
+        "r1: executed txn 3 (?, c), which it voted for, without declaring the dependencies it was decided with"]
+
+
 def test_history_lines_carry_order_keys(tmp_path):
     f = tmp_path / "r.history.txt"
     f.write_text("# txn-history v1 node=r shard=0\n5 0-2 k=3:17.4\n6 1 d k=0:2.0\n7 0\n# end events=5 lines=3\n")
@@ -236,6 +258,15 @@ def test_history_lines_carry_order_keys(tmp_path):
     f.write_text("# txn-history v1 node=r shard=0\n5 0 p=3,x\n# end events=1 lines=1\n")
     with pytest.raises(histories.Unreadable, match="bad dependency list"):
         histories.read_history(f)
+    # a replica's vote, before the dependencies it was decided with
+    f.write_text("# txn-history v1 node=r shard=0\n5 0 k=0:5.0 v=3 p=3,4\n6 0 v=\n# end events=2 lines=2\n")
+    deps, votes = {}, {}
+    assert histories.read_history(f, 2, None, deps, votes) == [(5, 0, False), (6, 0, False)]
+    assert deps == {5: frozenset({3, 4})} and votes == {5: frozenset({3}), 6: frozenset()}
+    for bad, what in (("5 0 v=3,y", "bad vote"), ("5 0 p=3 v=3", "expected")):   # v= after p=: not the format
+        f.write_text(f"# txn-history v1 node=r shard=0\n{bad}\n# end events=1 lines=1\n")
+        with pytest.raises(histories.Unreadable, match=what):
+            histories.read_history(f)
 
 
 def _order_data(r0: list, r1: list) -> histories.RunData:

@@ -114,3 +114,65 @@ def test_the_container_loop_ends_at_its_life_limit(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_wrapper_pid_file_being_written_is_not_a_lost_process(tmp_path):
+    """An empty .wpid (created, not yet written) is skipped until it holds the wrapper's pid: read as "the wrapper is
+    gone" it failed a run of 100 containers (the wrappers now write it aside and rename it, too)."""
+    rdir, p = _watch(tmp_path)
+    try:
+        logs = rdir / "logs"
+        assert _blocks(p, 1) == [[]]
+        (logs / "s0.wpid").write_text("")
+        (logs / "s1.wpid").write_text(str(os.getpid()))
+        got = _blocks(p, 1)[0]
+        assert got == ["UP s1 0"], got
+        (logs / "s0.wpid").write_text(str(os.getpid()))
+        assert sorted(_blocks(p, 1)[0]) == ["UP s0 0", "UP s1 0"]
+    finally:
+        p.kill()
+        p.wait()
+
+
+class FakeConn:
+    def __init__(self, ip, log, fail_copy=False):
+        self.ip, self.log, self.fail_copy, self.sessions = ip, log, fail_copy, 0
+
+    def sh(self, cmd, timeout=None):
+        self.log.append((self.ip, "kill" if "kill -9" in cmd else "", "rm" if "rm -rf" in cmd else ""))
+        return 0, ""
+
+    def get_tree(self, remote, local, timeout=60):
+        self.log.append((self.ip, "copy", remote))
+        if self.fail_copy:
+            raise sb.SshError("copying results from x: EOFError", "EOFError")
+        (local / "logs").mkdir(parents=True, exist_ok=True)
+        (local / "logs" / f"{self.ip}.log").write_text("server log\n")
+        return 1
+
+    def close(self):
+        pass
+
+
+def _runner(log, ips, fail=()):
+    r = sb.SwarmRunner.__new__(sb.SwarmRunner)
+    r.progress, r.names, r.rdir, r._gone, r.watches, r._dropped_sessions = False, {}, "/edge-run/x", set(), {}, 0
+    r.conns = {ip: FakeConn(ip, log, ip in fail) for ip in ips}
+    return r
+
+
+def test_teardown_of_a_failed_run_copies_what_its_processes_left_before_removing_it(tmp_path):
+    log = []
+    r = _runner(log, ["10.0.0.1", "10.0.0.2"], fail={"10.0.0.2"})
+    r._collected = False      # it failed before its results were copied
+    notes = r.teardown(tmp_path, [])
+    assert (tmp_path / "logs" / "10.0.0.1.log").read_text() == "server log\n"
+    assert notes == ["10.0.0.2: the failed run's files not copied (EOFError)"]
+    for ip in ("10.0.0.1", "10.0.0.2"):   # per container: the processes killed, then the copy, then the removal
+        assert [e[1:] for e in log if e[0] == ip] == [("kill", ""), ("copy", "/edge-run/x"), ("", "rm")]
+
+    log.clear()
+    r = _runner(log, ["10.0.0.1"])
+    r._collected = True       # an ordinary end: one command, nothing copied again
+    assert r.teardown(tmp_path / "ok", []) == []
+    assert log == [("10.0.0.1", "kill", "rm")]

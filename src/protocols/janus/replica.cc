@@ -298,6 +298,7 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   v.shards = shards;
   v.local = true;
   v.deps.assign(deps.begin(), deps.end());
+  exec_.declare_vote(id, v.deps);   // the decision must hold it: the checker sees one that left it out
   Local& l = locals_[id];
   l.txn = std::move(*m.mutable_txn());  // t is moved-from below this line
   l.coordinator = from;
