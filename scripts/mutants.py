@@ -151,16 +151,21 @@ def stress_faults(duration: float) -> str:
     """The stress runs' nemesis (docs/nemesis.md), scaled to the run: two replicas of a shard with their protocol
     clocks a few ms apart and a region's clock ahead for a while, jitter inside every region for most of the run
     (channels stay FIFO, but a replica's messages from different senders interleave differently at each replica:
-    the replicas stop making the same race alike, and a coordinator's first replies come from different replicas), followers' processes paused one after another (each a different follower of the
-    seed's choice; at its SIGCONT a replica reads what queued up on its connections in the order its event loop
-    serves them, not the order it was sent in: what the other replicas of its shard got in one order it may get in
-    another), a region partitioned and healed."""
+    the replicas stop making the same race alike, and a coordinator's first replies come from different replicas),
+    followers' processes paused one after another (each a different follower of the seed's choice; at its SIGCONT a
+    replica reads what queued up on its connections in the order its event loop serves them, not the order it was
+    sent in: what the other replicas of its shard got in one order it may get in another), a region partitioned and
+    healed, and in every region one follower (the seed's choice) that hears the other regions 150 ms late for most
+    of the run (a congested path into one replica: its shard's other replicas decide and apply a cross-region
+    transaction, a transaction of the region that depends on it is decided, and its Commit, sent inside the region,
+    reaches that follower before the cross-region one's own messages do)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
-                      *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}"])
+                      *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",
+                      *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3))])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,

@@ -187,9 +187,16 @@ void check_faults(const Deployment& d) {
     }
     if (l.amount_us <= 0 || l.amount_us > 60'000'000)
       fail(key + (spike ? ".extra_ms" : ".jitter_ms"), "must be in (0, 60000]");
+    for (size_t k = 0; k < l.to_ids.size(); ++k) {   // a node the links never reach would never be delayed
+      const uint32_t r = d.node(l.to_ids[k]).region;
+      for (const auto& [a, b] : l.links)
+        if (b != r)
+          fail(key + ".to_nodes", "'" + l.to_nodes[k] + "' is in region " + std::to_string(r) +
+                                      ", not the destination of link " + std::to_string(a) + "->" + std::to_string(b));
+    }
     for (size_t j = 0; j < i; ++j) {
       const auto& o = f.links[j];
-      if (o.kind != l.kind || !o.w.overlaps(l.w)) continue;
+      if (o.kind != l.kind || !o.w.overlaps(l.w) || !l.shares_link_with(o)) continue;
       for (const auto& [a, b] : l.links)
         if (o.covers(a, b))
           fail(key, std::string("overlaps ") + (spike ? "spike" : "jitter") + " " + std::to_string(j) + " on link " +
@@ -283,7 +290,7 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
     } else if (kind == "spike" || kind == "jitter") {
       const bool spike = kind == "spike";
       const char* amount = spike ? "extra_ms" : "jitter_ms";
-      check_keys(y, key, {"id", "spec", "kind", "links", amount, "start_s", "end_s"});
+      check_keys(y, key, {"id", "spec", "kind", "links", "to_nodes", amount, "start_s", "end_s"});
       LinkFault l;
       l.id = id;
       l.kind = spike ? LinkFault::Kind::Spike : LinkFault::Kind::Jitter;
@@ -294,6 +301,16 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
         const auto pair = regions(links[j], key + ".links[" + std::to_string(j) + "]");
         if (pair.size() != 2) fail(key + ".links[" + std::to_string(j) + "]", "expected [source region, destination region]");
         l.links.emplace_back(pair[0], pair[1]);
+      }
+      if (const YAML::Node to = y["to_nodes"]) {
+        if (!to.IsSequence() || to.size() == 0) fail(key + ".to_nodes", "expected a non-empty list of node names");
+        for (size_t j = 0; j < to.size(); ++j) {
+          const std::string name = str(to[j], key + ".to_nodes");
+          const NodeInfo* n = d.find(name);
+          if (!n) fail(key + ".to_nodes", "'" + name + "' is not a node of the deployment");
+          l.to_nodes.push_back(name);
+          l.to_ids.push_back(n->id);
+        }
       }
       if (!y[amount]) fail(key + "." + amount, "missing");
       l.amount_us = ms_us(y[amount], key + "." + amount);

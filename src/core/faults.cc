@@ -15,6 +15,20 @@ bool LinkFault::covers(uint32_t a, uint32_t b) const {
   return std::find(links.begin(), links.end(), RegionLink{a, b}) != links.end();
 }
 
+bool LinkFault::covers(uint32_t a, uint32_t b, NodeId to) const {
+  return covers(a, b) && (to_ids.empty() || std::find(to_ids.begin(), to_ids.end(), to) != to_ids.end());
+}
+
+bool LinkFault::shares_link_with(const LinkFault& o) const {
+  const bool nodes_meet = to_ids.empty() || o.to_ids.empty() ||
+                          std::any_of(to_ids.begin(), to_ids.end(), [&](NodeId n) {
+                            return std::find(o.to_ids.begin(), o.to_ids.end(), n) != o.to_ids.end();
+                          });
+  return nodes_meet && std::any_of(links.begin(), links.end(), [&](const RegionLink& l) {
+           return o.covers(l.first, l.second);
+         });
+}
+
 TimeUs FaultPlan::clock_shift(NodeId id, TimeUs t) const {
   for (const auto& c : clocks) {
     if (t < c.start_us || t >= c.end_us) continue;
@@ -41,10 +55,10 @@ TimeUs FaultPlan::release_time(uint32_t a, uint32_t b, TimeUs t, TimeUs one_way)
   return t;
 }
 
-TimeUs FaultPlan::extra_delay(uint32_t a, uint32_t b, TimeUs t, std::mt19937_64& rng) const {
+TimeUs FaultPlan::extra_delay(uint32_t a, uint32_t b, NodeId to, TimeUs t, std::mt19937_64& rng) const {
   TimeUs extra = 0;
   for (const auto& f : links) {
-    if (!f.w.contains(t) || !f.covers(a, b)) continue;
+    if (!f.w.contains(t) || !f.covers(a, b, to)) continue;
     if (f.kind == LinkFault::Kind::Spike) extra += f.amount_us;
     else extra += std::uniform_int_distribution<TimeUs>(0, f.amount_us)(rng);
   }

@@ -4,6 +4,7 @@
 //   partition  messages crossing the cut around a set of regions are held while it is open and leave at the heal
 //              (as if sent then: as TCP delivers after a partition heals), every channel still FIFO;
 //   spike      +extra on chosen (source region, destination region) links, for messages sent in the window;
+//              with `to_nodes`, only on messages to those nodes (a congested path into one replica);
 //   jitter     + a uniform sample in [0, jitter] on chosen links, every channel still FIFO;
 //   clock      a node's protocol clock (Env::now_us) offset by offset_us and drifting by drift_ppm from start on
 //              (to the end of the run, or to end_us, where it steps back to true time);
@@ -47,7 +48,11 @@ struct LinkFault {
   std::vector<RegionLink> links;   // directed
   TimeUs amount_us = 0;            // spike: the extra delay; jitter: the upper bound of the uniform extra delay
   FaultWindow w;
-  bool covers(uint32_t a, uint32_t b) const;
+  std::vector<std::string> to_nodes;   // by name, as the file has them; none: messages to any node of the links
+  std::vector<NodeId> to_ids;          // resolved by the loader
+  bool covers(uint32_t a, uint32_t b) const;               // the region link a -> b is one of this fault's
+  bool covers(uint32_t a, uint32_t b, NodeId to) const;    // ... and a message on it to `to` is delayed
+  bool shares_link_with(const LinkFault& o) const;         // some message would be delayed by both
 };
 
 struct ClockFault {
@@ -81,8 +86,8 @@ struct FaultPlan {
   // `one_way`, leaves after partitions: t itself, or the heal of a cut that holds it (sent while it is open, or in
   // flight when it opens).
   TimeUs release_time(uint32_t a, uint32_t b, TimeUs t, TimeUs one_way) const;
-  // The extra delay spikes and jitter add to a message leaving at `t` (since load start) on a -> b.
-  TimeUs extra_delay(uint32_t a, uint32_t b, TimeUs t, std::mt19937_64& rng) const;
+  // The extra delay spikes and jitter add to a message to node `to` leaving at `t` (since load start) on a -> b.
+  TimeUs extra_delay(uint32_t a, uint32_t b, NodeId to, TimeUs t, std::mt19937_64& rng) const;
 };
 
 // Where t = 0 (load start) lies on one clock of a process; unset (kNoTime) until the runner's go, and until then

@@ -28,7 +28,7 @@ TimeUs LinkChannels::due(const Deployment& d, NodeId from, NodeId to, TimeUs now
   }
   // Held by a partition, the message leaves at its heal; the link's delay, spikes and jitter count from then.
   const TimeUs leaves = plan_->release_time(a, b, now - zero, emu_.model().one_way_us(a, b)) + zero;
-  const TimeUs at = emu_.delivery_time(a, b, leaves, 0, rng) + plan_->extra_delay(a, b, leaves - zero, rng);
+  const TimeUs at = emu_.delivery_time(a, b, leaves, 0, rng) + plan_->extra_delay(a, b, to, leaves - zero, rng);
   last = std::max(at, last);   // per-channel FIFO
   return last;
 }

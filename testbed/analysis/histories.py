@@ -791,6 +791,7 @@ def check_protocol_order(data: RunData) -> list[str]:
             _key_order(data, node, hist, okeys, keys_of, comm, out)
         if deps:
             _dependency_order(data, node, hist, deps, every, keys_of, comm, out)
+            _dependencies_first(data, node, hist, deps, every, comm, out)
     for node, votes in sorted(data.votes.items()):
         if votes:
             _votes_held(data, node, votes, out)
@@ -844,6 +845,45 @@ def _key_order(data: RunData, node: str, hist: list, okeys: dict, keys_of: dict,
 DEPS_SEARCH_BUDGET = 5000   # transactions one dependency search may visit before the pair counts as unknown
 
 
+def _depends(every: dict, b: int, a: int) -> bool | None:
+    """Is a an ancestor of b through the declared dependencies (every: all replicas' declarations)? None: the
+    search would visit more than DEPS_SEARCH_BUDGET transactions."""
+    if a in every.get(b, ()):
+        return True
+    seen, todo = {b}, [b]
+    while todo:
+        for y in every.get(todo.pop(), ()):
+            if y == a:
+                return True
+            if y not in seen and y in every:
+                if len(seen) >= DEPS_SEARCH_BUDGET:
+                    return None
+                seen.add(y)
+                todo.append(y)
+    return False
+
+
+def _dependencies_first(data: RunData, node: str, hist: list, deps: dict, every: dict, comm: set,
+                        out: _Collector) -> None:
+    """At one replica, a transaction executed after every dependency it declared that this replica executes too
+    (the rule a protocol that orders by dependencies executes by), whether or not the two share a key in the
+    history; a dependency that depends back on it (a cycle: Janus runs a strongly connected component in one
+    order of its own) aside. A transaction's place is that of its first piece whose place matters (deferred and
+    commutative pieces aside, as in the pass above)."""
+    first: dict = {}
+    for i, (t, p, deferred) in enumerate(hist):
+        if not deferred and (t, p) not in comm:
+            first.setdefault(t, i)
+    for t, ds in sorted(deps.items()):
+        at = first.get(t)
+        if at is None:
+            continue
+        for x in sorted(ds):
+            if first.get(x, -1) > at and _depends(every, x, t) is False:
+                out.add(f"{node}: executed {_describe(data, t)} before {_describe(data, x)}, a dependency it "
+                        f"declared (the protocol's decision), which does not depend on it")
+
+
 def _dependency_order(data: RunData, node: str, hist: list, deps: dict, every: dict, keys_of: dict, comm: set,
                       out: _Collector) -> None:
     """At one replica (deps: what its history declared), every access to a conflict key against the accesses it
@@ -852,20 +892,8 @@ def _dependency_order(data: RunData, node: str, hist: list, deps: dict, every: d
     may pass through other shards). Consecutive pairs suffice: dependence is transitive.
     A pair the dependencies leave unordered may run in either order at another replica (a protocol that orders by
     its dependencies has no other order to keep them in); one whose dependencies say the opposite ran against them."""
-    def depends(b: int, a: int) -> bool | None:   # is a an ancestor of b? None: the search ran out of budget
-        if a in every[b]:
-            return True
-        seen, todo = {b}, [b]
-        while todo:
-            for y in every.get(todo.pop(), ()):
-                if y == a:
-                    return True
-                if y not in seen and y in every:
-                    if len(seen) >= DEPS_SEARCH_BUDGET:
-                        return None
-                    seen.add(y)
-                    todo.append(y)
-        return False
+    def depends(b: int, a: int) -> bool | None:
+        return _depends(every, b, a)
 
     writer, readers = {}, {}     # conflict key -> its last writer here; the transactions that read it since
     for t, p, deferred in hist:

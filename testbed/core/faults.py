@@ -16,7 +16,9 @@ window [START, START+LENGTH); a clock fault may take `@START` alone (default 0):
 
     REGIONS  rK (0-based, as in node names), several with `,`, or random-region
     LINKS    rA-rB (both directions), rA>rB (one), rA-* (every cross-region link of rA, both directions),
-             rA (rA's intra-region links), * (every cross-region link); rA may be random-region
+             rA (rA's intra-region links), * (every cross-region link), *>rB (every one into rB); rA may be
+             random-region; *>NODE (every cross-region link into one server, chosen as NODE is: only messages to it),
+             rA>NODE (rA's link into it; rA its own region: its intra-region links into it)
     NODES    a node name (s0.1.2, m0, c1.0.0), a region rK or random-region (its every node: replicas, role
              nodes, clients), or one replica chosen as NODE is
     NODE     a server's name (s0.1.2, m0), or random-replica, follower (a replica other than 0 of a random shard),
@@ -129,9 +131,12 @@ def _parse(i: int, item: str) -> dict:
 _REGION = r"(?:r\d+|random-region)"
 
 
+_NODE_TOKEN = r"[a-z][\w.\-]*"
+
+
 def _links_syntax(i, item, text):
-    if not re.fullmatch(rf"\*|{_REGION}|{_REGION}-\*|{_REGION}[->]{_REGION}", text):
-        _fail(i, item, f"links '{text}': expected rA-rB, rA>rB, rA-*, rA or *")
+    if not re.fullmatch(rf"\*|{_REGION}|{_REGION}-\*|{_REGION}[->]{_REGION}|(?:\*|{_REGION})>{_NODE_TOKEN}", text):
+        _fail(i, item, f"links '{text}': expected rA-rB, rA>rB, rA-*, rA, *, *>rB, *>NODE or rA>NODE")
 
 
 class _Topology:
@@ -154,10 +159,25 @@ class _Topology:
         return [n for n in self.nodes if n["kind"] == "replica"]
 
 
-def _links(i, item, text, topo: _Topology, rng) -> list[list[int]]:
+def _links(i, item, text, topo: _Topology, rng) -> tuple[list[list[int]], list[str]]:
+    """(the directed region links, the nodes it delays messages to: [] for every node of the links)."""
+    R = topo.regions
+    m = re.fullmatch(rf"(\*|{_REGION})>({_NODE_TOKEN})", text)
+    if m and not re.fullmatch(_REGION, m.group(2)):
+        n = _server(i, item, m.group(2), topo, rng)
+        to = int(n["region"])
+        src = list(range(R)) if m.group(1) == "*" else [topo.region(i, item, m.group(1), rng)]
+        return [[a, to] for a in src if m.group(1) != "*" or a != to], [n["name"]]
+    return _region_links(i, item, text, topo, rng), []
+
+
+def _region_links(i, item, text, topo: _Topology, rng) -> list[list[int]]:
     R = topo.regions
     if text == "*":
         return [[a, b] for a in range(R) for b in range(R) if a != b]
+    if text.startswith("*>"):
+        b = topo.region(i, item, text[2:], rng)
+        return [[a, b] for a in range(R) if a != b]
     if text.endswith("-*"):
         a = topo.region(i, item, text[:-2], rng)
         return [[a, b] for b in range(R) if b != a] + [[b, a] for b in range(R) if b != a]
@@ -190,7 +210,7 @@ def _server(i, item, tok, topo: _Topology, rng) -> dict:
     if n is None:
         _fail(i, item, f"'{tok}' is not a node of this deployment (e.g. s0.0.1, or random-replica, follower, leader)")
     if n["kind"] == "client":
-        _fail(i, item, f"'{tok}' is a client: pause a server (a replica or a role node)")
+        _fail(i, item, f"'{tok}' is a client: name a server (a replica or a role node)")
     return n
 
 
@@ -216,7 +236,9 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
                 _fail(i, item, f"a cut needs regions on both sides; this deployment has {regions}")
             e["regions"] = sorted(rs)
         elif p["kind"] in ("spike", "jitter"):
-            e["links"] = _links(i, item, p["target"], topo, rng)
+            e["links"], to = _links(i, item, p["target"], topo, rng)
+            if to:
+                e["to_nodes"] = to
             e["extra_ms" if p["kind"] == "spike" else "jitter_ms"] = p["ms"]
         elif p["kind"] == "clock":
             t = p["target"]
@@ -268,7 +290,7 @@ def _check_overlap(i, item, e, before):
             _fail(i, item, f"overlaps item {j} '{o['spec']}' in time (one partition at a time)")
         if e["kind"] in ("spike", "jitter") and _overlap(o, e):
             common = [tuple(x) for x in e["links"] if x in o["links"]]
-            if common:
+            if common and (not e.get("to_nodes") or not o.get("to_nodes") or set(e["to_nodes"]) & set(o["to_nodes"])):
                 _fail(i, item, f"overlaps item {j} '{o['spec']}' on link r{common[0][0]}>r{common[0][1]} in time")
         if e["kind"] == "clock" and _overlap(o, e):
             common = sorted(set(e["nodes"]) & set(o["nodes"]))
@@ -278,7 +300,8 @@ def _check_overlap(i, item, e, before):
             _fail(i, item, f"overlaps item {j} '{o['spec']}': the same process {e['process']} paused twice")
 
 
-ENGINE_KEYS = {"partition": ("regions",), "spike": ("links", "extra_ms"), "jitter": ("links", "jitter_ms"),
+ENGINE_KEYS = {"partition": ("regions",), "spike": ("links", "to_nodes", "extra_ms"),
+               "jitter": ("links", "to_nodes", "jitter_ms"),
                "clock": ("nodes", "offset_ms", "drift_ppm"), "pause": ("node",)}
 
 
@@ -298,6 +321,8 @@ def describe(e: dict) -> str:
     elif k in ("spike", "jitter"):
         amt = e.get("extra_ms", e.get("jitter_ms"))
         what = f"{'+' if k == 'spike' else '~'}{amt:g} ms on " + ", ".join(f"r{a}>r{b}" for a, b in e["links"])
+        if e.get("to_nodes"):
+            what += " into " + ", ".join(e["to_nodes"])
     elif k == "clock":
         what = (f"clock {e.get('offset_ms', 0):+g} ms {e.get('drift_ppm', 0):+g} ppm on "
                 + (", ".join(e["nodes"]) if len(e["nodes"]) <= 4 else f"{len(e['nodes'])} nodes"))

@@ -637,27 +637,37 @@ void check_order_keys(const Run& run, Collector& out) {
 // the readers since); the accessing transaction must reach theirs through the
 // declared dependencies (transitivity covers the rest). Unordered, the pair could run the other way at another replica;
 // ordered the other way, it ran against the protocol's order.
-void check_declared_deps(const Run& run, Collector& out) {
-  // Every replica's declarations, united: a path may leave the shard (Janus: a component spans shards).
-  std::unordered_map<uint64_t, std::vector<uint64_t>> deps;
+using DepsMap = std::unordered_map<uint64_t, std::vector<uint64_t>>;
+
+// Every replica's declarations, united: a path may leave the shard (Janus: a component spans shards).
+DepsMap united_deps(const Run& run) {
+  DepsMap deps;
   for (const auto& rep : run.replicas())
     for (const auto& [t, ds] : rep.deps) deps[t].insert(deps[t].end(), ds.begin(), ds.end());
+  return deps;
+}
+
+// Is a an ancestor of b through the declared dependencies?
+bool depends_on(const DepsMap& deps, uint64_t b, uint64_t a) {
+  std::unordered_set<uint64_t> seen{b};
+  std::vector<uint64_t> todo{b};
+  while (!todo.empty()) {
+    auto it = deps.find(todo.back());
+    todo.pop_back();
+    if (it == deps.end()) continue;
+    for (uint64_t y : it->second) {
+      if (y == a) return true;
+      if (deps.count(y) && seen.insert(y).second) todo.push_back(y);
+    }
+  }
+  return false;
+}
+
+void check_declared_deps(const Run& run, Collector& out) {
+  const DepsMap deps = united_deps(run);
   for (const auto& rep : run.replicas()) {
     if (rep.deps.empty()) continue;
-    auto depends = [&](uint64_t b, uint64_t a) {  // a is an ancestor of b
-      std::unordered_set<uint64_t> seen{b};
-      std::vector<uint64_t> todo{b};
-      while (!todo.empty()) {
-        auto it = deps.find(todo.back());
-        todo.pop_back();
-        if (it == deps.end()) continue;
-        for (uint64_t y : it->second) {
-          if (y == a) return true;
-          if (deps.count(y) && seen.insert(y).second) todo.push_back(y);
-        }
-      }
-      return false;
-    };
+    auto depends = [&](uint64_t b, uint64_t a) { return depends_on(deps, b, a); };
     std::map<std::string, uint64_t> writer;                   // conflict key -> its last writer here
     std::map<std::string, std::vector<uint64_t>> readers;     // ... and the transactions that read it since
     for (const auto& e : rep.history) {
@@ -686,6 +696,31 @@ void check_declared_deps(const Run& run, Collector& out) {
       }
       for (const auto& k : piece->read_keys())
         if (!writes.count(k) && (readers[k].empty() || readers[k].back() != e.txn)) readers[k].push_back(e.txn);
+    }
+  }
+}
+
+// (f), dependencies first: at each replica, a transaction ran after every dependency it declared that this replica
+// also ran, whether or not the two share a key (a dependency that depends back on it, a cycle Janus runs in an order
+// of its own, aside; deferred and commutative pieces' places do not count, as above).
+void check_dependencies_first(const Run& run, Collector& out) {
+  const DepsMap deps = united_deps(run);
+  for (const auto& rep : run.replicas()) {
+    if (rep.deps.empty()) continue;
+    std::unordered_map<uint64_t, size_t> first;
+    for (size_t i = 0; i < rep.history.size(); ++i) {  // a transaction's first piece whose place matters
+      const auto& e = rep.history[i];
+      if (!e.deferred && !run.commutes(e.txn, e.piece)) first.emplace(e.txn, i);
+    }
+    for (const auto& [t, ds] : rep.deps) {
+      auto at = first.find(t);
+      if (at == first.end()) continue;
+      for (uint64_t x : ds) {
+        auto xa = first.find(x);
+        if (xa != first.end() && xa->second > at->second && !depends_on(deps, x, t))
+          out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") executed " + run.describe(t) + " before " +
+                  run.describe(x) + ", a dependency it declared (the protocol's decision), which does not depend on it");
+      }
     }
   }
 }
@@ -756,6 +791,7 @@ HistoryVerdict check_histories(const Workload& w, uint32_t n_shards, const RunHi
   }
   check_order_keys(run, order_key);
   check_declared_deps(run, order_key);
+  check_dependencies_first(run, order_key);
   check_votes(run, order_key);
   order_key.finish();
   return v;

@@ -28,6 +28,17 @@ FaultWindow window(double from_s, double to_s) {
   return {static_cast<TimeUs>(from_s * kS), static_cast<TimeUs>(to_s * kS)};
 }
 
+LinkFault link_fault(const std::string& id, LinkFault::Kind kind, std::vector<RegionLink> links, TimeUs amount,
+                     FaultWindow w) {
+  LinkFault f;
+  f.id = id;
+  f.kind = kind;
+  f.links = std::move(links);
+  f.amount_us = amount;
+  f.w = w;
+  return f;
+}
+
 // Messages on one channel every `step`, from `t0` to `t1` (times since load start, which lies at `zero`): their due
 // times (since load start), checked FIFO.
 std::vector<std::pair<TimeUs, TimeUs>> send_stream(LinkChannels& ch, const Deployment& d, NodeId from, NodeId to,
@@ -78,7 +89,7 @@ TEST(FaultPlan, PartitionHoldsUntilTheHealAndKeepsFifo) {
 TEST(FaultPlan, NothingAppliesBeforeTheAnchorIsKnown) {
   Deployment d = three_regions();
   d.faults.partitions.push_back({"p", {1}, window(0, 2)});
-  d.faults.links.push_back({"s", LinkFault::Kind::Spike, {{0, 1}}, 100 * kMs, window(0, 2)});
+  d.faults.links.push_back(link_fault("s", LinkFault::Kind::Spike, {{0, 1}}, 100 * kMs, window(0, 2)));
   FaultAnchor zero;   // not set: the runner has not said go
   LinkChannels ch(d.link);
   ch.set_faults(&d.faults, &zero);
@@ -88,7 +99,7 @@ TEST(FaultPlan, NothingAppliesBeforeTheAnchorIsKnown) {
 
 TEST(FaultPlan, SpikeAddsItsDelayOnItsLinksOnly) {
   Deployment d = three_regions();
-  d.faults.links.push_back({"s", LinkFault::Kind::Spike, {{0, 1}}, 100 * kMs, window(1, 2)});
+  d.faults.links.push_back(link_fault("s", LinkFault::Kind::Spike, {{0, 1}}, 100 * kMs, window(1, 2)));
   FaultAnchor zero;
   zero.set(0);
   LinkChannels ch(d.link);
@@ -106,9 +117,29 @@ TEST(FaultPlan, SpikeAddsItsDelayOnItsLinksOnly) {
     EXPECT_EQ(due, sent + 50 * kMs);   // 1 -> 0 is another link
 }
 
+TEST(FaultPlan, SpikeIntoOneNodeDelaysOnlyMessagesToIt) {
+  Deployment d = three_regions();
+  LinkFault f = link_fault("s", LinkFault::Kind::Spike, {{0, 1}, {2, 1}}, 100 * kMs, window(1, 2));
+  f.to_nodes = {"s1.0.2"};
+  f.to_ids = {in_region(d, 1, 2)};
+  d.faults.links.push_back(f);
+  FaultAnchor zero;
+  zero.set(0);
+  LinkChannels ch(d.link);
+  ch.set_faults(&d.faults, &zero);
+  for (uint32_t from : {0u, 2u})   // into the one replica, from both regions: delayed in the window
+    for (auto [sent, due] : send_stream(ch, d, in_region(d, from), in_region(d, 1, 2), 0, 0, 1500 * kMs, 10 * kMs))
+      EXPECT_EQ(due, sent < 1 * kS ? sent + 50 * kMs : sent + 150 * kMs) << "sent at " << sent;
+  for (uint32_t i : {0u, 1u})      // into its shard's other replicas, on the same links: untouched
+    for (auto [sent, due] : send_stream(ch, d, in_region(d, 0), in_region(d, 1, i), 0, 0, 1500 * kMs, 10 * kMs))
+      EXPECT_EQ(due, sent + 50 * kMs) << "sent at " << sent;
+  for (auto [sent, due] : send_stream(ch, d, in_region(d, 1, 0), in_region(d, 1, 2), 0, 0, 1500 * kMs, 10 * kMs))
+    EXPECT_EQ(due, sent + 2500);    // nor its own region's messages to it (not one of the links)
+}
+
 TEST(FaultPlan, JitterAddsBoundedRandomDelayAndKeepsFifo) {
   Deployment d = three_regions();
-  d.faults.links.push_back({"j", LinkFault::Kind::Jitter, {{0, 0}}, 5 * kMs, window(1, 2)});
+  d.faults.links.push_back(link_fault("j", LinkFault::Kind::Jitter, {{0, 0}}, 5 * kMs, window(1, 2)));
   FaultAnchor zero;
   zero.set(0);
   LinkChannels ch(d.link);
@@ -256,6 +287,14 @@ TEST(FaultConfig, ParsesEveryKind) {
   ASSERT_EQ(d.faults.pauses.size(), 1u);
   EXPECT_EQ(d.faults.pauses[0].node, "s0.0.1");
   EXPECT_TRUE(parse_deployment(kFaultsBase).faults.empty());
+  // spikes into different nodes of one link may overlap in time; each holds only its own node's messages
+  d = parse_deployment(with_faults(R"(  - {kind: spike, links: [[0, 1], [2, 1]], to_nodes: [s1.0.1], extra_ms: 150, start_s: 1, end_s: 8}
+  - {kind: spike, links: [[0, 1]], to_nodes: [s1.0.2], extra_ms: 150, start_s: 1, end_s: 8}
+)"));
+  ASSERT_EQ(d.faults.links.size(), 2u);
+  EXPECT_EQ(d.faults.links[0].to_nodes, std::vector<std::string>{"s1.0.1"});
+  EXPECT_TRUE(d.faults.links[0].covers(2, 1, d.find("s1.0.1")->id));
+  EXPECT_FALSE(d.faults.links[0].covers(2, 1, d.find("s1.0.2")->id));
 }
 
 TEST(FaultConfig, RejectsABadScheduleWithOneLine) {
@@ -273,6 +312,14 @@ TEST(FaultConfig, RejectsABadScheduleWithOneLine) {
                      "  - {kind: spike, links: [[2, 1], [0, 1]], extra_ms: 5, start_s: 2, end_s: 4}\n", "spike 1",
                      "overlaps");
   expect_fault_error("  - {kind: jitter, links: [[0]], jitter_ms: 5, start_s: 1, end_s: 2}\n", "links[0]", "[source region, destination region]");
+  expect_fault_error("  - {kind: spike, links: [[0, 1]], to_nodes: [s9.0.0], extra_ms: 5, start_s: 1, end_s: 2}\n",
+                     "to_nodes", "not a node");
+  expect_fault_error("  - {kind: spike, links: [[0, 1]], to_nodes: [s2.0.1], extra_ms: 5, start_s: 1, end_s: 2}\n",
+                     "to_nodes", "not the destination of link 0->1");
+  expect_fault_error("  - {kind: spike, links: [[0, 1]], to_nodes: [], extra_ms: 5, start_s: 1, end_s: 2}\n",
+                     "to_nodes", "non-empty list");
+  expect_fault_error("  - {kind: spike, links: [[0, 1]], to_nodes: [s1.0.1], extra_ms: 5, start_s: 1, end_s: 3}\n"
+                     "  - {kind: spike, links: [[0, 1]], extra_ms: 5, start_s: 2, end_s: 4}\n", "spike 1", "overlaps");
   expect_fault_error("  - {kind: clock, nodes: [s9.0.0], offset_ms: 5}\n", "nodes", "not a node");
   expect_fault_error("  - {kind: clock, nodes: [s1.0.0]}\n", "clock 0", "neither");
   expect_fault_error("  - {kind: clock, nodes: [s1.0.0], offset_ms: 5}\n  - {kind: clock, nodes: [s1.0.0], drift_ppm: 5}\n",
@@ -296,8 +343,8 @@ TEST_P(FaultSim, EveryEngineSideKindAtOnceStaysConsistentAndLive) {
   d.client.duration_s = 4;
   d.client.retry_limit = 1000;
   d.faults.partitions.push_back({"p", {1}, window(0.5, 1.5)});
-  d.faults.links.push_back({"s", LinkFault::Kind::Spike, {{0, 2}, {2, 0}}, 80 * kMs, window(1.0, 2.5)});
-  d.faults.links.push_back({"j", LinkFault::Kind::Jitter, {{0, 0}, {1, 1}, {2, 2}}, 4 * kMs, window(0.2, 3.5)});
+  d.faults.links.push_back(link_fault("s", LinkFault::Kind::Spike, {{0, 2}, {2, 0}}, 80 * kMs, window(1.0, 2.5)));
+  d.faults.links.push_back(link_fault("j", LinkFault::Kind::Jitter, {{0, 0}, {1, 1}, {2, 2}}, 4 * kMs, window(0.2, 3.5)));
   ClockFault c{"c", {}, {}, 20 * kMs, 2000, 0};
   for (NodeId id : d.sites_of_region(2)) c.ids.push_back(id);
   d.faults.clocks.push_back(c);

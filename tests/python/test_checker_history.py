@@ -207,7 +207,9 @@ def test_protocol_order_holds_conflicting_pieces_to_their_declared_dependencies(
     data.histories["r0"] = [(t, 0, False) for t in (2, 1, 3, 4, 5)]   # the read 2 before the write it depends on
     assert histories.check_protocol_order(data) == [
         "r0: txn 2 (?, c) ran before txn 1 (?, c) piece 0, which conflicts with it on x: against the declared "
-        "dependencies (the earlier depends on the later)"]
+        "dependencies (the earlier depends on the later)",
+        "r0: executed txn 2 (?, c) before txn 1 (?, c), a dependency it declared (the protocol's decision), which "
+        "does not depend on it"]
     data.histories["r0"][0] = (2, 0, True)   # a deferred piece's place does not matter
     assert histories.check_protocol_order(data) == []
     data.histories["r0"][0] = (2, 0, False)
@@ -216,6 +218,25 @@ def test_protocol_order_holds_conflicting_pieces_to_their_declared_dependencies(
     data.deps = {"r0": {}, "r1": {}}
     with pytest.raises(histories.Skip, match="no history carries"):
         histories.check_protocol_order(data)
+
+
+def test_protocol_order_runs_every_declared_dependency_first_even_without_a_shared_key():
+    P = histories.Piece
+    pieces = {1: ((), ("x",)), 2: ((), ("y",)), 3: ((), ("z",))}
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, *rw)}, frozenset()) for t, rw in pieces.items()}
+    deps = {1: frozenset(), 2: frozenset({1, 9}), 3: frozenset()}   # 9 never ran here: nothing to hold 2 to
+    data = histories.RunData(txns=txns, replicas={0: ["r0"]}, histories={"r0": [(t, 0, False) for t in (1, 2, 3)]},
+                             deps={"r0": deps})
+    assert histories.check_protocol_order(data) == []
+    deps[2] = frozenset({1, 3})   # 2 applied before 3, which its decision says it depends on (a Commit on arrival)
+    assert histories.check_protocol_order(data) == [
+        "r0: executed txn 2 (?, c) before txn 3 (?, c), a dependency it declared (the protocol's decision), which "
+        "does not depend on it"]
+    deps[3] = frozenset({2})      # a cycle (Janus runs a component in an order of its own): not a violation
+    assert histories.check_protocol_order(data) == []
+    deps[3] = frozenset()
+    data.histories["r0"][1] = (2, 0, True)   # a deferred piece's place does not count
+    assert histories.check_protocol_order(data) == []
 
 
 def test_protocol_order_holds_each_decision_to_every_vote():

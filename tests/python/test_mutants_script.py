@@ -38,6 +38,10 @@ def test_stress_nemesis_is_a_valid_schedule_with_jitter_inside_every_region(dura
     dep = mutants.e2e_deployment("janus", "stress", duration, 27000, attempt=0)
     kinds = [f["kind"] for f in dep["faults"]]
     assert kinds.count("pause") == 6 and kinds.count("partition") == 1 and kinds.count("jitter") == 3
+    spikes = [f for f in dep["faults"] if f["kind"] == "spike"]   # into one follower per region, from the others
+    assert sorted(f["to_nodes"][0][1] for f in spikes) == ["0", "1", "2"]
+    assert all(f["to_nodes"][0][-1] != "0" and all(b == int(f["to_nodes"][0][1]) != a for a, b in f["links"])
+               for f in spikes)
     assert all(f"jitter:r{r}+" in mutants.stress_faults(duration) for r in range(3))
     plain = mutants.e2e_deployment("janus", "plain", duration, 27000, attempt=1)
     assert not plain.get("faults")

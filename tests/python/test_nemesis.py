@@ -44,6 +44,15 @@ def test_links_and_targets():
     assert _plan("spike:r0>r2+5ms@1+1")[0]["links"] == [[0, 2]]
     assert sorted(map(tuple, _plan("spike:r1-*+5ms@1+1")[0]["links"])) == [(0, 1), (1, 0), (1, 2), (2, 1)]
     assert len(_plan("jitter:*+5ms@1+1")[0]["links"]) == 6
+    assert _plan("spike:*>r1+5ms@1+1")[0]["links"] == [[0, 1], [2, 1]]
+    into = _plan("spike:*>follower-r2+150ms@1+1")[0]   # every cross-region link into one follower of region 2
+    assert into["links"] == [[0, 2], [1, 2]] and len(into["to_nodes"]) == 1 and into["to_nodes"][0].startswith("s2.")
+    assert not into["to_nodes"][0].endswith(".0")
+    assert _plan("jitter:r1>s1.0.2+5ms@1+1")[0] | {} == {   # its own region: the intra-region links into it
+        "id": "f1", "spec": "jitter:r1>s1.0.2+5ms@1+1", "kind": "jitter", "links": [[1, 1]], "to_nodes": ["s1.0.2"],
+        "jitter_ms": 5.0, "start_s": 1.0, "end_s": 2.0}
+    # spikes into different nodes may share a link in time
+    assert len(_plan("spike:*>s0.0.1+5ms@1+3; spike:r1>s0.0.2+5ms@2+3")) == 2
     assert _plan("pause:follower-r2@1+1")[0]["node"].startswith("s2.")
     assert _plan("pause:leader-r1@1+1")[0]["node"].endswith(".0")
     assert _plan("clock:s0.1.2-20ms+100ppm@3+5")[0] | {} == {
@@ -75,6 +84,11 @@ def test_random_targets_follow_the_seed():
     ("spike:r0~r1+5ms@1+2", "links 'r0~r1': expected rA-rB"),
     ("spike:r0-r1+5ms@1+3; spike:r1>r0+5ms@2+3", "overlaps item 1 'spike:r0-r1+5ms@1+3' on link r1>r0"),
     ("jitter:r0-r0+5ms@1+2", "the same region twice"),
+    ("spike:*>s0.0.1+5ms@1+3; spike:r1>s0.0.1+5ms@2+3", "overlaps item 1 'spike:*>s0.0.1+5ms@1+3' on link r1>r0"),
+    ("spike:*>s0.0.1+5ms@1+3; spike:r1>r0+5ms@2+3", "overlaps item 1"),
+    ("spike:*>c0.0.0+5ms@1+2", "'c0.0.0' is a client"),
+    ("spike:*>s9.0.0+5ms@1+2", "'s9.0.0' is not a node of this deployment"),
+    ("spike:s0.0.1>s0.0.2+5ms@1+2", "expected rA-rB, rA>rB, rA-*, rA, *, *>rB, *>NODE or rA>NODE"),
     ("clock:r1", "expected clock:NODES+Xms"),
     ("clock:r1+0ms", "non-zero offset"),
     ("clock:x9+5ms", "'x9' is neither a node nor a region"),
