@@ -782,6 +782,7 @@ def check_protocol_order(data: RunData) -> list[str]:
     for d in data.deps.values():     # shards)
         for t, ds in d.items():
             every[t] = every.get(t, frozenset()) | ds
+    comps = _Components(every)
     for node, hist in sorted(data.histories.items()):
         okeys, deps = data.order_keys.get(node) or {}, data.deps.get(node) or {}
         if (not okeys and not deps) or any(h == hist and k == okeys and d == deps for h, k, d in checked):
@@ -791,7 +792,7 @@ def check_protocol_order(data: RunData) -> list[str]:
             _key_order(data, node, hist, okeys, keys_of, comm, out)
         if deps:
             _dependency_order(data, node, hist, deps, every, keys_of, comm, out)
-            _dependencies_first(data, node, hist, deps, every, comm, out)
+            _dependencies_first(data, node, hist, deps, comps, comm, out)
     for node, votes in sorted(data.votes.items()):
         if votes:
             _votes_held(data, node, votes, out)
@@ -863,7 +864,19 @@ def _depends(every: dict, b: int, a: int) -> bool | None:
     return False
 
 
-def _dependencies_first(data: RunData, node: str, hist: list, deps: dict, every: dict, comm: set,
+class _Components:
+    """The strongly connected components of the declared dependencies (every: all replicas' declarations), computed
+    once, on first use: x, a dependency of t, depends back on t exactly when the two share one."""
+    def __init__(self, every: dict):
+        self.every, self.of = every, None
+
+    def same(self, a: int, b: int) -> bool:
+        if self.of is None:
+            self.of = {t: i for i, comp in enumerate(strongly_connected(self.every)) for t in comp}
+        return a in self.of and self.of.get(b) == self.of[a]
+
+
+def _dependencies_first(data: RunData, node: str, hist: list, deps: dict, comps: _Components, comm: set,
                         out: _Collector) -> None:
     """At one replica, a transaction executed after every dependency it declared that this replica executes too
     (the rule a protocol that orders by dependencies executes by), whether or not the two share a key in the
@@ -879,7 +892,7 @@ def _dependencies_first(data: RunData, node: str, hist: list, deps: dict, every:
         if at is None:
             continue
         for x in sorted(ds):
-            if first.get(x, -1) > at and _depends(every, x, t) is False:
+            if first.get(x, -1) > at and not comps.same(x, t):
                 out.add(f"{node}: executed {_describe(data, t)} before {_describe(data, x)}, a dependency it "
                         f"declared (the protocol's decision), which does not depend on it")
 
