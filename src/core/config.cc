@@ -280,6 +280,17 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       }
       return out;
     };
+    // A list of node names (a sequence, checked by the caller), each resolved to its id.
+    auto node_names = [&](const YAML::Node& n, const std::string& k, std::vector<std::string>& names,
+                          std::vector<NodeId>& ids) {
+      for (size_t j = 0; j < n.size(); ++j) {
+        const std::string name = str(n[j], k);
+        const NodeInfo* node = d.find(name);
+        if (!node) fail(k, "'" + name + "' is not a node of the deployment");
+        names.push_back(name);
+        ids.push_back(node->id);
+      }
+    };
     if (kind == "partition") {
       check_keys(y, key, {"id", "spec", "kind", "regions", "start_s", "end_s"});
       PartitionFault p;
@@ -304,13 +315,7 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       }
       if (const YAML::Node to = y["to_nodes"]) {
         if (!to.IsSequence() || to.size() == 0) fail(key + ".to_nodes", "expected a non-empty list of node names");
-        for (size_t j = 0; j < to.size(); ++j) {
-          const std::string name = str(to[j], key + ".to_nodes");
-          const NodeInfo* n = d.find(name);
-          if (!n) fail(key + ".to_nodes", "'" + name + "' is not a node of the deployment");
-          l.to_nodes.push_back(name);
-          l.to_ids.push_back(n->id);
-        }
+        node_names(to, key + ".to_nodes", l.to_nodes, l.to_ids);
       }
       if (!y[amount]) fail(key + "." + amount, "missing");
       l.amount_us = ms_us(y[amount], key + "." + amount);
@@ -322,13 +327,7 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       c.id = id;
       const YAML::Node nodes = y["nodes"];
       if (!nodes || !nodes.IsSequence()) fail(key + ".nodes", "expected a list of node names");
-      for (size_t j = 0; j < nodes.size(); ++j) {
-        const std::string name = str(nodes[j], key + ".nodes");
-        const NodeInfo* n = d.find(name);
-        if (!n) fail(key + ".nodes", "'" + name + "' is not a node of the deployment");
-        c.nodes.push_back(name);
-        c.ids.push_back(n->id);
-      }
+      node_names(nodes, key + ".nodes", c.nodes, c.ids);
       if (y["offset_ms"]) c.offset_us = ms_us(y["offset_ms"], key + ".offset_ms");
       if (y["drift_ppm"]) c.drift_ppm = num(y["drift_ppm"], key + ".drift_ppm");
       const FaultWindow w = window(false);

@@ -905,9 +905,6 @@ def _dependency_order(data: RunData, node: str, hist: list, deps: dict, every: d
     may pass through other shards). Consecutive pairs suffice: dependence is transitive.
     A pair the dependencies leave unordered may run in either order at another replica (a protocol that orders by
     its dependencies has no other order to keep them in); one whose dependencies say the opposite ran against them."""
-    def depends(b: int, a: int) -> bool | None:
-        return _depends(every, b, a)
-
     writer, readers = {}, {}     # conflict key -> its last writer here; the transactions that read it since
     for t, p, deferred in hist:
         if deferred or (t, p) in comm:
@@ -924,9 +921,9 @@ def _dependency_order(data: RunData, node: str, hist: list, deps: dict, every: d
         before.pop(t, None)
         if t in deps:
             for a, k in before.items():
-                if a in deps and depends(t, a) is False:
+                if a in deps and _depends(every, t, a) is False:
                     how = ("against the declared dependencies (the earlier depends on the later)"
-                           if depends(a, t) else "the declared dependencies leave the two unordered")
+                           if _depends(every, a, t) else "the declared dependencies leave the two unordered")
                     out.add(f"{node}: {_describe(data, a)} ran before {_describe(data, t)} piece {p}, which conflicts "
                             f"with it on {k}: {how}")
         for k in rw[0]:
