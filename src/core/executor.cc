@@ -44,14 +44,28 @@ bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
         if (!vars->count(v) && !produced.count(v)) return false;
       produced.insert(p.outputs().begin(), p.outputs().end());
     }
-  std::unique_ptr<ShardStore> copy = store_->clone();
-  if (!copy) throw std::logic_error("workload " + w_.name() + ": its store cannot be copied for evaluation");
+  // A trial on the store itself, undone after (its cost is what the pieces change), or else a copy of it.
+  struct Trial {
+    ShardStore* s = nullptr;
+    ~Trial() {
+      if (s) s->end_trial();
+    }
+  } trial;
+  std::unique_ptr<ShardStore> copy;
+  ShardStore* on = store_.get();
+  if (store_->begin_trial()) {
+    trial.s = on;
+  } else {
+    copy = store_->clone();
+    if (!copy) throw std::logic_error("workload " + w_.name() + ": its store cannot be copied for evaluation");
+    on = copy.get();
+  }
   for (const auto& p : t.pieces()) {
     if (p.shard() != shard_) continue;
     Vars scratch, out;
     const Vars* in = piece_vars(p, *vars, &scratch, true);
     try {
-      w_.execute(*copy, p, *in, &out);
+      w_.execute(*on, p, *in, &out);
     } catch (const BadMessage&) {
       // rejected: skipped, as a replica executing it skips it
     }

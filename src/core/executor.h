@@ -54,10 +54,12 @@ class ShardExecutor {
   void execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred = false,
                const OrderKey& key = {});
   // What executing `t`'s pieces on this shard would produce now, without
-  // executing them: they run in order on a copy of the store, each with its
-  // inputs from `vars`, which gains their outputs; nothing is recorded. False
-  // (and nothing evaluated) when a piece here lacks an input. Throws
-  // std::logic_error when the workload's store cannot be copied.
+  // executing them: they run in order, each with its inputs from `vars`, which
+  // gains their outputs, as a trial on the store that is undone after
+  // (ShardStore::begin_trial) or, where the store has none, on a copy of it;
+  // nothing is recorded and the store is left as it was. False (and nothing
+  // evaluated) when a piece here lacks an input. Throws std::logic_error when
+  // the workload's store can neither try nor be copied.
   bool evaluate(const TxnRequest& t, Vars* vars) const;
   const ShardStore& store() const { return *store_; }
   uint32_t shard() const { return shard_; }

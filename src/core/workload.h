@@ -29,6 +29,11 @@ class ShardStore {
   // protocols read before they commit: ShardExecutor::evaluate). nullptr: the
   // store cannot be copied.
   virtual std::unique_ptr<ShardStore> clone() const { return nullptr; }
+  // A trial on this store instead of a copy (ShardExecutor::evaluate): after begin_trial() returns true the store
+  // remembers what execution changes, and end_trial() undoes it, leaving the store exactly as before (its digest
+  // too). False: the store cannot (evaluate copies it with clone()). Trials do not nest.
+  virtual bool begin_trial() { return false; }
+  virtual void end_trial() {}
 };
 
 // What a client needs to know to generate transactions.

@@ -2,7 +2,8 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <sys/timerfd.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,20 +12,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <asio.hpp>
-
 #include "runtime/clock.h"
 
 namespace txn::runtime {
-
-struct EventLoop::Waiter {
-  explicit Waiter(int tfd) : io(1), guard(io.get_executor()), timer(io, tfd), signals(io) {}
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> guard;   // run_one() always waits
-  asio::posix::stream_descriptor timer;   // owns the timerfd
-  asio::signal_set signals;
-  bool timer_waited = false;               // wait_timer() is pending
-};
 
 namespace {
 // In-process messages never reach a qdisc: under netem they get the delay the tc plan would have given them on the
@@ -78,15 +68,9 @@ EventLoop::EventLoop(const Deployment& d, std::vector<NodeId> local)
   }
   rejected_.assign(local_.size(), 0);
   channels_.set_faults(&d_.faults, &zero_mono_);
-  // steady_clock is CLOCK_MONOTONIC on Linux: due times are absolute timerfd times.
-  tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (tfd_ < 0) throw std::runtime_error(std::string("timerfd_create: ") + std::strerror(errno));
-  w_ = std::make_unique<Waiter>(tfd_);
 }
 
-EventLoop::~EventLoop() = default;   // the Waiter closes the timerfd
-
-asio::io_context& EventLoop::io() { return w_->io; }
+EventLoop::~EventLoop() = default;
 
 void EventLoop::set_load_start(TimeUs wall) {
   // The steady clock's reading at that wall time: both read now, the difference carried over.
@@ -99,36 +83,16 @@ void EventLoop::wake_on_signals(std::vector<int> sigs, std::function<void(int)> 
   on_signal_ = std::move(on_signal);
 }
 
-void EventLoop::wait_timer() {
-  w_->timer_waited = true;
-  w_->timer.async_wait(asio::posix::stream_descriptor::wait_read, [this](std::error_code ec) {
-    w_->timer_waited = false;
-    if (ec) return;
-    uint64_t expirations;
-    if (::read(tfd_, &expirations, sizeof expirations) < 0) { /* not due after all (re-armed): fine */ }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      armed_ = 0;
-    }
-    wait_timer();
-  });
-}
-
-void EventLoop::arm(TimeUs at) {
-  armed_ = at;
-  itimerspec its{};
-  at = std::max<TimeUs>(at, 1);  // 0 would disarm
-  its.it_value.tv_sec = at / 1'000'000;
-  its.it_value.tv_nsec = (at % 1'000'000) * 1000;
-  timerfd_settime(tfd_, TFD_TIMER_ABSTIME, &its, nullptr);
-}
-
 void EventLoop::post(Envelope&& m, TimeUs due_us) {
   std::lock_guard<std::mutex> g(mu_);
   inbox_.emplace(std::make_pair(due_us, inbox_seq_++), std::move(m));
-  // Moves the wake-up, wakes nobody now. From the loop's own thread (a transport on io()) there is nothing to
-  // move: the loop looks at its inbox as soon as the handler that posted returns.
-  if (sleeping_ && due_us < armed_ && !(in_run_ && loop_thread_ == std::this_thread::get_id())) arm(due_us);
+  // Earlier than the loop's wait ends: end it (the eventfd), so the loop waits again, until this one is due. From
+  // the loop's own thread (a transport on its reactor) there is nothing to end: the loop looks at its inbox as soon
+  // as the handler that posted returns.
+  if (sleeping_ && due_us < armed_ && !(in_run_ && loop_thread_ == std::this_thread::get_id())) {
+    armed_ = due_us;   // one wake is enough until the loop waits again
+    reactor_.wake();
+  }
 }
 
 void EventLoop::route(Envelope&& m) {
@@ -159,28 +123,27 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
   if (nodes.size() != local_.size()) throw std::runtime_error("event loop: one node per local id expected");
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->start(*envs_[i]);
   if (flusher_) flusher_();
-  // The wake signals reach this thread only while it runs the loop; the signal set hands them over.
+  // The wake signals stay blocked (the caller blocks them in every thread; here too, to be sure) and are read from
+  // a signalfd while the loop runs.
   sigset_t wake, before;
   sigemptyset(&wake);
-  for (int sig : wake_signals_) {
-    sigaddset(&wake, sig);
-    w_->signals.add(sig);
-  }
-  std::function<void()> wait_signal = [&] {
-    w_->signals.async_wait([&](std::error_code ec, int sig) {
-      if (ec) return;
-      if (on_signal_) on_signal_(sig);
-      wait_signal();
+  for (int sig : wake_signals_) sigaddset(&wake, sig);
+  pthread_sigmask(SIG_BLOCK, &wake, &before);
+  int sfd = -1;
+  if (!wake_signals_.empty()) {
+    sfd = signalfd(-1, &wake, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+    reactor_.watch(sfd, EPOLLIN, [this, sfd](uint32_t) {
+      signalfd_siginfo si;
+      while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+        if (on_signal_) on_signal_(static_cast<int>(si.ssi_signo));
     });
-  };
-  if (!wake_signals_.empty()) wait_signal();
-  pthread_sigmask(SIG_UNBLOCK, &wake, &before);
+  }
   {
     std::lock_guard<std::mutex> g(mu_);
     in_run_ = true;
     loop_thread_ = std::this_thread::get_id();
   }
-  if (!w_->timer_waited) wait_timer();
   std::vector<Envelope> batch;
   while (!should_stop()) {
     TimeUs now = steady_us();
@@ -206,43 +169,38 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
         envs_[i]->log("bad message from " + d_.node(m.from()).name + ": " + e.what());
       }
     }
-    const bool worked = !batch.empty();
     batch.clear();
     now = steady_us();
-    bool fired = false;
     while (!timers_.empty() && std::get<0>(timers_.top()) <= now) {
       const uint32_t i = std::get<2>(timers_.top());
       const uint64_t id = std::get<3>(timers_.top());
       timers_.pop();
       nodes[i]->on_timer(*envs_[i], id);
-      fired = true;
     }
     if (flusher_) flusher_();   // what this round sent to other processes, one batch per destination
-    if (worked || fired) {  // what they did may be due already; sockets are not left waiting meanwhile
-      w_->io.poll();
-      continue;
-    }
-    TimeUs wake = now + max_sleep_us_;
+    // Wait (or, with something due already, only look) for the next due message or timer, a socket, a signal:
+    // the reactor runs what its descriptors and timers have, then the loop looks at its inbox again.
+    TimeUs wake = steady_us() + max_sleep_us_;
     if (!timers_.empty()) wake = std::min(wake, std::get<0>(timers_.top()));
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!inbox_.empty()) wake = std::min(wake, inbox_.begin()->first.first);
-      if (wake <= steady_us()) continue;
-      if (wake != armed_) arm(wake);
+      armed_ = wake;
       sleeping_ = true;
     }
-    // One handler: the timer fired, a socket had data, or a signal (SIGTERM/SIGINT) came, which should_stop()
-    // then sees.
-    w_->io.run_one();
+    reactor_.wait(wake);
   }
   {
     std::lock_guard<std::mutex> g(mu_);
     sleeping_ = false;
     in_run_ = false;
   }
-  w_->signals.cancel();
-  if (flusher_) flusher_();   // what the last round sent (a transport on io() starts writing at once)
-  w_->io.poll();   // the cancelled wait's handler (before wait_signal goes out of scope), and what is ready
+  if (flusher_) flusher_();   // what the last round sent (a transport on the reactor writes at once)
+  reactor_.wait(0);           // and what is ready
+  if (sfd >= 0) {
+    reactor_.forget(sfd);
+    ::close(sfd);
+  }
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 

@@ -32,10 +32,7 @@
 
 #include "core/config.h"
 #include "core/link_emulator.h"
-
-namespace asio {
-class io_context;
-}
+#include "runtime/reactor.h"
 
 namespace txn::runtime {
 
@@ -85,11 +82,11 @@ class EventLoop {
   // run()). A process whose stop comes as a signal raises it: see wake_on_signals.
   void set_max_sleep_us(TimeUs us) { max_sleep_us_ = us; }
   // Signals that end a wait at once, so should_stop() sees them: the caller keeps them blocked in every thread
-  // (before starting any); the loop unblocks them in its own thread while it runs and calls on_signal there for
-  // each (an Asio signal_set: no wake-up is lost, and nothing runs in a signal handler).
+  // (before starting any); while it runs, the loop reads them from a signalfd and calls on_signal on its own
+  // thread for each (no wake-up is lost, and nothing runs in a signal handler).
   void wake_on_signals(std::vector<int> sigs, std::function<void(int)> on_signal);
-  // The io_context the loop waits in: run a tcp transport on it (make_transport), from this loop's thread only.
-  asio::io_context& io();
+  // The reactor the loop waits in: run a tcp transport on it (make_transport), from this loop's thread only.
+  Reactor& reactor() { return reactor_; }
   // Load start (t = 0 of the deployment's fault plan, docs/nemesis.md) on the wall clock, in microseconds since
   // the epoch: from then on the loop's in-process channels apply the plan's partitions, spikes and jitter, and its
   // nodes' protocol clocks the plan's clock faults. Thread-safe; set once. The anchors, on the steady clock (for
@@ -108,9 +105,6 @@ class EventLoop {
   friend class RealEnv;
   static constexpr uint32_t kNone = UINT32_MAX;
   using Timer = std::tuple<TimeUs, uint64_t, uint32_t, uint64_t>;  // (deadline, seq, node index, id)
-  struct Waiter;
-  void arm(TimeUs at);   // mu_ held
-  void wait_timer();     // loop thread: the next expiration of the timerfd
   void route(Envelope&& m);   // loop thread: to a local node's inbox, or to the sender
   void answer_probe(const Envelope& m);
 
@@ -123,16 +117,15 @@ class EventLoop {
   FaultAnchor zero_mono_, zero_wall_;               // load start; declared before channels_, which point to them
   LinkChannels channels_;                          // in-process messages; loop thread only, as is link_rng_
   std::mt19937_64 link_rng_;
-  int tfd_ = -1;
-  std::unique_ptr<Waiter> w_;   // the io_context, the timerfd in it, the signal set
+  Reactor reactor_;
   TimeUs max_sleep_us_ = 20'000;
   std::vector<int> wake_signals_;
   std::function<void(int)> on_signal_;
   std::mutex mu_;
   std::map<std::pair<TimeUs, uint64_t>, Envelope> inbox_;   // (due, arrival order)
   uint64_t inbox_seq_ = 0;
-  bool sleeping_ = false;      // the loop waits on the timerfd
-  TimeUs armed_ = 0;           // when the timerfd fires (0: it fired, or is not set)
+  bool sleeping_ = false;      // the loop waits in its reactor
+  TimeUs armed_ = 0;           // until when it waits
   bool in_run_ = false;        // run() is on; with loop_thread_, under mu_
   std::thread::id loop_thread_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;  // loop thread only

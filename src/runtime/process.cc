@@ -281,10 +281,10 @@ int run(Role role, const char* prog, int argc, char** argv) {
   const bool gated_clients = std::any_of(hosted.begin(), hosted.end(), [](const Hosted& h) { return h.gated; });
 
   EventLoop loop(d, ids);
-  // The tcp transport runs on the loop's thread (its io_context); the grpc one polls a thread of its own.
+  // The tcp transport runs on the loop's thread (its reactor); the grpc one polls a thread of its own.
   auto transport_ptr = make_transport(
       d, ids, topt, [&loop](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
-      [&loop](const std::string& l) { loop.env().log(l); }, &loop.io());
+      [&loop](const std::string& l) { loop.env().log(l); }, &loop.reactor());
   Transport& transport = *transport_ptr;
   transport.use_faults(&loop.load_start_mono());
   loop.set_sender([&transport](Envelope&& m) { transport.enqueue(std::move(m)); }, [&transport] { transport.flush(); });

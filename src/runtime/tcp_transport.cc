@@ -1,59 +1,116 @@
 #include "runtime/tcp_transport.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <asio.hpp>
+#include <cerrno>
 #include <cstring>
-#include <optional>
 
 #include "runtime/clock.h"
+#include "runtime/reactor.h"
 
 namespace txn::runtime {
 
-using asio::ip::tcp;
 using google::protobuf::io::CodedOutputStream;
 
-// The io_context (ours, or the event loop's) and what lives on it.
-struct TcpTransport::Io {
-  explicit Io(asio::io_context* given)
-      : own(given ? nullptr : std::make_unique<asio::io_context>(1)), ctx(given ? *given : *own), acceptor(ctx),
-        resolver(ctx), watch(ctx) {}
-  std::unique_ptr<asio::io_context> own;
-  asio::io_context& ctx;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;   // ours, while it runs
-  tcp::acceptor acceptor;
-  tcp::resolver resolver;
-  asio::steady_timer watch;
-};
+namespace {
+using Addr = std::pair<int, std::string>;   // (family, sockaddr bytes)
+
+constexpr uint32_t kPeerEvents = EPOLLIN | EPOLLRDHUP;   // an outbound connection: only its end is read
+
+void no_delay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// A numeric address (no resolver needed), else nothing.
+bool numeric(const std::string& host, uint16_t port, Addr* out) {
+  sockaddr_in v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4.sin_addr) == 1) {
+    v4.sin_family = AF_INET;
+    v4.sin_port = htons(port);
+    *out = {AF_INET, std::string(reinterpret_cast<const char*>(&v4), sizeof v4)};
+    return true;
+  }
+  sockaddr_in6 v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6.sin6_addr) == 1) {
+    v6.sin6_family = AF_INET6;
+    v6.sin6_port = htons(port);
+    *out = {AF_INET6, std::string(reinterpret_cast<const char*>(&v6), sizeof v6)};
+    return true;
+  }
+  return false;
+}
+
+// getaddrinfo (blocking: called on a thread of its own), IPv4 first.
+std::vector<Addr> resolve(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::vector<Addr> v4, v6;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return {};
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    Addr x{a->ai_family, std::string(reinterpret_cast<const char*>(a->ai_addr), a->ai_addrlen)};
+    (a->ai_family == AF_INET ? v4 : v6).push_back(std::move(x));
+  }
+  freeaddrinfo(res);
+  v4.insert(v4.end(), v6.begin(), v6.end());
+  return v4;
+}
+
+std::string peer_name(const sockaddr_storage& sa) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (sa.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&sa);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (sa.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&sa);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+}  // namespace
 
 // The connection to one destination process.
 struct TcpTransport::Peer {
-  Peer(asio::io_context& ctx, NodeId to) : to(to), sock(ctx), retry(ctx) {}
-  enum class State { kIdle, kConnecting, kConnected };
+  explicit Peer(NodeId to) : to(to) {}
+  enum class State { kIdle, kResolving, kConnecting, kConnected };
   NodeId to;
-  tcp::socket sock;
-  asio::steady_timer retry;        // the next connection attempt, after a failed one
+  int fd = -1;
   State state = State::kIdle;
-  uint64_t gen = 0;                // the connection's generation: handlers of an older one do nothing
+  uint64_t attempt = 0;            // the connection attempt: a resolver's late answer for an older one is ignored
+  std::vector<Addr> addrs;         // the destination's addresses, tried in turn
+  size_t next_addr = 0;
   std::vector<Envelope> pending;   // queued, not yet in a frame
   std::string out;                 // the frame being written, kept until it is through
+  size_t out_off = 0;              // bytes of it written on this connection
   uint64_t out_msgs = 0;
-  bool busy = false;               // out is being written
-  bool retrying = false;           // a connection attempt is scheduled (retry)
+  bool counted = false;            // out's write is counted (count_write) on this connection
+  bool want_out = false;           // out waits for room in the socket (EPOLLOUT watched)
+  uint64_t retry_timer = 0;        // the next connection attempt, after a failed one (0: none)
   bool dirty = false;              // in dirty_
   int breaks = 0;                  // connections broken in a row with `out` not through
   double backoff_s = 0.1;
   TimeUs blocked_since = 0;        // messages have waited for a connection since then (0: none)
   bool gone = false;               // unreachable client, or a peer lost while draining: drop
-  char sink[256];                  // what the peer never sends: a read here sees the connection end
 };
 
 // A connection some process opened to this one: frames in.
 struct TcpTransport::InConn {
-  explicit InConn(asio::io_context& ctx) : sock(ctx) {}
-  tcp::socket sock;
+  int fd = -1;
   std::string peer;                // its address, for log lines
   std::vector<char> buf = std::vector<char>(64 << 10);
   size_t have = 0;
@@ -61,15 +118,16 @@ struct TcpTransport::InConn {
 };
 
 TcpTransport::TcpTransport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver,
-                           Log log, asio::io_context* io)
+                           Log log, Reactor* reactor)
     : Transport(d, std::move(local), std::move(o), std::move(deliver), std::move(log)),
-      io_(std::make_unique<Io>(io)), alive_(std::make_shared<bool>(true)), peers_(d.nodes.size()) {}
+      own_(reactor ? nullptr : std::make_unique<Reactor>()), r_(reactor ? *reactor : *own_),
+      alive_(std::make_shared<bool>(true)), peers_(d.nodes.size()) {}
 
 TcpTransport::~TcpTransport() {
   if (thread_.joinable()) {
-    asio::post(io_->ctx, [this] {
+    r_.post([this] {
       close_all();
-      io_->ctx.stop();
+      run_ = false;
     });
     thread_.join();
   } else {
@@ -80,57 +138,68 @@ TcpTransport::~TcpTransport() {
 
 void TcpTransport::close_all() {
   stop_ = true;
-  std::error_code ec;
-  io_->acceptor.close(ec);
-  io_->resolver.cancel();
-  io_->watch.cancel();
+  if (listen_fd_ >= 0) {
+    r_.forget(listen_fd_);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+  if (watch_timer_) r_.cancel(watch_timer_);
+  watch_timer_ = 0;
   for (auto& p : peers_) {
     if (!p) continue;
-    p->retry.cancel();
-    p->sock.close(ec);
+    if (p->retry_timer) r_.cancel(p->retry_timer);
+    p->retry_timer = 0;
+    close_peer(*p);
   }
-  for (auto& c : ins_) c->sock.close(ec);
+  for (auto& [fd, c] : ins_) {
+    r_.forget(fd);
+    ::close(fd);
+  }
   ins_.clear();
 }
 
 template <class F>
 void TcpTransport::on_io(F&& f) {
-  if (!io_->own) {
-    f();   // the caller runs the io_context
+  if (!own_) {
+    f();   // the caller runs the reactor
     return;
   }
-  asio::post(io_->ctx, [a = alive_, f = std::forward<F>(f)]() mutable {
+  r_.post([a = alive_, f = std::forward<F>(f)]() mutable {
     if (*a) f();
   });
 }
 
 bool TcpTransport::listen(std::string* err) {
   const auto& me = d_.node(self_);
-  const std::string addr = o_.bind_host + ":" + std::to_string(me.port);
-  std::error_code ec;
-  const auto ip = asio::ip::make_address(o_.bind_host, ec);
-  if (ec) {
-    *err = "cannot listen on " + addr + ": bad address";
+  const std::string where = o_.bind_host + ":" + std::to_string(me.port);
+  Addr a;
+  if (!numeric(o_.bind_host, me.port, &a)) {
+    *err = "cannot listen on " + where + ": bad address";
     return false;
   }
-  const tcp::endpoint ep(ip, me.port);
-  auto& a = io_->acceptor;
-  a.open(ep.protocol(), ec);
-  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) a.bind(ep, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    *err = "cannot listen on " + addr + ": " + ec.message();
-    a.close(ec);
+  const int fd = ::socket(a.first, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  auto fail = [&](const char* what) {
+    *err = "cannot listen on " + where + ": " + what + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
     return false;
+  };
+  if (fd < 0) return fail("socket");
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(a.second.data()), static_cast<socklen_t>(a.second.size())) != 0)
+    return fail("bind");
+  if (::listen(fd, SOMAXCONN) != 0) return fail("listen");
+  listen_fd_ = fd;
+  if (!r_.watch(fd, EPOLLIN, [this](uint32_t) { on_accept(); })) {
+    listen_fd_ = -1;
+    return fail("epoll");
   }
-  accept();
   watch();
-  if (io_->own) {
-    io_->guard.emplace(io_->ctx.get_executor());
+  if (own_) {
+    run_ = true;
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "txn-tcp");
-      io_->ctx.run();
+      while (run_) r_.wait(Reactor::kForever);
     });
   }
   return true;
@@ -155,7 +224,7 @@ void TcpTransport::queue(Envelope&& m) {
   NodeId ep;
   if (!route_out(m, &ep)) return;
   auto& p = peers_[ep];
-  if (!p) p = std::make_unique<Peer>(io_->ctx, ep);
+  if (!p) p = std::make_unique<Peer>(ep);
   p->pending.push_back(std::move(m));
   if (!p->dirty) {
     p->dirty = true;
@@ -199,7 +268,7 @@ std::string TcpTransport::frame(const std::vector<Envelope>& msgs) {
 }
 
 void TcpTransport::write(Peer& p) {
-  if (stop_ || p.busy) return;   // the write in flight takes what is pending when it is done
+  if (stop_ || p.want_out) return;   // a frame waits for room: what is pending goes after it
   if (p.gone) {
     const uint64_t lost = p.pending.size();
     p.pending.clear();
@@ -209,70 +278,147 @@ void TcpTransport::write(Peer& p) {
   if (p.out.empty() && p.pending.empty()) return;
   if (p.state != Peer::State::kConnected) {
     if (p.blocked_since == 0) p.blocked_since = steady_us();
-    if (p.state == Peer::State::kIdle && !p.retrying) connect(p);
+    if (p.state == Peer::State::kIdle && !p.retry_timer) connect(p);
     return;
   }
-  if (p.out.empty()) {
-    p.out = frame(p.pending);
-    p.out_msgs = p.pending.size();
-    p.pending.clear();
-  }
-  count_write(p.out_msgs);
-  p.busy = true;
-  asio::async_write(p.sock, asio::buffer(p.out), [this, a = alive_, &p, gen = p.gen](std::error_code ec, size_t) {
-    if (!*a || gen != p.gen) return;   // that connection is over (broke() ran)
-    p.busy = false;
-    if (ec) {
-      broke(p, gen);
+  for (;;) {
+    if (p.out.empty()) {
+      if (p.pending.empty()) return;
+      p.out = frame(p.pending);
+      p.out_off = 0;
+      p.out_msgs = p.pending.size();
+      p.counted = false;
+      p.pending.clear();
+    }
+    if (!p.counted) {
+      count_write(p.out_msgs);
+      p.counted = true;
+    }
+    const ssize_t n = ::send(p.fd, p.out.data() + p.out_off, p.out.size() - p.out_off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {   // the socket is full: go on when it has room
+        p.want_out = true;
+        r_.change(p.fd, kPeerEvents | EPOLLOUT);
+        return;
+      }
+      broke(p);
       return;
     }
+    p.out_off += static_cast<size_t>(n);
+    if (p.out_off < p.out.size()) continue;
     p.out.clear();
+    p.out_off = 0;
     p.out_msgs = 0;
+    p.counted = false;
     p.breaks = 0;
+  }
+}
+
+void TcpTransport::on_peer_event(Peer& p, uint32_t events) {
+  if (p.state == Peer::State::kConnecting) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err == 0 && !(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;   // not decided yet
+    if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
+      close_peer(p);
+      if (p.next_addr < p.addrs.size()) start_connect(p, {});
+      else retry_later(p);
+      return;
+    }
+    connected(p);
+    return;
+  }
+  if (p.state != Peer::State::kConnected) return;
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    // The peer sends nothing: readable means the connection ended (or broke).
+    char sink[256];
+    const ssize_t n = ::recv(p.fd, sink, sizeof sink, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      broke(p);
+      return;
+    }
+  }
+  if ((events & EPOLLOUT) && p.want_out) {
+    p.want_out = false;
+    r_.change(p.fd, kPeerEvents);
     write(p);
-  });
+  }
 }
 
 void TcpTransport::connect(Peer& p) {
-  p.state = Peer::State::kConnecting;
   const auto& n = d_.node(p.to);
-  auto done = [this, a = alive_, &p, gen = p.gen](std::error_code ec) {
-    if (!*a || gen != p.gen || stop_) return;
-    if (ec) retry_later(p);
-    else connected(p);
-  };
-  std::error_code ec;
-  const auto ip = asio::ip::make_address(n.host, ec);
-  if (!ec) {   // an address: no resolver (whose Linux implementation runs a thread of its own)
-    p.sock.async_connect(tcp::endpoint(ip, n.port), std::move(done));
+  p.addrs.clear();
+  p.next_addr = 0;
+  Addr a;
+  if (numeric(n.host, n.port, &a)) {   // an address: no resolver
+    start_connect(p, {a});
     return;
   }
-  io_->resolver.async_resolve(n.host, std::to_string(n.port),
-                              [this, a = alive_, &p, gen = p.gen, done = std::move(done)](
-                                  std::error_code ec, tcp::resolver::results_type rs) mutable {
-                                if (!*a || gen != p.gen || stop_) return;
-                                if (ec) {
-                                  retry_later(p);
-                                  return;
-                                }
-                                asio::async_connect(p.sock, rs,
-                                                    [done = std::move(done)](std::error_code ec,
-                                                                             const tcp::endpoint&) { done(ec); });
-                              });
+  // A name: resolved on a thread of its own (a name that does not resolve yet may take the resolver seconds),
+  // the answer handed back to this reactor.
+  p.state = Peer::State::kResolving;
+  const uint64_t attempt = ++p.attempt;
+  std::thread([box = r_.mailbox(), a = alive_, this, &p, attempt, host = n.host, port = n.port] {
+    std::vector<Addr> addrs = resolve(host, port);
+    Reactor::post(box, [a, this, &p, attempt, addrs = std::move(addrs)] {
+      if (!*a || stop_ || p.attempt != attempt || p.state != Peer::State::kResolving) return;
+      p.state = Peer::State::kIdle;
+      if (addrs.empty()) retry_later(p);
+      else start_connect(p, addrs);
+    });
+  }).detach();
+}
+
+void TcpTransport::start_connect(Peer& p, const std::vector<Addr>& addrs) {
+  if (!addrs.empty()) {
+    p.addrs = addrs;
+    p.next_addr = 0;
+  }
+  while (p.next_addr < p.addrs.size()) {
+    const Addr& a = p.addrs[p.next_addr++];
+    const int fd = ::socket(a.first, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int rc =
+        ::connect(fd, reinterpret_cast<const sockaddr*>(a.second.data()), static_cast<socklen_t>(a.second.size()));
+    if (rc != 0 && errno != EINPROGRESS) {
+      ::close(fd);
+      continue;
+    }
+    p.fd = fd;
+    p.state = Peer::State::kConnecting;
+    if (!r_.watch(fd, kPeerEvents | EPOLLOUT, [this, &p](uint32_t ev) { on_peer_event(p, ev); })) {
+      ::close(fd);
+      p.fd = -1;
+      continue;
+    }
+    if (rc == 0) connected(p);
+    return;
+  }
+  p.state = Peer::State::kIdle;
+  retry_later(p);
+}
+
+void TcpTransport::close_peer(Peer& p) {
+  ++p.attempt;   // a resolver still working for this attempt answers nobody
+  if (p.fd >= 0) {
+    r_.forget(p.fd);
+    ::close(p.fd);
+    p.fd = -1;
+  }
+  p.state = Peer::State::kIdle;
+  p.want_out = false;
 }
 
 void TcpTransport::retry_later(Peer& p) {
-  std::error_code ec;
-  p.sock.close(ec);
-  ++p.gen;
-  p.state = Peer::State::kIdle;
-  p.retry.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
-      std::chrono::duration<double>(p.backoff_s)));
+  close_peer(p);
+  if (stop_) return;
+  const TimeUs at = steady_us() + static_cast<TimeUs>(p.backoff_s * 1e6);
   p.backoff_s = std::min(1.0, p.backoff_s * 2);
-  p.retrying = true;
-  p.retry.async_wait([this, a = alive_, &p](std::error_code ec) {
-    if (!*a || ec || stop_) return;
-    p.retrying = false;
+  p.retry_timer = r_.at(at, [this, &p] {
+    p.retry_timer = 0;
+    if (stop_) return;
     if (!p.gone && (!p.out.empty() || !p.pending.empty())) connect(p);
   });
 }
@@ -281,23 +427,16 @@ void TcpTransport::connected(Peer& p) {
   p.state = Peer::State::kConnected;
   p.backoff_s = 0.1;
   p.blocked_since = 0;
-  std::error_code ec;
-  p.sock.set_option(tcp::no_delay(true), ec);
-  // The peer sends nothing: this read ends when the connection does.
-  p.sock.async_read_some(asio::buffer(p.sink), [this, a = alive_, &p, gen = p.gen](std::error_code ec, size_t) {
-    if (!*a || gen != p.gen) return;
-    broke(p, gen);
-  });
+  p.out_off = 0;
+  p.counted = false;
+  no_delay(p.fd);
+  r_.change(p.fd, kPeerEvents);
   write(p);
 }
 
-void TcpTransport::broke(Peer& p, uint64_t gen) {
-  if (gen != p.gen || stop_) return;
-  ++p.gen;   // the other handler of this connection (its write or its read) does nothing
-  std::error_code ec;
-  p.sock.close(ec);
-  p.state = Peer::State::kIdle;
-  p.busy = false;
+void TcpTransport::broke(Peer& p) {
+  if (stop_) return;
+  close_peer(p);
   if (!p.out.empty() && ++p.breaks >= kMaxBreaks) {
     const uint64_t lost = p.out_msgs;
     p.out.clear();
@@ -305,6 +444,8 @@ void TcpTransport::broke(Peer& p, uint64_t gen) {
     p.breaks = 0;
     dropped_after_breaks(p.to, lost);
   }
+  p.out_off = 0;   // a frame not through is written again, whole, on the next connection
+  p.counted = false;
   if (!p.out.empty() || !p.pending.empty()) {
     p.blocked_since = steady_us();
     retry_later(p);   // soon (0.1 s first), then backing off: a peer that restarts comes back
@@ -312,10 +453,9 @@ void TcpTransport::broke(Peer& p, uint64_t gen) {
 }
 
 void TcpTransport::watch() {
-  io_->watch.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
-      std::chrono::duration<double>(watch_every_s())));
-  io_->watch.async_wait([this, a = alive_](std::error_code ec) {
-    if (!*a || ec || stop_) return;
+  watch_timer_ = r_.at(steady_us() + static_cast<TimeUs>(watch_every_s() * 1e6), [this] {
+    watch_timer_ = 0;
+    if (stop_) return;
     const TimeUs now = steady_us(), limit = static_cast<TimeUs>(o_.connect_timeout_s * 1e6);
     for (auto& p : peers_)
       if (p && !p->gone && p->state != Peer::State::kConnected && p->blocked_since != 0 &&
@@ -331,45 +471,62 @@ void TcpTransport::give_up(Peer& p) {
   p.pending.clear();
   p.out.clear();
   p.out_msgs = 0;
-  p.retry.cancel();
-  p.retrying = false;
-  std::error_code ec;
-  p.sock.close(ec);
-  ++p.gen;
-  p.state = Peer::State::kIdle;
+  if (p.retry_timer) r_.cancel(p.retry_timer);
+  p.retry_timer = 0;
+  close_peer(p);
   unreachable(p.to, lost);   // fatal, unless a client's or draining
 }
 
-void TcpTransport::accept() {
-  auto c = std::make_shared<InConn>(io_->ctx);
-  io_->acceptor.async_accept(c->sock, [this, a = alive_, c](std::error_code ec) {
-    if (!*a || stop_) return;
-    if (!ec) {
-      std::error_code e2;
-      const auto r = c->sock.remote_endpoint(e2);
-      c->peer = e2 ? "?" : r.address().to_string() + ":" + std::to_string(r.port());
-      c->sock.set_option(tcp::no_delay(true), e2);
-      ins_.insert(c);
-      read(c);
+void TcpTransport::on_accept() {
+  for (;;) {
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;   // none waiting (or out of descriptors: the connection waits in the backlog)
     }
-    accept();
-  });
+    no_delay(fd);
+    auto c = std::make_unique<InConn>();
+    c->fd = fd;
+    c->peer = peer_name(sa);
+    if (!r_.watch(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t) {
+          auto it = ins_.find(fd);
+          if (it != ins_.end()) on_readable(*it->second);
+        })) {
+      ::close(fd);
+      continue;
+    }
+    ins_[fd] = std::move(c);
+  }
 }
 
-void TcpTransport::read(const std::shared_ptr<InConn>& c) {
-  if (c->buf.size() - c->have < 4096) c->buf.resize(c->buf.size() * 2);
-  c->sock.async_read_some(asio::buffer(c->buf.data() + c->have, c->buf.size() - c->have),
-                          [this, a = alive_, c](std::error_code ec, size_t n) {
-                            if (!*a || stop_) return;
-                            c->have += n;
-                            if (ec || !take_frames(*c)) {
-                              std::error_code e2;
-                              c->sock.close(e2);
-                              ins_.erase(c);
-                              return;
-                            }
-                            read(c);
-                          });
+void TcpTransport::close_in(int fd) {
+  r_.forget(fd);
+  ::close(fd);
+  ins_.erase(fd);
+}
+
+void TcpTransport::on_readable(InConn& c) {
+  const int fd = c.fd;
+  for (;;) {
+    if (c.buf.size() - c.have < 4096) c.buf.resize(c.buf.size() * 2);
+    const size_t room = c.buf.size() - c.have;
+    const ssize_t n = ::recv(fd, c.buf.data() + c.have, room, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {   // the sender closed it, or it broke
+      close_in(fd);
+      return;
+    }
+    c.have += static_cast<size_t>(n);
+    if (!take_frames(c)) {
+      close_in(fd);
+      return;
+    }
+    // Level-triggered: a read that did not fill the buffer took what was there; more wakes the reactor again.
+    if (static_cast<size_t>(n) < room) return;
+  }
 }
 
 bool TcpTransport::take_frames(InConn& c) {

@@ -1,5 +1,5 @@
 // The tcp transport (runtime.transport: tcp, the default; docs/efficiency.md):
-// envelopes between processes as frames on plain TCP sockets, driven by Asio.
+// envelopes between processes as frames on plain TCP sockets, non-blocking, on a Reactor (epoll).
 //
 // Wire format: a frame is a 4-byte big-endian length and that many bytes of a
 // serialized txn.Batch (envelope.proto), at most 64 MiB. A connection carries
@@ -15,16 +15,18 @@
 // connect_timeout_s while messages wait for it is unreachable (Transport).
 // Reconnects back off from 0.1 s to 1 s.
 //
-// Threads: given an io_context (the event loop's), the transport runs on it and
+// Threads: given a reactor (the event loop's), the transport runs on it and
 // every call must come from the thread that runs it: a received frame costs no
 // hand-off and no wake-up beyond the socket's own. Without one, it runs its own
-// thread, and send/enqueue/flush may be called from any thread.
+// reactor on a thread of its own, and send/enqueue/flush may be called from any
+// thread.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/transport.h"
@@ -35,7 +37,7 @@ class TcpTransport final : public Transport {
  public:
   static constexpr uint32_t kMaxFrame = 64u << 20;
   TcpTransport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log,
-               asio::io_context* io = nullptr);
+               Reactor* reactor = nullptr);
   ~TcpTransport() override;
   bool listen(std::string* err) override;
   void send(Envelope msg) override;
@@ -47,19 +49,22 @@ class TcpTransport final : public Transport {
 
   struct Peer;
   struct InConn;
-  struct Io;
 
  private:
-  // All of these run on the io thread.
+  // All of these run on the reactor's thread.
   void queue(Envelope&& m);
   void flush_dirty();
   void write(Peer& p);
+  void on_peer_event(Peer& p, uint32_t events);
   void connect(Peer& p);
+  void start_connect(Peer& p, const std::vector<std::pair<int, std::string>>& addrs);   // (family, sockaddr bytes)
   void connected(Peer& p);
-  void broke(Peer& p, uint64_t gen);
+  void broke(Peer& p);
+  void close_peer(Peer& p);
   void retry_later(Peer& p);
-  void accept();
-  void read(const std::shared_ptr<InConn>& c);
+  void on_accept();
+  void on_readable(InConn& c);
+  void close_in(int fd);
   bool take_frames(InConn& c);   // false: the connection sent garbage and is closed
   void watch();
   void give_up(Peer& p);
@@ -67,13 +72,17 @@ class TcpTransport final : public Transport {
   template <class F>
   void on_io(F&& f);
 
-  std::unique_ptr<Io> io_;
-  std::shared_ptr<bool> alive_;   // false once destroyed: handlers still queued do nothing
+  std::unique_ptr<Reactor> own_;               // without a reactor given: ours, run by thread_
+  Reactor& r_;
+  int listen_fd_ = -1;
+  std::shared_ptr<bool> alive_;   // false once destroyed: work still posted (a resolver's answer) does nothing
   std::vector<std::unique_ptr<Peer>> peers_;   // by endpoint node id, created lazily
   std::vector<Peer*> dirty_;                   // queued to since the last flush
-  std::unordered_set<std::shared_ptr<InConn>> ins_;
+  std::unordered_map<int, std::unique_ptr<InConn>> ins_;   // by fd
+  uint64_t watch_timer_ = 0;
   bool stop_ = false;
-  std::thread thread_;                         // without an io_context: the one that runs ours
+  std::atomic<bool> run_{false};
+  std::thread thread_;                         // without a reactor given: the one that runs ours
 };
 
 }  // namespace txn::runtime

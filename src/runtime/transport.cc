@@ -101,16 +101,17 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
 }
 
 std::unique_ptr<Transport> make_transport(const Deployment& d, std::vector<NodeId> local, TransportOptions o,
-                                          Transport::Deliver deliver, Transport::Log log, asio::io_context* io) {
+                                          Transport::Deliver deliver, Transport::Log log, Reactor* reactor) {
   if (d.runtime.transport == "grpc")
     return std::make_unique<GrpcTransport>(d, std::move(local), std::move(o), std::move(deliver), std::move(log));
-  return std::make_unique<TcpTransport>(d, std::move(local), std::move(o), std::move(deliver), std::move(log), io);
+  return std::make_unique<TcpTransport>(d, std::move(local), std::move(o), std::move(deliver), std::move(log),
+                                        reactor);
 }
 
 std::unique_ptr<Transport> make_transport(const Deployment& d, NodeId self, TransportOptions o,
-                                          Transport::Deliver deliver, Transport::Log log, asio::io_context* io) {
+                                          Transport::Deliver deliver, Transport::Log log, Reactor* reactor) {
   return make_transport(d, d.process_nodes(d.process_of(self)), std::move(o), std::move(deliver), std::move(log),
-                        io);
+                        reactor);
 }
 
 }  // namespace txn::runtime

@@ -9,7 +9,7 @@
 //
 // Two implementations, chosen by the deployment's runtime.transport:
 //   tcp  (default) length-prefixed txn.Batch frames on plain TCP sockets, run
-//        on the event loop's own thread (Asio): no thread hand-off per message
+//        on the event loop's own thread (its reactor): no thread hand-off per message
 //        (tcp_transport.h);
 //   grpc txn.Peer client streams on gRPC's completion queue, polled by a
 //        thread of its own (grpc_transport.h).
@@ -29,11 +29,9 @@
 #include "core/link_emulator.h"
 #include "envelope.pb.h"
 
-namespace asio {
-class io_context;
-}
-
 namespace txn::runtime {
+
+class Reactor;
 
 struct TransportOptions {
   double connect_timeout_s = 10;
@@ -124,15 +122,15 @@ class Transport {
   std::mt19937_64 rng_;               // jitter samples
 };
 
-// The deployment's transport (d.runtime.transport) for the nodes `local` of one process. With `io`, a tcp
-// transport runs on that io_context (the event loop's: every call then comes from the thread that runs it);
-// without, it runs a thread of its own and is thread-safe. The grpc transport always polls a thread of its own.
+// The deployment's transport (d.runtime.transport) for the nodes `local` of one process. With `reactor`, a tcp
+// transport runs on it (the event loop's: every call then comes from the thread that runs it); without, it runs a
+// thread of its own and is thread-safe. The grpc transport always polls a thread of its own.
 std::unique_ptr<Transport> make_transport(const Deployment& d, std::vector<NodeId> local, TransportOptions o,
                                           Transport::Deliver deliver, Transport::Log log,
-                                          asio::io_context* io = nullptr);
+                                          Reactor* reactor = nullptr);
 // The same for the process of node `self` (all of Deployment::process_nodes).
 std::unique_ptr<Transport> make_transport(const Deployment& d, NodeId self, TransportOptions o,
                                           Transport::Deliver deliver, Transport::Log log,
-                                          asio::io_context* io = nullptr);
+                                          Reactor* reactor = nullptr);
 
 }  // namespace txn::runtime

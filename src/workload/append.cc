@@ -145,6 +145,7 @@ class Append : public Workload {
       for (size_t x = l.size() - m; x < l.size(); ++x) r += (x == l.size() - m ? ":" : ",") + std::to_string(l[x]);
       (*out)[prefix + std::to_string(j)] = str_value(r);
     }
+    s->undo.keep(s->executed);
     ++s->executed;
   }
 

@@ -213,6 +213,7 @@ AppendStore::AppendStore(uint32_t shard, uint32_t n_shards, int64_t keys) : shar
 void AppendStore::append(int64_t i, int64_t v) {
   auto& l = lists_[static_cast<size_t>(i)];
   if (l.use_count() > 1) l = std::make_shared<std::vector<int64_t>>(*l);   // shared with a clone: copy first
+  undo.then([this, i] { lists_[static_cast<size_t>(i)]->pop_back(); });
   l->push_back(v);
 }
 

@@ -2,6 +2,7 @@
 // (deterministic RNG draws, FNV-1a hashing, argument access).
 #pragma once
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +43,45 @@ std::string get_str(const Vars& v, const char* name);
 inline Value int_value(int64_t x) { Value v; v.set_i(x); return v; }
 inline Value str_value(const std::string& x) { Value v; v.set_s(x); return v; }
 std::string money(int64_t cents);   // "123.45"
+
+// ---- trial execution (ShardStore::begin_trial) -------------------------------------------
+// What a trial changed, undone in reverse by rollback(). A store's mutations call keep() (a field or row about to
+// change in place: its old value), keep_key() (a map entry about to be inserted, replaced or erased) or then()
+// (any other undo, e.g. popping an appended row) before they change anything; outside a trial these do nothing.
+class UndoLog {
+ public:
+  UndoLog() = default;
+  UndoLog(const UndoLog&) {}   // a copy of a store starts with no trial (the undos point into the original)
+  UndoLog& operator=(const UndoLog&) { return *this; }
+  bool on() const { return on_; }
+  bool start() {
+    on_ = true;
+    return true;
+  }
+  void rollback() {
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
+    undo_.clear();
+    on_ = false;
+  }
+  template <class T>
+  void keep(T& x) {
+    if (on_) undo_.emplace_back([&x, old = x]() mutable { x = std::move(old); });
+  }
+  template <class M>
+  void keep_key(M& m, const typename M::key_type& k) {
+    if (!on_) return;
+    auto it = m.find(k);
+    if (it == m.end()) undo_.emplace_back([&m, k] { m.erase(k); });
+    else undo_.emplace_back([&m, k, old = it->second]() mutable { m[k] = std::move(old); });
+  }
+  void then(std::function<void()> f) {
+    if (on_) undo_.push_back(std::move(f));
+  }
+
+ private:
+  bool on_ = false;
+  std::vector<std::function<void()>> undo_;
+};
 
 // ---- TPC-C -------------------------------------------------------------------------
 // One warehouse per shard (w_id = shard). Money is int64 cents, tax in basis points.
@@ -94,6 +134,8 @@ class TpccStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::unique_ptr<ShardStore> clone() const override { return std::make_unique<TpccStore>(*this); }
+  bool begin_trial() override { return undo.start(); }
+  void end_trial() override { undo.rollback(); }
   std::vector<DistrictAgg> aggregates() const;
   // HISTORY amounts stored here, by the paying customer's (c_w_id, c_d_id) (3.3.2.10).
   std::map<std::pair<int32_t, int32_t>, int64_t> history_by_customer_district() const;
@@ -115,6 +157,7 @@ class TpccStore : public ShardStore {
   std::vector<Stock> stock;                              // by i_id
 
   Customer& cust(int32_t d, int32_t c) { return customer[static_cast<size_t>(d) * sz.customers + c]; }
+  UndoLog undo;   // a trial's changes (not part of the state; a copy starts with none)
 };
 
 // ---- TPC-A -------------------------------------------------------------------------
@@ -129,10 +172,13 @@ class TpcaStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::unique_ptr<ShardStore> clone() const override { return std::make_unique<TpcaStore>(*this); }
+  bool begin_trial() override { return undo.start(); }
+  void end_trial() override { undo.rollback(); }
   static constexpr const char* kTables[3] = {"customer", "teller", "branch"};
   uint32_t shard;
   uint64_t executed = 0;
   std::array<TpcaTable, 3> table;
+  UndoLog undo;
 };
 
 // ---- list-append (Elle) ---------------------------------------------------------------
@@ -145,12 +191,15 @@ class AppendStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::unique_ptr<ShardStore> clone() const override { return std::make_unique<AppendStore>(*this); }
+  bool begin_trial() override { return undo.start(); }
+  void end_trial() override { undo.rollback(); }
   int64_t keys() const { return static_cast<int64_t>(lists_.size()); }
   int64_t global_key(int64_t i) const { return shard + static_cast<int64_t>(n_shards) * i; }
   const std::vector<int64_t>& list(int64_t i) const { return *lists_[static_cast<size_t>(i)]; }
   void append(int64_t i, int64_t v);
   uint32_t shard, n_shards;
   uint64_t executed = 0;
+  UndoLog undo;
 
  private:
   std::vector<std::shared_ptr<std::vector<int64_t>>> lists_;   // by i

@@ -96,6 +96,10 @@ class Tpca : public Workload {
     TpcaTable& t = s->table[tb];
     auto it = t.balance.find(k);
     if (it == t.balance.end()) throw BadMessage("tpca: key not on this shard");
+    s->undo.keep(it->second);
+    s->undo.keep(t.applied_delta);
+    s->undo.keep(t.applied_count);
+    s->undo.keep(s->executed);
     it->second += delta;
     t.applied_delta += delta;
     t.applied_count += 1;

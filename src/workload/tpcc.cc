@@ -339,8 +339,10 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
                          in_range(v, ("q" + k).c_str(), 1, 100)});
       }
       District& dist = s.district[d];
+      s.undo.keep(dist);
       const int32_t o = dist.next_o_id++;
       Customer& cu = s.cust(d, c);
+      s.undo.keep(cu);
       Order ord{c, 0, static_cast<int32_t>(n), true};
       int64_t sum = 0;
       for (int64_t l = 0; l < n; ++l) {
@@ -348,10 +350,13 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
         ord.all_local &= sw == s.shard;
         const int64_t amount = q * s.item_price[i];
         sum += amount;
+        s.undo.keep_key(s.order_line, {d, o, static_cast<int32_t>(l + 1)});
         s.order_line[{d, o, static_cast<int32_t>(l + 1)}] =
             {static_cast<int32_t>(i), static_cast<int32_t>(sw), static_cast<int32_t>(q), amount, false};
       }
+      s.undo.keep_key(s.order, {d, o});
       s.order[{d, o}] = ord;
+      s.undo.keep_key(s.new_order, {d, o});
       s.new_order[{d, o}] = true;
       cu.last_o_id = o;
       (*out)["o_id"] = int_value(o);
@@ -363,6 +368,7 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
       const int64_t i = in_range(v, "i_id", 0, I), q = in_range(v, "qty", 1, 100);
       const bool remote = in_range(v, "remote", 0, 1);
       Stock& st = s.stock[i];
+      s.undo.keep(st);
       st.quantity = static_cast<int32_t>(st.quantity >= q + 10 ? st.quantity - q : st.quantity - q + 91);
       st.ytd += static_cast<int32_t>(q);
       st.order_cnt += 1;
@@ -370,13 +376,17 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
       break;
     }
     case kPayWarehouse: {
-      s.w_ytd += in_range(v, "h", 0, 1000000000);
+      const int64_t h = in_range(v, "h", 0, 1000000000);
+      s.undo.keep(s.w_ytd);
+      s.w_ytd += h;
       (*out)["w_name"] = str_value(s.w_name);
       break;
     }
     case kPayDistrict: {
       const int32_t d = D();
-      s.district[d].ytd += in_range(v, "h", 0, 1000000000);
+      const int64_t h = in_range(v, "h", 0, 1000000000);
+      s.undo.keep(s.district[d]);
+      s.district[d].ytd += h;
       (*out)["d_name"] = str_value(s.district[d].name);
       break;
     }
@@ -392,6 +402,7 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
       const int32_t c = static_cast<int32_t>(in_range(v, "c_id", 0, C));
       const int64_t h = in_range(v, "h", 0, 1000000000);
       Customer& cu = s.cust(cd, c);
+      s.undo.keep(cu);
       cu.balance -= h;
       cu.ytd_payment += h;
       cu.payment_cnt += 1;
@@ -403,6 +414,7 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
       const int32_t c = static_cast<int32_t>(in_range(v, "c_id", 0, C));
       const int64_t h = in_range(v, "h", 0, 1000000000);
       std::string data = get_str(v, "w_name") + "    " + get_str(v, "d_name");
+      s.undo.then([&s] { s.history.pop_back(); });
       s.history.push_back({c, cd, cw, d, h, std::move(data)});
       break;
     }
@@ -414,18 +426,23 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
         break;
       }
       const int32_t o = it->first.second;
+      s.undo.keep_key(s.new_order, it->first);
       s.new_order.erase(it);
       Order& ord = s.order.at({d, o});
+      s.undo.keep(ord);
       ord.carrier = carrier;
       int64_t sum = 0;
       for (auto l = s.order_line.lower_bound({d, o, 0}); l != s.order_line.end() && l->first[0] == d &&
                                                          l->first[1] == o; ++l) {
+        s.undo.keep(l->second);
         l->second.delivered = true;
         sum += l->second.amount;
       }
       Customer& cu = s.cust(d, ord.c_id);
+      s.undo.keep(cu);
       cu.balance += sum;
       cu.delivery_cnt += 1;
+      s.undo.keep(s.district[d]);
       s.district[d].deliveries += 1;
       (*out)["delivered_o_id"] = int_value(o);
       break;
@@ -460,6 +477,7 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
     default:
       throw BadMessage("tpcc: unknown proc " + std::to_string(p.proc()));
   }
+  s.undo.keep(s.executed);
   ++s.executed;
 }
 

@@ -461,7 +461,7 @@ TEST(TcpTransport, AFrameThatIsNoBatchIsMalformedAndEndsItsConnection) {
   }
 }
 
-// On the event loop's io_context the transport unpacks frames on the loop's own thread: the delivery callback
+// On the event loop's reactor the transport unpacks frames on the loop's own thread: the delivery callback
 // runs there, and the loop hands the message to its node when due.
 TEST(TcpTransport, RunsOnTheEventLoopsThread) {
   Deployment d = two_regions(24781, 24782);
@@ -474,7 +474,7 @@ TEST(TcpTransport, RunsOnTheEventLoopsThread) {
         deliver_thread = std::this_thread::get_id();
         loop.post(std::move(m), due);
       },
-      [](const std::string&) {}, &loop.io());
+      [](const std::string&) {}, &loop.reactor());
   std::string err;
   ASSERT_TRUE(b->listen(&err)) << err;
   Inbox ia;

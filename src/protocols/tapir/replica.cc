@@ -3,7 +3,7 @@
 //
 // Read. The coordinator (the handler of the home shard) asks one replica of
 // each shard (replica 0, the one in the shard's region nearest to it) to
-// evaluate the shard's pieces on a copy of its store (ShardExecutor::evaluate):
+// evaluate the shard's pieces as a trial on its store, undone after (ShardExecutor::evaluate):
 // their outputs, and per read key the version read, which is the last
 // transaction applied there that wrote the key. A shard whose pieces need
 // another shard's value is read once that value is known (rounds).
