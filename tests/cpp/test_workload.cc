@@ -749,3 +749,40 @@ TEST(Workload, AppendDumpListsEveryKeyAndClonesAreIndependent) {
   EXPECT_EQ(s->digest(), copy->digest());
   EXPECT_EQ(dynamic_cast<const AppendStore&>(*copy).list(1), (std::vector<int64_t>{4611686018427387903, 2, 8}));
 }
+
+// New-Order's lines travel as one argument, "i:sw:q,...": executed as generated they make an order of ol_cnt
+// lines; any other text (a field missing or out of range, a stray separator, a count that differs from ol_cnt)
+// is a bad message, and the store is left as it was.
+TEST(Workload, NewOrderLinesAreOneArgumentCheckedWhole) {
+  auto d = dep("tpcc", 1, 2);
+  d.workload.mix = {100, 0, 0, 0, 0};
+  auto w = make_workload(d);
+  std::mt19937_64 g(9);
+  TxnRequest t = w->generate(g, {0, 0});
+  const Piece& home = t.pieces(0);
+  ASSERT_EQ(home.args().count("lines"), 1u);
+  const int64_t n = home.args().at("ol_cnt").i();
+  const std::string lines = home.args().at("lines").s();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), ','), n - 1);
+  EXPECT_EQ(home.args().size(), 4u) << "d, c_id, ol_cnt, lines";
+  auto store = w->load(0);
+  Vars out;
+  w->execute(*store, home, home.args(), &out);
+  const auto& s = dynamic_cast<TpccStore&>(*store);
+  const int32_t o = static_cast<int32_t>(out.at("o_id").i());
+  const int32_t dist = static_cast<int32_t>(home.args().at("d").i());
+  EXPECT_EQ(s.order.at({dist, o}).ol_cnt, n);
+  const std::string first = lines.substr(0, lines.find(','));
+  for (const std::string bad : {std::string(""), first, lines + ",", "," + lines, lines + "," + first,
+                                "x" + lines.substr(1), lines.substr(0, lines.rfind(':')) + ":101",
+                                lines.substr(0, lines.rfind(':')) + ":0", "-1" + lines.substr(lines.find(':')),
+                                lines.substr(0, lines.find(':')) + "::" + lines.substr(lines.find(':') + 1)}) {
+    SCOPED_TRACE(bad);
+    Vars v = home.args();
+    v["lines"] = txn::wl::str_value(bad);
+    const std::string before = store->digest();
+    Vars o2;
+    EXPECT_THROW(w->execute(*store, home, v, &o2), BadMessage);
+    EXPECT_EQ(store->digest(), before);
+  }
+}
