@@ -362,7 +362,16 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
     case kNoHome: {
       const int32_t d = D(), c = static_cast<int32_t>(in_range(v, "c_id", 0, C));
       const int64_t n = in_range(v, "ol_cnt", 1, 15);
-      const std::vector<std::array<int64_t, 3>> lines = order_lines(get_str(v, "lines"), n, I, P() - 1);
+      std::vector<std::array<int64_t, 3>> lines;
+      if (v.count("lines")) {
+        lines = order_lines(get_str(v, "lines"), n, I, P() - 1);
+      } else {   // a request of a run before 2026-11-27 (its transaction log, replayed): a field per entry
+        for (int64_t l = 0; l < n; ++l) {
+          const std::string k = std::to_string(l);
+          lines.push_back({in_range(v, ("i" + k).c_str(), 0, I), in_range(v, ("sw" + k).c_str(), 0, P() - 1),
+                           in_range(v, ("q" + k).c_str(), 1, 100)});
+        }
+      }
       District& dist = s.district[d];
       s.undo.keep(dist);
       const int32_t o = dist.next_o_id++;
