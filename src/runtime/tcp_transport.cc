@@ -323,7 +323,7 @@ void TcpTransport::on_peer_event(Peer& p, uint32_t events) {
     if (err == 0 && !(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;   // not decided yet
     if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
       close_peer(p);
-      if (p.next_addr < p.addrs.size()) start_connect(p, {});
+      if (p.next_addr < p.addrs.size()) start_connect(p);
       else retry_later(p);
       return;
     }
@@ -353,7 +353,8 @@ void TcpTransport::connect(Peer& p) {
   p.next_addr = 0;
   Addr a;
   if (numeric(n.host, n.port, &a)) {   // an address: no resolver
-    start_connect(p, {a});
+    p.addrs = {a};
+    start_connect(p);
     return;
   }
   // A name: resolved on a thread of its own (a name that does not resolve yet may take the resolver seconds),
@@ -365,17 +366,13 @@ void TcpTransport::connect(Peer& p) {
     Reactor::post(box, [a, this, &p, attempt, addrs = std::move(addrs)] {
       if (!*a || stop_ || p.attempt != attempt || p.state != Peer::State::kResolving) return;
       p.state = Peer::State::kIdle;
-      if (addrs.empty()) retry_later(p);
-      else start_connect(p, addrs);
+      p.addrs = addrs;
+      start_connect(p);   // none: retries later
     });
   }).detach();
 }
 
-void TcpTransport::start_connect(Peer& p, const std::vector<Addr>& addrs) {
-  if (!addrs.empty()) {
-    p.addrs = addrs;
-    p.next_addr = 0;
-  }
+void TcpTransport::start_connect(Peer& p) {
   while (p.next_addr < p.addrs.size()) {
     const Addr& a = p.addrs[p.next_addr++];
     const int fd = ::socket(a.first, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -427,7 +424,7 @@ void TcpTransport::connected(Peer& p) {
   p.state = Peer::State::kConnected;
   p.backoff_s = 0.1;
   p.blocked_since = 0;
-  p.out_off = 0;
+  p.out_off = 0;   // a frame not through on an earlier connection is written again, whole, on this one
   p.counted = false;
   no_delay(p.fd);
   r_.change(p.fd, kPeerEvents);
@@ -444,8 +441,6 @@ void TcpTransport::broke(Peer& p) {
     p.breaks = 0;
     dropped_after_breaks(p.to, lost);
   }
-  p.out_off = 0;   // a frame not through is written again, whole, on the next connection
-  p.counted = false;
   if (!p.out.empty() || !p.pending.empty()) {
     p.blocked_since = steady_us();
     retry_later(p);   // soon (0.1 s first), then backing off: a peer that restarts comes back

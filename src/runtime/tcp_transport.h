@@ -57,7 +57,7 @@ class TcpTransport final : public Transport {
   void write(Peer& p);
   void on_peer_event(Peer& p, uint32_t events);
   void connect(Peer& p);
-  void start_connect(Peer& p, const std::vector<std::pair<int, std::string>>& addrs);   // (family, sockaddr bytes)
+  void start_connect(Peer& p);   // to p.addrs from p.next_addr on; when none answers, retry later
   void connected(Peer& p);
   void broke(Peer& p);
   void close_peer(Peer& p);

@@ -53,7 +53,6 @@ class UndoLog {
   UndoLog() = default;
   UndoLog(const UndoLog&) {}   // a copy of a store starts with no trial (the undos point into the original)
   UndoLog& operator=(const UndoLog&) { return *this; }
-  bool on() const { return on_; }
   bool start() {
     on_ = true;
     return true;

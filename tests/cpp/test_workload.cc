@@ -773,7 +773,7 @@ TEST(Workload, NewOrderLinesAreOneArgumentCheckedWhole) {
   const int32_t dist = static_cast<int32_t>(home.args().at("d").i());
   EXPECT_EQ(s.order.at({dist, o}).ol_cnt, n);
   const std::string first = lines.substr(0, lines.find(','));
-  for (const std::string bad : {std::string(""), first, lines + ",", "," + lines, lines + "," + first,
+  for (const std::string& bad : {std::string(""), first, lines + ",", "," + lines, lines + "," + first,
                                 "x" + lines.substr(1), lines.substr(0, lines.rfind(':')) + ":101",
                                 lines.substr(0, lines.rfind(':')) + ":0", "-1" + lines.substr(lines.find(':')),
                                 lines.substr(0, lines.find(':')) + "::" + lines.substr(lines.find(':') + 1)}) {
