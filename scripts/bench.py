@@ -7,6 +7,10 @@ protocol's own, docs/protocols/<name>.md, in RTTs of this deployment), the abort
 given up, the engine's committed transactions per CPU second (all server, role and client processes, whole
 run; beside it the floor: the same deployment's protocol and workload code on the simulator, no transport, from
 txn-sim), the host's busy share and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
+
+`--saturate` instead raises the load, exp 1's way (coordinators per client process: 1, 2, 4, ...), per protocol
+until the host passes --busy-limit % busy or a point fails, and prints the table of where the host, not the
+protocol, starts to set the numbers (docs/efficiency.md).
 """
 import argparse
 import json
@@ -41,10 +45,10 @@ def floor_ms(mode: str, cls: int, intra: float, inter: float):
     return None if f is None else f[cls][0] * intra + f[cls][1] * inter
 
 
-def run_one(mode: str, a) -> dict:
+def run_one(mode: str, a, concurrency=None, floor=True) -> dict:
     knobs = dict(name=f"bench-{mode}", mode=mode, duration=a.duration, warmup=3, cooldown=2,
-                 concurrency=a.concurrency, workload=a.workload, clients_per_shard=1, processes=a.processes,
-                 transport=a.transport,
+                 concurrency=concurrency or a.concurrency, workload=a.workload, clients_per_shard=1, processes=a.processes,
+                 transport=a.transport, delivery_grid_us=a.delivery_grid_us,
                  protocol_options=a.options.get(mode, {}))
     try:
         d = build_deployment(**knobs)
@@ -58,7 +62,7 @@ def run_one(mode: str, a) -> dict:
         print(f"bench: {mode}: run failed: {e}", file=sys.stderr)
         return dict(mode=mode, failed=str(e))
     s, meta = r.summary, json.loads((r.run_dir / "meta.json").read_text())
-    floor = sim_floor(a.build_dir, r.run_dir / "deploy.yml")
+    floor = sim_floor(a.build_dir, r.run_dir / "deploy.yml") if floor else {}
     print(f"--- {mode} ({time.monotonic() - t0:.0f} s, {r.run_dir})")
     print(format_table(s))
     intra, inter = d["link"]["rtt_ms"][0][0], d["link"]["rtt_ms"][0][1]
@@ -66,17 +70,21 @@ def run_one(mode: str, a) -> dict:
     recs = pd.concat(pd.read_csv(p) for p in (r.run_dir / "clients").glob("*.records.csv"))
     all_commits = int((recs["status"] == "committed").sum())
     cpu = meta.get("cpu_seconds") or 0
+    wakeups = meta.get("engine_wakeups")
     attempts = irt.get("aborts", 0) + crt.get("aborts", 0)
     started = irt["latency_samples"] + crt["latency_samples"] + irt["given_up"] + crt["given_up"]
     return dict(mode=mode, irt_p50=irt["p50_ms"], irt_p99=irt["p99_ms"], crt_p50=crt["p50_ms"], crt_p99=crt["p99_ms"],
                 irt_floor=floor_ms(mode, 0, intra, inter), crt_floor=floor_ms(mode, 1, intra, inter),
                 retries=attempts / started if started else 0.0, given_up=irt["given_up"] + crt["given_up"],
                 per_cpu_s=all_commits / cpu if cpu > 0 else None, cpu_s=cpu, commits=all_commits,
+                wakeups_per_txn=wakeups / all_commits if wakeups is not None and all_commits else None,
+                per_s=s.get("throughput_tps"), concurrency=knobs["concurrency"],
+                clients_per_region=d["shards_per_region"] * knobs["concurrency"],
                 host_busy=meta.get("machine_cpu", {}).get("busy_pct"),
                 floor_per_cpu_s=floor.get("txn_per_cpu_s"),
                 verdict=r.check["verdict"], counters=s.get("counters", {}), intra=intra, inter=inter,
                 shape=f"{d['regions']} regions x {d['shards_per_region']} shards x 3 replicas, {a.workload}, "
-                      f"{a.concurrency} coordinator(s) per client process, shaping {d['link']['mechanism']}, "
+                      f"{knobs['concurrency']} coordinator(s) per client process, shaping {d['link']['mechanism']}, "
                       f"engine processes per {a.processes} ({len(deploy_processes(d['nodes']))} processes)")
 
 
@@ -98,6 +106,35 @@ def fmt(v, spec=".1f"):
     return "-" if v is None else format(v, spec)
 
 
+def saturate(modes: list, a) -> int:
+    """Per protocol, concurrency 1, 2, 4, ... up to --max-concurrency, until the host passes --busy-limit % busy
+    or a point fails (its row says why); prints one table. 0 when every point run is CONSISTENT."""
+    head = ["protocol", "coord.", "clients/region", "txn/s", "txn/CPU s", "wake-ups/txn", "host %", "IRT p99",
+            "CRT p99", "retries", "gave up", "verdict"]
+    table, ok = [], True
+    for mode in modes:
+        c = 1
+        while c <= a.max_concurrency:
+            print(f"bench: saturate {mode}: {c} coordinator(s) per client process", file=sys.stderr, flush=True)
+            r = run_one(mode, a, concurrency=c, floor=False)   # the floor's simulation is not needed here
+            if "failed" in r:
+                table.append([mode, str(c)] + [""] * 9 + [f"FAILED: {r['failed']}"])
+                ok = False
+                break
+            table.append([mode, str(c), str(r["clients_per_region"]), fmt(r["per_s"]), fmt(r["per_cpu_s"]),
+                          fmt(r["wakeups_per_txn"]), fmt(r["host_busy"], ".0f"), fmt(r["irt_p99"]),
+                          fmt(r["crt_p99"]), f"{r['retries']:.3f}", str(r["given_up"]), r["verdict"]])
+            ok = ok and r["verdict"] == "CONSISTENT"
+            if r["verdict"] != "CONSISTENT" or (r["host_busy"] or 0) > a.busy_limit:
+                break
+            c *= 2
+    print()
+    print(f"host saturation: load doubled per protocol until the host passed {a.busy_limit:g} % busy "
+          f"({a.duration:g} s per point)")
+    print(text_table(head, table, left=(0, 11)))
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--protocols", default="", help="comma-separated modes (default: every built protocol)")
@@ -106,11 +143,25 @@ def main() -> int:
     options.add_choice(ap, "workload", knobs.default("workload"))
     options.add_choice(ap, "processes", knobs.default("processes"))
     options.add_choice(ap, "transport", knobs.default("transport"))
+    options.add_knob(ap, "delivery_grid_us", knobs.default("delivery_grid_us"))
     options.add_build_dir(ap, str(REPO / "build"))
     ap.add_argument("--option", action="append", default=[], metavar="MODE.NAME=VALUE",
                     help="a protocol option for that protocol's run, e.g. dast.defer_commutative=false (the "
                          "artifact's hold of a cross-region input wait); repeatable")
+    ap.add_argument("--saturate", action="store_true",
+                    help="raise the coordinators per client process (1, 2, 4, ...) per protocol until the host "
+                         "passes --busy-limit %% busy (exp 1 extended upward); --concurrency is then ignored")
+    ap.add_argument("--busy-limit", type=float, default=70.0, help="--saturate's stop, in %% host busy "
+                    "(default %(default)s)")
+    ap.add_argument("--max-concurrency", type=int, default=256, help="--saturate's highest load, in coordinators "
+                    "per client process (default %(default)s)")
     a = ap.parse_args()
+    if not 0 < a.busy_limit <= 100:
+        print(f"bench: --busy-limit {a.busy_limit:g}: expected a share of the host in (0, 100]", file=sys.stderr)
+        return 2
+    if not 1 <= a.max_concurrency <= 256:
+        print(f"bench: --max-concurrency {a.max_concurrency}: expected 1-256", file=sys.stderr)
+        return 2
     a.options = {}
     for o in a.option:
         key, eq, value = o.partition("=")
@@ -130,23 +181,25 @@ def main() -> int:
             return 2
         print(f"bench: --protocols: {unknown[0]!r} is not built (built: {', '.join(built)})", file=sys.stderr)
         return 2
+    if a.saturate:
+        return saturate(modes, a)
     rows = [run_one(m, a) for m in modes]
     ok = [r for r in rows if "failed" not in r]
     print()
     if ok:
         print(f"{ok[0]['shape']}; RTT {ok[0]['intra']:g} ms in a region, {ok[0]['inter']:g} ms across")
     head = ["protocol", "IRT p50", "IRT p99", "floor", "CRT p50", "CRT p99", "floor", "retries", "gave up",
-            "txn/CPU s", "floor", "CPU s", "host %", "verdict"]
+            "txn/CPU s", "floor", "CPU s", "wake-ups/txn", "host %", "verdict"]
     table = []
     for r in rows:
         if "failed" in r:  # no numbers: the reason goes where the verdict would
-            table.append([r["mode"]] + [""] * 12 + [f"FAILED: {r['failed']}"])
+            table.append([r["mode"]] + [""] * 13 + [f"FAILED: {r['failed']}"])
             continue
         table.append([r["mode"], fmt(r["irt_p50"]), fmt(r["irt_p99"]), fmt(r["irt_floor"]), fmt(r["crt_p50"]),
                       fmt(r["crt_p99"]), fmt(r["crt_floor"]), f"{r['retries']:.3f}", str(r["given_up"]),
                       fmt(r["per_cpu_s"]), fmt(r["floor_per_cpu_s"], ".0f"), f"{r['cpu_s']:.1f}",
-                      fmt(r["host_busy"], ".0f"), r["verdict"]])
-    print(text_table(head, table, left=(0, 13)))
+                      fmt(r["wakeups_per_txn"]), fmt(r["host_busy"], ".0f"), r["verdict"]])
+    print(text_table(head, table, left=(0, 14)))
     for r in ok:
         t = TARGETS_MS.get(r["mode"])
         if t:

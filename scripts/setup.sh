@@ -17,7 +17,7 @@ for a in "$@"; do
 done
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev libasio-dev iproute2)
+          protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev libasio-dev libgoogle-perftools-dev iproute2)
 # the netem test's VM (tests/python/test_netem_vm.py): a stock kernel with sch_netem, QEMU, its initramfs; only for
 # the tests (--engine: the main job, a run, the bench -- skips them)
 ((ENGINE)) || APT_PKGS+=(qemu-system-x86 linux-image-amd64 busybox-static cpio dash)

@@ -660,7 +660,7 @@ Deployment parse_deployment(const std::string& text) {
     }
   }
   if (auto x = root["runtime"]) {
-    check_keys(x, "runtime", {"connect_timeout_s", "transport"});
+    check_keys(x, "runtime", {"connect_timeout_s", "transport", "delivery_grid_us"});
     if (x["connect_timeout_s"]) {
       d.runtime.connect_timeout_s = num(x["connect_timeout_s"], "runtime.connect_timeout_s");
       if (!(d.runtime.connect_timeout_s > 0)) fail("runtime.connect_timeout_s", "must be > 0");
@@ -669,6 +669,12 @@ Deployment parse_deployment(const std::string& text) {
       d.runtime.transport = str(x["transport"], "runtime.transport");
       if (d.runtime.transport != "tcp" && d.runtime.transport != "grpc")
         fail("runtime.transport", "'" + d.runtime.transport + "' is not one of tcp, grpc");
+    }
+    if (x["delivery_grid_us"]) {
+      d.runtime.delivery_grid_us = integer(x["delivery_grid_us"], "runtime.delivery_grid_us");
+      if (d.runtime.delivery_grid_us < 0 || d.runtime.delivery_grid_us > 10000)
+        fail("runtime.delivery_grid_us", "must be 0-10000 (us; 0: off), got " +
+                                             std::to_string(d.runtime.delivery_grid_us));
     }
   }
 

@@ -87,6 +87,10 @@ struct ClientConfig {
 struct RuntimeConfig {
   double connect_timeout_s = 10;    // a peer unreachable this long is a fatal, named error
   std::string transport = "tcp";    // between processes: "tcp" (length-prefixed batches) or "grpc" (txn.Peer)
+  // Emulated delays end on this grid of the steady clock (us; 0: exactly when due): what falls due around one cell
+  // end is delivered in one wake-up of the process, a message within half a cell of its time, a timer late by less
+  // than a cell (runtime/event_loop.h). Not with link mechanism "none" (no delays to round).
+  int64_t delivery_grid_us = 250;
 };
 
 struct Deployment {

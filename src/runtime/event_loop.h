@@ -17,6 +17,7 @@
 // RealEnv is the Env each node gets; RTT probes are answered here, when due,
 // without the node.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -81,6 +82,21 @@ class EventLoop {
   // The longest the loop sleeps with nothing due before it checks should_stop() again (loop thread, or before
   // run()). A process whose stop comes as a signal raises it: see wake_on_signals.
   void set_max_sleep_us(TimeUs us) { max_sleep_us_ = us; }
+  // The loop wakes only at the ends of the cells of this grid (steady clock, us; 0: off), so that what falls due
+  // within one cell costs one wake-up: a message is delivered at the cell end nearest its due time (half a cell
+  // early at most, late by less than half a cell: no later on average), a timer at the end of its cell (never
+  // early: a node may count on its time having come). Each process's grid has its own phase (from its first
+  // node's id), so that processes do not all wake at once.
+  void set_delivery_grid_us(TimeUs us) {
+    grid_us_ = std::max<TimeUs>(0, us);
+    grid_phase_ = grid_us_ > 0 ? static_cast<TimeUs>((uint64_t{local_[0]} * 7919) % static_cast<uint64_t>(grid_us_)) : 0;
+  }
+  // The end of the grid cell that holds t (t itself without a grid).
+  TimeUs on_grid(TimeUs t) const {
+    if (grid_us_ <= 0) return t;
+    const TimeUs k = (t - grid_phase_ + grid_us_ - 1) / grid_us_;   // t > phase on the steady clock
+    return k * grid_us_ + grid_phase_;
+  }
   // Signals that end a wait at once, so should_stop() sees them: the caller keeps them blocked in every thread
   // (before starting any); while it runs, the loop reads them from a signalfd and calls on_signal on its own
   // thread for each (no wake-up is lost, and nothing runs in a signal handler).
@@ -119,6 +135,7 @@ class EventLoop {
   std::mt19937_64 link_rng_;
   Reactor reactor_;
   TimeUs max_sleep_us_ = 20'000;
+  TimeUs grid_us_ = 0, grid_phase_ = 0;
   std::vector<int> wake_signals_;
   std::function<void(int)> on_signal_;
   std::mutex mu_;

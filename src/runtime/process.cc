@@ -295,6 +295,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
     if (sig == SIGUSR1) g_go = true;
     else g_signal = sig;
   });
+  if (d.link.mechanism != "none") loop.set_delivery_grid_us(d.runtime.delivery_grid_us);
   loop.set_max_sleep_us(1'000'000);   // nothing to poll for: the stop comes as a signal, the end as a timer
   const NodeInfo& ep = d.node(transport.self());
   for (const Hosted& h : hosted) std::printf("READY %s %s:%u\n", h.info->name.c_str(), ep.host.c_str(), ep.port);

@@ -53,6 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="seed of the schedule's random targets (random-region, follower, ...; default: --seed)")
     options.add_choice(ap, "processes", d["processes"])
     options.add_choice(ap, "transport", d["transport"])
+    options.add_knob(ap, "delivery_grid_us", d["delivery_grid_us"])
     options.add_knob(ap, "seed", d["seed"])
     options.add_knob(ap, "base_port", d["base_port"])
     ap.add_argument("--name", default=d["name"], help="results/<name>/...")

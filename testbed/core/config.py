@@ -45,6 +45,7 @@ class ExpConfig:
     tpcc_district: str = _default("TPCC_DISTRICT")
     engine_processes: str = _default("ENGINE_PROCESSES")
     engine_transport: str = _default("ENGINE_TRANSPORT")
+    engine_delivery_grid_us: int = _default("ENGINE_DELIVERY_GRID_US")
     intra_rtt_ms: float = _default("INTRA_RTT_MS")
     inter_rtt_ms: float = _default("INTER_RTT_MS")
     rtt_overrides: tuple = _default("RTT_OVERRIDES")   # ((a, b), rtt_ms) with 1 <= a <= b <= regions, sorted
@@ -234,6 +235,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["tpcc_district"] = knoblib.check("TPCC_DISTRICT", cfg.tpcc_district)
     c["engine_processes"] = knoblib.check("ENGINE_PROCESSES", cfg.engine_processes)
     c["engine_transport"] = knoblib.check("ENGINE_TRANSPORT", cfg.engine_transport)
+    c["engine_delivery_grid_us"] = knoblib.check("ENGINE_DELIVERY_GRID_US", cfg.engine_delivery_grid_us)
     c["intra_rtt_ms"] = knoblib.check("INTRA_RTT_MS", cfg.intra_rtt_ms)
     c["inter_rtt_ms"] = knoblib.check("INTER_RTT_MS", cfg.inter_rtt_ms)
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, M)

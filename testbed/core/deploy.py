@@ -198,7 +198,10 @@ def build_deployment(place=None, **knobs) -> dict:
                    **({"rate_tps": client_rate(float(k["rate"]), k["rate_per"], R, N, C),
                        "max_outstanding": int(k["max_outstanding"])} if k["rate"] is not None else {})},
         "protocols": {k["mode"]: k["protocol_options"]},
-        "runtime": {"transport": k["transport"]},
+        # the delivery grid only when not the engine's default (250 us), so that the file stays what an engine from
+        # before the grid reads
+        "runtime": {"transport": k["transport"],
+                    **({"delivery_grid_us": int(k["delivery_grid_us"])} if k["delivery_grid_us"] != 250 else {})},
         "nodes": nodes,
     }
     if k["faults"]:

@@ -165,6 +165,10 @@ KNOBS = (
     Knob(("FAULT_SPIKE_MS",), 1, 10000, False, "ms",
          "exp 6 'spike': one-way delay added to the target region's cross-region links during the fault",
          default=dict(FAULT_SPIKE_MS=100)),
+    Knob(("delivery_grid_us", "ENGINE_DELIVERY_GRID_US"), 0, 10_000, True, "us",
+         "emulated delays end on a grid of this cell (0: exactly when due): what falls due around one cell end wakes "
+         "an engine process once, each message within half a cell of its time (docs/efficiency.md)",
+         default=dict(delivery_grid_us=250, ENGINE_DELIVERY_GRID_US=250)),
 )
 
 # The knobs that take one of a few words.

@@ -31,7 +31,7 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
         raise ValueError(f"regions={R}: must be in [1, MAX_REGIONS={cfg.max_regions}], the regions deployed")
     j = cfg.jitter_ms if rtt_jitter_ms is None else rtt_jitter_ms
     return dict(regions=R, shards=cfg.shards_per_region, scale=cfg.scale, district=cfg.tpcc_district, processes=cfg.engine_processes,
-                transport=cfg.engine_transport,
+                transport=cfg.engine_transport, delivery_grid_us=cfg.engine_delivery_grid_us,
                 rtt_ms=rtt_matrix(cfg, R),
                 jitter=round(rtt.one_way_jitter(j), 6), duration=cfg.duration_s, warmup=cfg.warmup_s,
                 cooldown=cfg.cooldown_s, faults=cfg.faults, faults_seed=cfg.faults_seed,

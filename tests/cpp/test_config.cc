@@ -232,6 +232,17 @@ TEST(ConfigRuntime, ConnectTimeoutIsParsedAndValidated) {
   expect_error(replace(kBase, "connect_timeout_s: 5", "connect_timeout: 1"), "connect_timeout");
 }
 
+TEST(ConfigRuntime, DeliveryGridIsParsedAndValidated) {
+  EXPECT_EQ(txn::parse_deployment(kBase).runtime.delivery_grid_us, 250);   // the default
+  const std::string base = replace(kBase, "connect_timeout_s: 5", "connect_timeout_s: 5, delivery_grid_us: 0");
+  EXPECT_EQ(txn::parse_deployment(base).runtime.delivery_grid_us, 0);
+  EXPECT_EQ(txn::parse_deployment(replace(base, "delivery_grid_us: 0", "delivery_grid_us: 1000")).runtime.delivery_grid_us,
+            1000);
+  expect_error(replace(base, "delivery_grid_us: 0", "delivery_grid_us: -1"), "runtime.delivery_grid_us");
+  expect_error(replace(base, "delivery_grid_us: 0", "delivery_grid_us: 10001"), "runtime.delivery_grid_us");
+  expect_error(replace(base, "delivery_grid_us: 0", "delivery_grid_us: 2.5"), "runtime.delivery_grid_us");
+}
+
 // Roles and the minimum number of regions come from the registry: a protocol
 // registered here with a 2-member group role and 3 regions at least.
 TEST(Config, RoleRulesComeFromTheRegistry) {

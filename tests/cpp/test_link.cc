@@ -293,6 +293,38 @@ TEST(EventLoop, DeliversInDueOrderAndAnswersProbes) {
   EXPECT_GE(node.timer_at - t0, 30'000);
 }
 
+// runtime.delivery_grid_us: the loop wakes at cell ends only; a message is delivered at the cell end nearest its
+// due time (never more than half a cell early, late by less than half a cell), what falls due around one cell end
+// in one round; a timer never early.
+TEST(EventLoop, DeliveryGridDeliversAtTheNearestCellEndAndTimersNeverEarly) {
+  Deployment d = make_local_deployment("dast", 1, 1, 1, 0);
+  EventLoop loop(d, 0);
+  loop.set_sender([](Envelope&&) {});
+  loop.set_delivery_grid_us(5'000);
+  loop.set_max_sleep_us(1'000'000);   // no other wake-up in the cells (one would deliver what is due by then)
+  Recorder node;                      // its timer: 30 ms after the start
+  const TimeUs t0 = steady_us();
+  const TimeUs cell = loop.on_grid(t0 + 20'000);   // the end of a cell, well ahead
+  ASSERT_EQ(loop.on_grid(cell), cell);
+  ASSERT_EQ(loop.on_grid(cell + 1), cell + 5'000);
+  // three around the cell end cell + 5 ms (late, on time, early), one nearer the next
+  const TimeUs dues[] = {cell + 2'600, cell + 5'000, cell + 7'400, cell + 9'000};
+  std::thread poster([&] {
+    for (int i = 0; i < 4; ++i) loop.post(numbered(1, 0, static_cast<uint64_t>(i)), dues[i]);
+  });
+  loop.run(node, [&] { return (node.seqs.size() == 4 && node.timer_at) || steady_us() > cell + 100'000; });
+  poster.join();
+  ASSERT_EQ(node.seqs, (std::vector<uint64_t>{0, 1, 2, 3}));
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GE(node.at[i], dues[i] - 2'500) << "more than half a cell early";
+    EXPECT_LT(node.at[i], dues[i] + 2'500 + 2'000) << "more than half a cell late";
+  }
+  EXPECT_GE(node.at[0], cell + 5'000) << "not held to its cell's end";
+  EXPECT_LT(node.at[2] - node.at[0], 500) << "one cell end, one round";
+  EXPECT_GE(node.at[3], cell + 10'000);
+  EXPECT_GE(node.timer_at - t0, 30'000) << "a timer early";
+}
+
 // One process, several nodes (docs/efficiency.md): messages between them stay in the process and get the link's
 // delay and per-channel FIFO; messages for other processes go to the sender, flushed once per round.
 namespace {

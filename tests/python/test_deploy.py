@@ -155,3 +155,13 @@ def test_container_processes_run_all_of_a_shards_nodes_and_a_self_test_splits_it
 def test_processes_knob_is_checked():
     with pytest.raises(ValueError, match=r"processes='shared': must be one of container, split, node"):
         build_deployment(processes="shared")
+
+
+def test_delivery_grid_is_written_only_when_not_the_engines_default():
+    # the engine's default is 250 us (src/core/config.h): a file without the key is what an older engine reads
+    assert "delivery_grid_us" not in build_deployment()["runtime"]
+    assert build_deployment(delivery_grid_us=0)["runtime"]["delivery_grid_us"] == 0
+    assert build_deployment(delivery_grid_us=1000)["runtime"]["delivery_grid_us"] == 1000
+    for bad in (-1, 10_001, 2.5):
+        with pytest.raises(ValueError, match=r"delivery_grid_us"):
+            build_deployment(delivery_grid_us=bad)

@@ -79,12 +79,16 @@ def test_summary_of_empty_run(tmp_path):
 
 def test_cpu_shares_busy_and_steal():
     from testbed.runs.lifecycle import cpu_shares, cpu_times
-    # user nice system idle iowait irq softirq steal
-    before, after = [100, 0, 50, 800, 10, 0, 0, 40], [130, 0, 60, 860, 10, 0, 0, 140]
+    # user nice system idle iowait irq softirq steal; 100 ticks of wall clock on 2 CPUs
+    before = {"ticks": [100, 0, 50, 800, 10, 0, 0, 40], "cpus": 2, "wall": 1000.0}
+    after = {"ticks": [130, 0, 60, 860, 10, 0, 0, 140], "cpus": 2, "wall": 1100.0}
     assert cpu_shares(before, after) == {"busy_pct": 20.0, "steal_pct": 50.0}
     assert cpu_shares(None, after) == {} and cpu_shares(after, after) == {}
+    # busy that the ticks did not see (a process waking in step with them): the wall clock's share not idle
+    blind = {"ticks": [100, 0, 50, 950, 10, 0, 0, 40], "cpus": 2, "wall": 1100.0}
+    assert cpu_shares(before, blind) == {"busy_pct": 25.0, "steal_pct": 0.0}
     t = cpu_times()
-    assert t is None or len(t) == 8
+    assert t is None or (len(t["ticks"]) == 8 and t["cpus"] >= 1 and t["wall"] > 0)
 
 
 def test_server_counters_are_summed_over_the_dumps_into_the_summary(tmp_path):
