@@ -47,7 +47,8 @@ def floor_ms(mode: str, cls: int, intra: float, inter: float):
 
 def run_one(mode: str, a, concurrency=None, floor=True) -> dict:
     knobs = dict(name=f"bench-{mode}", mode=mode, duration=a.duration, warmup=3, cooldown=2,
-                 concurrency=concurrency or a.concurrency, workload=a.workload, clients_per_shard=1, processes=a.processes,
+                 concurrency=concurrency or a.concurrency, workload=a.workload, clients_per_shard=1,
+                 processes=a.processes,
                  transport=a.transport, delivery_grid_us=a.delivery_grid_us,
                  protocol_options=a.options.get(mode, {}))
     try:

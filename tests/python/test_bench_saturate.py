@@ -18,8 +18,8 @@ def load_bench():
 
 
 def fake_point(mode, c, busy, verdict="CONSISTENT"):
-    return dict(mode=mode, clients_per_region=2 * c, per_s=100.0 * c, per_cpu_s=1000.0, wakeups_per_txn=10.0, host_busy=busy,
-                irt_p99=11.0, crt_p99=215.0, retries=0.0, given_up=0, verdict=verdict)
+    return dict(mode=mode, clients_per_region=2 * c, per_s=100.0 * c, per_cpu_s=1000.0, wakeups_per_txn=10.0,
+                host_busy=busy, irt_p99=11.0, crt_p99=215.0, retries=0.0, given_up=0, verdict=verdict)
 
 
 def run_saturate(monkeypatch, capsys, points, busy_limit=70.0, max_concurrency=256):
