@@ -89,7 +89,7 @@ void EventLoop::post(Envelope&& m, TimeUs due_us) {
   // Earlier than the loop's wait ends: end it (the eventfd), so the loop waits again, until this one is due. From
   // the loop's own thread (a transport on its reactor) there is nothing to end: the loop looks at its inbox as soon
   // as the handler that posted returns.
-  const TimeUs at = on_grid(due_us - grid_us_ / 2);
+  const TimeUs at = message_wake(due_us);
   if (sleeping_ && at < armed_ && !(in_run_ && loop_thread_ == std::this_thread::get_id())) {
     armed_ = at;   // one wake is enough until the loop waits again
     reactor_.wake();
@@ -189,7 +189,7 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
       std::lock_guard<std::mutex> g(mu_);
       // The end of the grid cell that holds a message's time less half a cell: it arrives half a cell early at
       // most and late by less, no later on average than without a grid; a timer's, of its own time.
-      if (!inbox_.empty()) wake = std::min(wake, on_grid(inbox_.begin()->first.first - grid_us_ / 2));
+      if (!inbox_.empty()) wake = std::min(wake, message_wake(inbox_.begin()->first.first));
       if (wake < now) wake = now;
       armed_ = wake;
       sleeping_ = true;

@@ -89,7 +89,8 @@ class EventLoop {
   // node's id), so that processes do not all wake at once.
   void set_delivery_grid_us(TimeUs us) {
     grid_us_ = std::max<TimeUs>(0, us);
-    grid_phase_ = grid_us_ > 0 ? static_cast<TimeUs>((uint64_t{local_[0]} * 7919) % static_cast<uint64_t>(grid_us_)) : 0;
+    grid_phase_ = grid_us_ > 0 ? static_cast<TimeUs>(uint64_t{local_[0]} * 7919 % static_cast<uint64_t>(grid_us_))
+                               : 0;
   }
   // The end of the grid cell that holds t (t itself without a grid).
   TimeUs on_grid(TimeUs t) const {
@@ -136,6 +137,8 @@ class EventLoop {
   Reactor reactor_;
   TimeUs max_sleep_us_ = 20'000;
   TimeUs grid_us_ = 0, grid_phase_ = 0;
+  // When the loop wakes for a message due at `due`: the cell end nearest it (see set_delivery_grid_us).
+  TimeUs message_wake(TimeUs due) const { return on_grid(due - grid_us_ / 2); }
   std::vector<int> wake_signals_;
   std::function<void(int)> on_signal_;
   std::mutex mu_;
