@@ -78,6 +78,23 @@ void EventLoop::set_load_start(TimeUs wall) {
   zero_wall_.set(wall);
 }
 
+TimeUs EventLoop::min_incoming_delay_us() const {
+  const LinkModel& m = d_.link;
+  if (m.mechanism != "app") return 0;
+  std::vector<bool> here(d_.regions, false), there(d_.regions, false);
+  for (NodeId n = 0; n < d_.nodes.size(); ++n) (hosts(n) ? here : there)[d_.node(n).region] = true;
+  TimeUs least = INT64_MAX;
+  for (uint32_t a = 0; a < there.size(); ++a) {
+    if (!there[a]) continue;
+    for (uint32_t b = 0; b < here.size(); ++b) {
+      if (!here[b]) continue;
+      // A jittered (cross-region) delay is a normal sample clipped at 0: no bound above 0.
+      least = std::min(least, m.jitter_ms > 0 && a != b ? TimeUs{0} : m.one_way_us(a, b));
+    }
+  }
+  return least == INT64_MAX ? 0 : least;
+}
+
 void EventLoop::wake_on_signals(std::vector<int> sigs, std::function<void(int)> on_signal) {
   wake_signals_ = std::move(sigs);
   on_signal_ = std::move(on_signal);
@@ -120,6 +137,17 @@ void EventLoop::answer_probe(const Envelope& m) {
   route(std::move(r));
 }
 
+TimeUs EventLoop::next_wake() {
+  const TimeUs now = steady_us();
+  TimeUs wake = now + max_sleep_us_;
+  if (!timers_.empty()) wake = std::min(wake, on_grid(std::get<0>(timers_.top())));
+  std::lock_guard<std::mutex> g(mu_);
+  // The end of the grid cell that holds a message's time less half a cell: it arrives half a cell early at most
+  // and late by less, no later on average than without a grid; a timer's, of its own time.
+  if (!inbox_.empty()) wake = std::min(wake, message_wake(inbox_.begin()->first.first));
+  return std::max(wake, now);
+}
+
 void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>& should_stop) {
   if (nodes.size() != local_.size()) throw std::runtime_error("event loop: one node per local id expected");
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->start(*envs_[i]);
@@ -138,7 +166,7 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
       signalfd_siginfo si;
       while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
         if (on_signal_) on_signal_(static_cast<int>(si.ssi_signo));
-    });
+    }, /*control=*/true);
   }
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -157,6 +185,8 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
         inbox_.erase(inbox_.begin());
       }
     }
+    ++rounds_;
+    bool worked = !batch.empty();
     for (auto& m : batch) {
       if (m.has_probe()) {  // RTT self-test: answered by the runtime, not the node
         answer_probe(m);
@@ -177,24 +207,39 @@ void EventLoop::run(const std::vector<Node*>& nodes, const std::function<bool()>
       const uint32_t i = std::get<2>(timers_.top());
       const uint64_t id = std::get<3>(timers_.top());
       timers_.pop();
+      if (!worked) ++timer_rounds_;
+      worked = true;
       nodes[i]->on_timer(*envs_[i], id);
     }
+    if (!worked) ++empty_rounds_;
     if (flusher_) flusher_();   // what this round sent to other processes, one batch per destination
     // Wait (or, with something due already, only look) for the next due message or timer, a socket, a signal:
     // the reactor runs what its descriptors and timers have, then the loop looks at its inbox again.
-    now = steady_us();
-    TimeUs wake = now + max_sleep_us_;
-    if (!timers_.empty()) wake = std::min(wake, on_grid(std::get<0>(timers_.top())));
+    TimeUs wake = next_wake();
+    bool quiet = false;
+    if (quiet_us_ > 0) {
+      // Quiet: what the sockets hold was sent after the last look at them, and is due no earlier than that plus the
+      // least delay into this process; read at this wake-up, it is delivered half a cell late at most.
+      if (wake > reactor_.polled_at() + quiet_us_ && wake <= steady_us() + quiet_us_) {
+        reactor_.wait(0);   // read the sockets now, so that the wait below may leave them
+        wake = next_wake();
+      }
+      quiet = wake <= reactor_.polled_at() + quiet_us_;
+    }
     {
       std::lock_guard<std::mutex> g(mu_);
-      // The end of the grid cell that holds a message's time less half a cell: it arrives half a cell early at
-      // most and late by less, no later on average than without a grid; a timer's, of its own time.
-      if (!inbox_.empty()) wake = std::min(wake, message_wake(inbox_.begin()->first.first));
-      if (wake < now) wake = now;
+      // Under the lock that post() takes: what another thread posted since next_wake() is counted here, what it
+      // posts from now on ends the wait if it is due sooner (the eventfd ends quiet waits too).
+      if (!inbox_.empty()) wake = std::max(std::min(wake, message_wake(inbox_.begin()->first.first)), steady_us());
       armed_ = wake;
       sleeping_ = true;
     }
-    reactor_.wait(wake);
+    if (quiet) {
+      ++quiet_waits_;
+      reactor_.wait_quiet(wake);
+    } else {
+      reactor_.wait(wake);
+    }
   }
   {
     std::lock_guard<std::mutex> g(mu_);

@@ -92,6 +92,18 @@ class EventLoop {
     grid_phase_ = grid_us_ > 0 ? static_cast<TimeUs>(uint64_t{local_[0]} * 7919 % static_cast<uint64_t>(grid_us_))
                                : 0;
   }
+  // Quiet waits (docs/efficiency.md): when the loop's next wake-up is at most `us` after its last look at its
+  // sockets, it sleeps without watching them and reads them when it wakes, since nothing they bring can fall due
+  // sooner: the caller sets `us` to the least emulated delay of a message into this process (min_incoming_delay_us)
+  // plus half a grid cell, and only where every sender stamps its frames with this kernel's steady clock (a
+  // deployment on loopback, tcp transport), as the delay then counts from the sender's write, not from the read.
+  // 0 (the default) turns them off; the loop thread, or before run().
+  void set_quiet_horizon_us(TimeUs us) { quiet_us_ = std::max<TimeUs>(0, us); }
+  TimeUs quiet_horizon_us() const { return quiet_us_; }
+  // The least delay the link model (app) can give a message from a node of another process to one of this
+  // process's: 0 under netem or none, or where a jittered link reaches this process.
+  TimeUs min_incoming_delay_us() const;
+  TimeUs delivery_grid_us() const { return grid_us_; }
   // The end of the grid cell that holds t (t itself without a grid).
   TimeUs on_grid(TimeUs t) const {
     if (grid_us_ <= 0) return t;
@@ -117,12 +129,19 @@ class EventLoop {
   // Messages delivered inside the process, and handed to the sender.
   uint64_t local_messages() const { return local_msgs_; }
   uint64_t remote_messages() const { return remote_msgs_; }
+  // Rounds of the loop (one per wake-up); of them those that delivered no message and fired no timer (a socket's
+  // frames not yet due, a signal, a spurious wake-up), and those that only fired timers; and the quiet waits.
+  uint64_t rounds() const { return rounds_; }
+  uint64_t empty_rounds() const { return empty_rounds_; }
+  uint64_t timer_rounds() const { return timer_rounds_; }
+  uint64_t quiet_waits() const { return quiet_waits_; }
 
  private:
   friend class RealEnv;
   static constexpr uint32_t kNone = UINT32_MAX;
   using Timer = std::tuple<TimeUs, uint64_t, uint32_t, uint64_t>;  // (deadline, seq, node index, id)
   void route(Envelope&& m);   // loop thread: to a local node's inbox, or to the sender
+  TimeUs next_wake();         // loop thread: when the next message or timer is due (on the grid), or max sleep
   void answer_probe(const Envelope& m);
 
   const Deployment& d_;
@@ -137,6 +156,7 @@ class EventLoop {
   Reactor reactor_;
   TimeUs max_sleep_us_ = 20'000;
   TimeUs grid_us_ = 0, grid_phase_ = 0;
+  TimeUs quiet_us_ = 0;
   // When the loop wakes for a message due at `due`: the cell end nearest it (see set_delivery_grid_us).
   TimeUs message_wake(TimeUs due) const { return on_grid(due - grid_us_ / 2); }
   std::vector<int> wake_signals_;
@@ -152,6 +172,7 @@ class EventLoop {
   uint64_t timer_seq_ = 0;
   std::vector<uint64_t> rejected_;   // loop thread only
   uint64_t local_msgs_ = 0, remote_msgs_ = 0;
+  uint64_t rounds_ = 0, empty_rounds_ = 0, timer_rounds_ = 0, quiet_waits_ = 0;
 };
 
 }  // namespace txn::runtime

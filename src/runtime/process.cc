@@ -23,6 +23,7 @@
 #include "core/protocol.h"
 #include "runtime/clock.h"
 #include "runtime/event_loop.h"
+#include "runtime/tcp_transport.h"
 #include "runtime/transport.h"
 
 namespace txn::runtime {
@@ -57,12 +58,11 @@ int64_t wall_us() {
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// This kernel's boot id: processes that report the same one share CLOCK_MONOTONIC ("" when unreadable).
-std::string boot_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
+// Every node on a loopback address: the deployment's processes all run on this host (one kernel, one clock).
+bool on_loopback(const Deployment& d) {
+  return std::all_of(d.nodes.begin(), d.nodes.end(), [](const NodeInfo& n) {
+    return n.host.rfind("127.", 0) == 0 || n.host == "localhost" || n.host == "::1";
+  });
 }
 
 // Adds `fields` (already "k": v, ...) in front of the keys of a JSON object.
@@ -296,6 +296,17 @@ int run(Role role, const char* prog, int argc, char** argv) {
     else g_signal = sig;
   });
   if (d.link.mechanism != "none") loop.set_delivery_grid_us(d.runtime.delivery_grid_us);
+  // Quiet waits: on loopback every process runs on this kernel and stamps its frames with its steady clock, so a
+  // process may leave its sockets unread while nothing they bring can be due (docs/efficiency.md).
+  if (auto* tcp = dynamic_cast<TcpTransport*>(&transport); tcp != nullptr && on_loopback(d)) {
+    if (const TimeUs least = loop.min_incoming_delay_us(); least > 0) {
+      loop.set_quiet_horizon_us(least + loop.delivery_grid_us() / 2);
+      tcp->on_foreign_clock([&loop] {
+        loop.set_quiet_horizon_us(0);
+        loop.env().log("a frame not stamped with this host's clock: sockets are read at once from now on");
+      });
+    }
+  }
   loop.set_max_sleep_us(1'000'000);   // nothing to poll for: the stop comes as a signal, the end as a timer
   const NodeInfo& ep = d.node(transport.self());
   for (const Hosted& h : hosted) std::printf("READY %s %s:%u\n", h.info->name.c_str(), ep.host.c_str(), ep.port);
@@ -314,6 +325,10 @@ int run(Role role, const char* prog, int argc, char** argv) {
     return prepend_fields(f, "\"name\": " + json_string(pname) + ", \"nodes\": " + std::to_string(ids.size()) +
                                  ", \"local_messages\": " + std::to_string(loop.local_messages()) +
                                  ", \"remote_messages\": " + std::to_string(loop.remote_messages()) +
+                                 ", \"rounds\": " + std::to_string(loop.rounds()) +
+                                 ", \"empty_rounds\": " + std::to_string(loop.empty_rounds()) +
+                                 ", \"timer_rounds\": " + std::to_string(loop.timer_rounds()) +
+                                 ", \"quiet_waits\": " + std::to_string(loop.quiet_waits()) +
                                  ", \"writes\": " + std::to_string(transport.writes()) +
                                  ", \"written_messages\": " + std::to_string(transport.written()));
   };

@@ -35,7 +35,8 @@ struct Reactor::Mailbox {
 
 Reactor::Reactor() : box_(std::make_shared<Mailbox>()) {
   ep_ = epoll_create1(EPOLL_CLOEXEC);
-  if (ep_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
+  qep_ = epoll_create1(EPOLL_CLOEXEC);
+  if (ep_ < 0 || qep_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
   box_->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (box_->efd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   const int efd = box_->efd;
@@ -44,7 +45,7 @@ Reactor::Reactor() : box_(std::make_shared<Mailbox>()) {
     if (::read(efd, &n, sizeof n) < 0) { /* nothing to read: a spurious event */ }
     std::lock_guard<std::mutex> g(box_->mu);
     box_->signalled = false;
-  });
+  }, /*control=*/true);
 }
 
 Reactor::~Reactor() {
@@ -54,20 +55,30 @@ Reactor::~Reactor() {
     box_->posted.clear();
   }
   ::close(ep_);
+  ::close(qep_);
 }
 
 namespace {
 uint64_t tag(uint32_t gen, int fd) { return uint64_t{gen} << 32 | static_cast<uint32_t>(fd); }
 }  // namespace
 
-bool Reactor::watch(int fd, uint32_t events, Handler h) {
+bool Reactor::watch(int fd, uint32_t events, Handler h, bool control) {
   const uint32_t gen = ++gen_;
   epoll_event ev{};
   ev.events = events;
   ev.data.u64 = tag(gen, fd);
-  const bool known = watches_.count(fd) != 0;
+  auto it = watches_.find(fd);
+  const bool known = it != watches_.end();
+  const bool was_control = known && it->second->control;
   if (epoll_ctl(ep_, known ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) return false;
-  watches_[fd] = std::make_shared<Watch>(Watch{gen, std::move(h)});
+  if (control && epoll_ctl(qep_, was_control ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const int e = errno;
+    if (!known) epoll_ctl(ep_, EPOLL_CTL_DEL, fd, &ev);
+    errno = e;
+    return false;
+  }
+  if (!control && was_control) epoll_ctl(qep_, EPOLL_CTL_DEL, fd, &ev);
+  watches_[fd] = std::make_shared<Watch>(Watch{gen, std::move(h), control});
   return true;
 }
 
@@ -78,12 +89,17 @@ void Reactor::change(int fd, uint32_t events) {
   ev.events = events;
   ev.data.u64 = tag(it->second->gen, fd);
   epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+  if (it->second->control) epoll_ctl(qep_, EPOLL_CTL_MOD, fd, &ev);
 }
 
 void Reactor::forget(int fd) {
-  if (watches_.erase(fd) == 0) return;
+  auto it = watches_.find(fd);
+  if (it == watches_.end()) return;
+  const bool control = it->second->control;
+  watches_.erase(it);
   epoll_event ev{};
   epoll_ctl(ep_, EPOLL_CTL_DEL, fd, &ev);
+  if (control) epoll_ctl(qep_, EPOLL_CTL_DEL, fd, &ev);
 }
 
 uint64_t Reactor::at(TimeUs at_us, std::function<void()> f) {
@@ -123,7 +139,7 @@ void Reactor::drain_box() {
   for (auto& f : work) f();
 }
 
-int Reactor::wait(TimeUs deadline_us) {
+int Reactor::run_ready(int ep, TimeUs until) {
   // Timeouts as exact as the kernel's hrtimers allow: the thread's default slack (50 us) would make every emulated
   // delay late by up to that much; with 1 ns, a wait's slack is a thousandth of its length (select's rule).
   thread_local bool slack_set = false;
@@ -131,17 +147,17 @@ int Reactor::wait(TimeUs deadline_us) {
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     slack_set = true;
   }
-  // Posted work needs no look here: a post leaves the eventfd readable until drain_box() has taken it.
-  const TimeUs until = std::min(deadline_us, next_timer());
-  TimeUs now = steady_us();
+  const TimeUs now = steady_us();
   timespec ts{0, 0};
   if (until > now) {
     const TimeUs d = until - now;
     ts.tv_sec = d / 1'000'000;
     ts.tv_nsec = (d % 1'000'000) * 1000;
+  } else if (ep == ep_) {
+    polled_at_ = now;   // a look at every fd, without waiting
   }
   epoll_event evs[64];
-  const int n = epoll_pwait2(ep_, evs, 64, until == kForever ? nullptr : &ts, nullptr);
+  const int n = epoll_pwait2(ep, evs, 64, until == kForever ? nullptr : &ts, nullptr);
   int ran = 0;
   for (int i = 0; i < n; ++i) {
     const int fd = static_cast<int>(evs[i].data.u64 & 0xffffffffu);
@@ -152,7 +168,12 @@ int Reactor::wait(TimeUs deadline_us) {
     w->h(evs[i].events);
     ++ran;
   }
-  now = steady_us();
+  return ran;
+}
+
+int Reactor::run_timers_and_posts() {
+  int ran = 0;
+  const TimeUs now = steady_us();
   while (!timers_.empty() && std::get<0>(timers_.top()) <= now) {
     const uint64_t id = std::get<1>(timers_.top());
     timers_.pop();
@@ -165,6 +186,18 @@ int Reactor::wait(TimeUs deadline_us) {
   }
   drain_box();
   return ran;
+}
+
+int Reactor::wait(TimeUs deadline_us) {
+  // Posted work needs no look here: a post leaves the eventfd readable until drain_box() has taken it.
+  const int ran = run_ready(ep_, std::min(deadline_us, next_timer()));
+  return ran + run_timers_and_posts();
+}
+
+int Reactor::wait_quiet(TimeUs deadline_us) {
+  int ran = run_ready(qep_, std::min(deadline_us, next_timer()));
+  ran += run_ready(ep_, 0);
+  return ran + run_timers_and_posts();
 }
 
 }  // namespace txn::runtime

@@ -9,10 +9,12 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "runtime/clock.h"
@@ -51,6 +53,34 @@ bool numeric(const std::string& host, uint16_t port, Addr* out) {
   return false;
 }
 
+// The Unix socket a process listens on beside its TCP port, in the abstract namespace of its network namespace
+// (nothing on disk): a sender whose destination is on loopback connects there first, as a Unix socket costs the
+// kernel a fraction of loopback TCP's path (no TCP/IP stack, no netfilter, no softirq).
+Addr local_addr(uint16_t port) {
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  const std::string name = "edge-txn:" + std::to_string(port);
+  std::memcpy(un.sun_path + 1, name.data(), name.size());   // sun_path[0] == 0: abstract
+  const size_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
+  return {AF_UNIX, std::string(reinterpret_cast<const char*>(&un), len)};
+}
+
+bool loopback(const Addr& a) {
+  if (a.first == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(a.second.data())->sin_addr.s_addr) >> 24) == 127;
+  if (a.first != AF_INET6) return false;
+  return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a.second.data())->sin6_addr);
+}
+
+// A destination's addresses to try in turn: its Unix socket first when it is on loopback (this host, this network
+// namespace) and the kernel does not shape the links (netem's qdiscs see IP packets only), then what its host name
+// gives.
+std::vector<Addr> with_local(std::vector<Addr> addrs, uint16_t port, const LinkModel& link) {
+  if (link.mechanism != "netem" && std::any_of(addrs.begin(), addrs.end(), loopback))
+    addrs.insert(addrs.begin(), local_addr(port));
+  return addrs;
+}
+
 // getaddrinfo (blocking: called on a thread of its own), IPv4 first.
 std::vector<Addr> resolve(const std::string& host, uint16_t port) {
   addrinfo hints{};
@@ -79,6 +109,8 @@ std::string peer_name(const sockaddr_storage& sa) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&sa);
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
     port = ntohs(a->sin6_port);
+  } else if (sa.ss_family == AF_UNIX) {
+    return "a process on this host (Unix socket)";
   }
   return std::string(host) + ":" + std::to_string(port);
 }
@@ -138,10 +170,11 @@ TcpTransport::~TcpTransport() {
 
 void TcpTransport::close_all() {
   stop_ = true;
-  if (listen_fd_ >= 0) {
-    r_.forget(listen_fd_);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
+  for (int* fd : {&listen_fd_, &local_fd_}) {
+    if (*fd < 0) continue;
+    r_.forget(*fd);
+    ::close(*fd);
+    *fd = -1;
   }
   if (watch_timer_) r_.cancel(watch_timer_);
   watch_timer_ = 0;
@@ -190,9 +223,31 @@ bool TcpTransport::listen(std::string* err) {
     return fail("bind");
   if (::listen(fd, SOMAXCONN) != 0) return fail("listen");
   listen_fd_ = fd;
-  if (!r_.watch(fd, EPOLLIN, [this](uint32_t) { on_accept(); })) {
+  if (!r_.watch(fd, EPOLLIN, [this](uint32_t) { on_accept(listen_fd_); })) {
     listen_fd_ = -1;
     return fail("epoll");
+  }
+  // Beside it, the Unix socket that senders on this host use (local_addr). The TCP port is ours, so the name is
+  // too, unless a process that held the port lingers with it: then no sender must reach that one by mistake.
+  const Addr un = local_addr(me.port);
+  const int ufd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const std::string uwhere = "@edge-txn:" + std::to_string(me.port);
+  auto ufail = [&](const char* what) {
+    *err = "cannot listen on Unix socket " + uwhere + " (beside " + where + "): " + what + ": " + std::strerror(errno);
+    if (ufd >= 0) ::close(ufd);
+    r_.forget(listen_fd_);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return false;
+  };
+  if (ufd < 0) return ufail("socket");
+  if (::bind(ufd, reinterpret_cast<const sockaddr*>(un.second.data()), static_cast<socklen_t>(un.second.size())) != 0)
+    return ufail("bind");
+  if (::listen(ufd, SOMAXCONN) != 0) return ufail("listen");
+  local_fd_ = ufd;
+  if (!r_.watch(ufd, EPOLLIN, [this](uint32_t) { on_accept(local_fd_); })) {
+    local_fd_ = -1;
+    return ufail("epoll");
   }
   watch();
   if (own_) {
@@ -244,14 +299,16 @@ void TcpTransport::flush_dirty() {
   if (dirty_.empty()) dirty_.swap(ps);
 }
 
-std::string TcpTransport::frame(const std::vector<Envelope>& msgs) {
+std::string TcpTransport::frame(const std::vector<Envelope>& msgs, TimeUs sent_steady_us, uint64_t domain) {
   // A Batch written field by field: each message as field 1 (length-delimited), so nothing is copied into a
-  // Batch first.
+  // Batch first; then the stamp, fields 2 (varint) and 3 (fixed64), when given.
   size_t body = 0;
   for (const auto& m : msgs) {
     const size_t n = m.ByteSizeLong();
     body += 1 + CodedOutputStream::VarintSize32(static_cast<uint32_t>(n)) + n;
   }
+  const bool stamped = sent_steady_us > 0 && domain != 0;
+  if (stamped) body += 1 + CodedOutputStream::VarintSize64(static_cast<uint64_t>(sent_steady_us)) + 1 + 8;
   std::string f(4 + body, '\0');
   auto* q = reinterpret_cast<uint8_t*>(f.data());
   q[0] = static_cast<uint8_t>(body >> 24);
@@ -263,6 +320,12 @@ std::string TcpTransport::frame(const std::vector<Envelope>& msgs) {
     *q++ = 0x0a;   // field 1, wire type 2
     q = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(m.GetCachedSize()), q);
     q = m.SerializeWithCachedSizesToArray(q);
+  }
+  if (stamped) {
+    *q++ = 0x10;   // field 2, varint
+    q = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(sent_steady_us), q);
+    *q++ = 0x19;   // field 3, fixed64
+    q = CodedOutputStream::WriteLittleEndian64ToArray(domain, q);
   }
   return f;
 }
@@ -284,7 +347,7 @@ void TcpTransport::write(Peer& p) {
   for (;;) {
     if (p.out.empty()) {
       if (p.pending.empty()) return;
-      p.out = frame(p.pending);
+      p.out = frame(p.pending, steady_us(), clock_domain());
       p.out_off = 0;
       p.out_msgs = p.pending.size();
       p.counted = false;
@@ -353,7 +416,7 @@ void TcpTransport::connect(Peer& p) {
   p.next_addr = 0;
   Addr a;
   if (numeric(n.host, n.port, &a)) {   // an address: no resolver
-    p.addrs = {a};
+    p.addrs = with_local({a}, n.port, d_.link);
     start_connect(p);
     return;
   }
@@ -361,8 +424,8 @@ void TcpTransport::connect(Peer& p) {
   // the answer handed back to this reactor.
   p.state = Peer::State::kResolving;
   const uint64_t attempt = ++p.attempt;
-  std::thread([box = r_.mailbox(), a = alive_, this, &p, attempt, host = n.host, port = n.port] {
-    std::vector<Addr> addrs = resolve(host, port);
+  std::thread([box = r_.mailbox(), a = alive_, this, &p, attempt, host = n.host, port = n.port, link = d_.link] {
+    std::vector<Addr> addrs = with_local(resolve(host, port), port, link);
     Reactor::post(box, [a, this, &p, attempt, addrs = std::move(addrs)] {
       if (!*a || stop_ || p.attempt != attempt || p.state != Peer::State::kResolving) return;
       p.state = Peer::State::kIdle;
@@ -472,11 +535,11 @@ void TcpTransport::give_up(Peer& p) {
   unreachable(p.to, lost);   // fatal, unless a client's or draining
 }
 
-void TcpTransport::on_accept() {
+void TcpTransport::on_accept(int lfd) {
   for (;;) {
     sockaddr_storage sa{};
     socklen_t len = sizeof sa;
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;   // none waiting (or out of descriptors: the connection waits in the backlog)
@@ -543,7 +606,14 @@ bool TcpTransport::take_frames(InConn& c) {
       malformed(c.peer, "a frame of " + std::to_string(len) + " bytes that is no txn.Batch; closing its connection");
       return false;
     }
-    for (auto& m : *c.batch.mutable_msgs()) on_incoming(std::move(m), c.peer);
+    // A frame from a process on this kernel counts its messages' delay from its write (the stamp).
+    const bool ours = c.batch.clock_domain() != 0 && c.batch.clock_domain() == clock_domain();
+    if (!ours && !foreign_clock_) {
+      foreign_clock_ = true;
+      if (on_foreign_clock_) on_foreign_clock_();
+    }
+    const TimeUs sent = ours ? c.batch.sent_steady_us() : 0;
+    for (auto& m : *c.batch.mutable_msgs()) on_incoming(std::move(m), c.peer, sent);
     at += 4 + len;
   }
   if (at > 0) {

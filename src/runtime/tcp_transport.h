@@ -2,9 +2,14 @@
 // envelopes between processes as frames on plain TCP sockets, non-blocking, on a Reactor (epoll).
 //
 // Wire format: a frame is a 4-byte big-endian length and that many bytes of a
-// serialized txn.Batch (envelope.proto), at most 64 MiB. A connection carries
+// serialized txn.Batch (envelope.proto), at most 64 MiB, stamped with the
+// sender's steady clock at its write and that clock's domain (the kernel's boot
+// id, hashed): a receiver on the same kernel counts the link's delay from the
+// stamp (docs/efficiency.md, quiet waits). A connection carries
 // frames one way only: each process opens one connection to every process it
-// sends to and accepts the connections of those that send to it. The sender
+// sends to and accepts the connections of those that send to it. Beside its TCP
+// port a process listens on a Unix socket (abstract, `@edge-txn:<port>`); a
+// sender whose destination is on loopback connects there first (then to TCP). The sender
 // never reads from its connection except to notice that it ended.
 //
 // Outbound, per destination process: messages wait in `pending`; one write is
@@ -22,6 +27,7 @@
 // thread.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,8 +50,12 @@ class TcpTransport final : public Transport {
   void enqueue(Envelope msg) override;
   void flush() override;
 
-  // The frame that carries `msgs` (tests and tools write frames with it too).
-  static std::string frame(const std::vector<Envelope>& msgs);
+  // The frame that carries `msgs` (tests and tools write frames with it too), stamped with the sender's steady
+  // clock and its domain (clock_domain()) when they are given.
+  static std::string frame(const std::vector<Envelope>& msgs, TimeUs sent_steady_us = 0, uint64_t domain = 0);
+  // Called (on the reactor's thread) the first time a frame comes without this process's clock domain: from a
+  // process on another kernel, or from one that stamps nothing; its messages count their delay from arrival.
+  void on_foreign_clock(std::function<void()> f) { on_foreign_clock_ = std::move(f); }
 
   struct Peer;
   struct InConn;
@@ -62,7 +72,7 @@ class TcpTransport final : public Transport {
   void broke(Peer& p);
   void close_peer(Peer& p);
   void retry_later(Peer& p);
-  void on_accept();
+  void on_accept(int listening_fd);
   void on_readable(InConn& c);
   void close_in(int fd);
   bool take_frames(InConn& c);   // false: the connection sent garbage and is closed
@@ -75,12 +85,15 @@ class TcpTransport final : public Transport {
   std::unique_ptr<Reactor> own_;               // without a reactor given: ours, run by thread_
   Reactor& r_;
   int listen_fd_ = -1;
+  int local_fd_ = -1;                          // the Unix socket beside it, for senders on this host
   std::shared_ptr<bool> alive_;   // false once destroyed: work still posted (a resolver's answer) does nothing
   std::vector<std::unique_ptr<Peer>> peers_;   // by endpoint node id, created lazily
   std::vector<Peer*> dirty_;                   // queued to since the last flush
   std::unordered_map<int, std::unique_ptr<InConn>> ins_;   // by fd
   uint64_t watch_timer_ = 0;
   bool stop_ = false;
+  bool foreign_clock_ = false;                 // a frame came without our clock domain
+  std::function<void()> on_foreign_clock_;
   std::atomic<bool> run_{false};
   std::thread thread_;                         // without a reactor given: the one that runs ours
 };

@@ -80,7 +80,7 @@ void Transport::malformed(const std::string& peer, const std::string& why) {
   log_("bad message from " + peer + ": " + why);
 }
 
-void Transport::on_incoming(Envelope&& m, const std::string& peer) {
+void Transport::on_incoming(Envelope&& m, const std::string& peer, TimeUs sent_steady_us) {
   std::string why;
   if (m.from() >= d_.nodes.size()) why = "unknown sender id " + std::to_string(m.from());
   else if (m.to() >= d_.nodes.size()) why = "unknown destination id " + std::to_string(m.to());
@@ -92,10 +92,12 @@ void Transport::on_incoming(Envelope&& m, const std::string& peer) {
   }
   TimeUs due;
   {
-    // The link emulator's delay for this channel, counted from arrival; per
-    // channel the due times never decrease (FIFO, as one TCP stream delivers).
+    // The link emulator's delay for this channel, counted from the sender's write where this process reads the
+    // same clock, else from arrival; per channel the due times never decrease (FIFO, as one TCP stream delivers).
+    const TimeUs now = steady_us();
+    const TimeUs from = sent_steady_us > 0 && sent_steady_us < now ? sent_steady_us : now;
     std::lock_guard<std::mutex> g(in_mu_);
-    due = in_.due(d_, m.from(), m.to(), steady_us(), rng_);
+    due = in_.due(d_, m.from(), m.to(), from, rng_);
   }
   deliver_(std::move(m), due);
 }

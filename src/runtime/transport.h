@@ -4,8 +4,9 @@
 // connection, in batches. The receiver applies the link emulation: each
 // incoming message is handed to `deliver` with the time it is due (the
 // (source region, destination region) one-way delay plus jitter, every channel
-// FIFO), and the event loop holds it until then. The message crosses the
-// socket at once.
+// FIFO, counted from the sender's write when the batch carries this kernel's
+// steady clock, else from arrival), and the event loop holds it until then.
+// The message crosses the socket at once.
 //
 // Two implementations, chosen by the deployment's runtime.transport:
 //   tcp  (default) length-prefixed txn.Batch frames on plain TCP sockets, run
@@ -64,8 +65,10 @@ class Transport {
   void use_faults(const FaultAnchor* zero);
 
   // Incoming envelope (from a peer, or sent to ourselves): validated and
-  // delivered with its due time. Public for tests.
-  void on_incoming(Envelope&& m, const std::string& peer);
+  // delivered with its due time, the link's delay counted from `sent_steady_us` (the sender's write, on this
+  // process's steady clock: a peer on the same kernel) or, when that is 0 or in the future, from now. Public for
+  // tests.
+  void on_incoming(Envelope&& m, const std::string& peer, TimeUs sent_steady_us = 0);
   // Incoming bytes that are no envelope batch: counted and logged, as a malformed message.
   void malformed(const std::string& peer, const std::string& why);
   const Deployment& deployment() const { return d_; }

@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <asio.hpp>
 
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <chrono>
 #include <functional>
 #include <cmath>
@@ -520,4 +524,221 @@ TEST(TcpTransport, RunsOnTheEventLoopsThread) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(node.seqs[i], static_cast<uint64_t>(i));
   EXPECT_EQ(deliver_thread, std::this_thread::get_id());
   EXPECT_GE(node.at.front() - t0, 4'000) << "5 ms one way";
+}
+
+// Quiet waits (EventLoop::set_quiet_horizon_us): the least delay into a process is the least the link model gives
+// a node of another process to one of its own, none where a jittered link reaches it or the kernel delays.
+TEST(EventLoop, TheLeastDelayIntoAProcessIsTheLeastLinkDelayFromTheOthers) {
+  Deployment d = make_local_deployment("dast", 2, 1, 1, 0);
+  d.link.rtt_ms = {{2, 60}, {60, 2}};
+  std::vector<NodeId> region0;
+  for (NodeId n = 0; n < d.nodes.size(); ++n)
+    if (d.nodes[n].region == 0) region0.push_back(n);
+  ASSERT_LT(region0.size(), d.nodes.size());
+  EXPECT_EQ(EventLoop(d, region0).min_incoming_delay_us(), 30'000) << "only region 1 sends to it";
+  EXPECT_EQ(EventLoop(d, 0).min_incoming_delay_us(), 1'000) << "its own region's other nodes send to it";
+  d.link.jitter_ms = 1;
+  EXPECT_EQ(EventLoop(d, region0).min_incoming_delay_us(), 0) << "a jittered delay has no bound above 0";
+  d.link.jitter_ms = 0;
+  d.link.mechanism = "netem";
+  EXPECT_EQ(EventLoop(d, 0).min_incoming_delay_us(), 0);
+}
+
+// A frame stamped with this kernel's steady clock (a sender on this host) counts its messages' delay from the
+// stamp; one stamped with another clock, from its arrival, and the transport says so once.
+TEST(TcpTransport, AFrameStampedWithThisKernelsClockCountsItsDelayFromTheStamp) {
+  Deployment d = two_regions(24791, 24792);
+  Inbox ib;
+  TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
+  int foreign = 0;
+  b.on_foreign_clock([&] { ++foreign; });
+  std::string err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  ASSERT_NE(clock_domain(), 0u) << "no boot id";
+  RawConn c(24792);
+  const TimeUs stamp = steady_us() - 7'000;   // written 7 ms ago
+  c.write(TcpTransport::frame({numbered(0, 3, 0), numbered(0, 3, 1)}, stamp, clock_domain()));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 2; }));
+  EXPECT_EQ(ib.due[0], stamp + 30'000) << "60 ms RTT across: 30 ms from the stamp";
+  EXPECT_EQ(ib.due[1], stamp + 30'000);
+  EXPECT_EQ(foreign, 0);
+  for (uint64_t i = 2; i < 4; ++i) {   // another kernel's clock: from arrival
+    c.write(TcpTransport::frame({numbered(0, 3, i)}, stamp, clock_domain() + 1));
+    ASSERT_TRUE(ib.wait([&] { return ib.got.size() == i + 1; }));
+    EXPECT_GE(ib.due[i], ib.arrived[i] + 30'000 - 1'000);
+  }
+  EXPECT_EQ(foreign, 1) << "said once";
+  // A stamp in the future (no clock runs backwards) counts from arrival too.
+  c.write(TcpTransport::frame({numbered(0, 3, 4)}, steady_us() + 1'000'000, clock_domain()));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 5; }));
+  EXPECT_GE(ib.due[4], ib.arrived[4] + 30'000 - 1'000);
+  EXPECT_LT(ib.due[4], ib.arrived[4] + 30'000 + 1'000);
+}
+
+// With quiet waits a loop that has something due soon does not wake for its sockets: it reads them at its own
+// wake-ups (a timer every millisecond here), and what they bring is still delivered on time (the stamps). Without
+// them, each frame between two ticks costs a wake-up of its own.
+namespace {
+class Ticker : public Node {
+ public:
+  void start(Env& env) override { env.set_timer(1, 1'000); }
+  void on_message(Env&, Envelope& m) override {
+    seqs.push_back(m.probe_reply().seq());
+    at.push_back(steady_us());
+  }
+  void on_timer(Env& env, uint64_t) override { env.set_timer(1, 1'000); }
+  std::vector<uint64_t> seqs;
+  std::vector<TimeUs> at;
+};
+
+struct QuietRun {
+  uint64_t rounds = 0, empty = 0, quiet = 0;
+  std::vector<TimeUs> late;   // per message: delivered minus (sent + one-way delay)
+};
+
+QuietRun run_ticker(uint16_t port_a, uint16_t port_b, TimeUs horizon) {
+  Deployment d = two_regions(port_a, port_b);
+  d.link.rtt_ms = {{2, 10}, {10, 2}};   // 0 -> 3: 5 ms
+  EventLoop loop(d, 3);
+  loop.set_quiet_horizon_us(horizon);
+  auto b = make_transport(
+      d, 3, local_options(), [&](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
+      [](const std::string&) {}, &loop.reactor());
+  std::string err;
+  EXPECT_TRUE(b->listen(&err)) << err;
+  Inbox ia;
+  auto a = make_transport(d, 0, local_options(), ia.deliver(), ia.log());
+  EXPECT_TRUE(a->listen(&err)) << err;
+  constexpr int kN = 20;
+  std::vector<TimeUs> sent(kN);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < kN; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(1'300));
+      sent[i] = steady_us();
+      a->send(numbered(0, 3, i));
+    }
+  });
+  Ticker node;
+  const TimeUs t0 = steady_us();
+  loop.run(node, [&] { return node.seqs.size() == kN || steady_us() - t0 > 5'000'000; });
+  sender.join();
+  QuietRun r{loop.rounds(), loop.empty_rounds(), loop.quiet_waits(), {}};
+  EXPECT_EQ(node.seqs.size(), static_cast<size_t>(kN));
+  for (size_t i = 0; i < node.seqs.size(); ++i) {
+    EXPECT_EQ(node.seqs[i], i);
+    r.late.push_back(node.at[i] - (sent[i] + 5'000));
+  }
+  return r;
+}
+}  // namespace
+
+TEST(EventLoop, QuietWaitsReadSocketsAtTheLoopsOwnWakeUpsAndStillDeliverOnTime) {
+  const QuietRun quiet = run_ticker(24801, 24802, 4'000);
+  EXPECT_GT(quiet.quiet, 0u);
+  EXPECT_LE(quiet.empty, 2u) << "woke for sockets though a tick was due within the horizon";
+  for (TimeUs l : quiet.late) {
+    EXPECT_GE(l, -100) << "delivered before the delay from its write";   // the stamp comes just after `sent`
+    EXPECT_LT(l, 4'000) << "held past its time";
+  }
+  const QuietRun plain = run_ticker(24811, 24812, 0);
+  EXPECT_EQ(plain.quiet, 0u);
+  EXPECT_GE(plain.empty, 5u) << "frames between ticks should each have woken the loop";
+}
+
+// A destination on loopback is reached over its Unix socket (@edge-txn:<port>) when it has one, over TCP when not;
+// a process whose Unix socket name is taken does not start (no sender may reach the wrong process).
+namespace {
+int unix_listener(uint16_t port) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  const std::string name = "edge-txn:" + std::to_string(port);
+  std::memcpy(un.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&un), len) != 0 || ::listen(fd, 8) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The first frame a listening socket gets (blocking, up to 5 s): its Batch's messages' sequence numbers.
+std::vector<uint64_t> first_frame(int lfd) {
+  timeval tv{5, 0};
+  setsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const int c = ::accept(lfd, nullptr, nullptr);
+  if (c < 0) return {};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string buf;
+  char chunk[4096];
+  std::vector<uint64_t> seqs;
+  while (true) {
+    if (buf.size() >= 4) {
+      const auto* h = reinterpret_cast<const uint8_t*>(buf.data());
+      const size_t len = size_t{h[0]} << 24 | size_t{h[1]} << 16 | size_t{h[2]} << 8 | h[3];
+      if (buf.size() >= 4 + len) {
+        Batch b;
+        if (b.ParseFromArray(buf.data() + 4, static_cast<int>(len)))
+          for (const auto& m : b.msgs()) seqs.push_back(m.probe_reply().seq());
+        break;
+      }
+    }
+    const ssize_t n = ::recv(c, chunk, sizeof chunk, 0);
+    if (n <= 0) break;
+    buf.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(c);
+  return seqs;
+}
+}  // namespace
+
+TEST(TcpTransport, ADestinationOnLoopbackIsReachedOverItsUnixSocket) {
+  Deployment d = two_regions(24821, 24822);
+  // The destination (s1.0.0, port 24822) as two bare listeners: its Unix socket and its TCP port.
+  const int ufd = unix_listener(24822);
+  ASSERT_GE(ufd, 0);
+  asio::io_context io;
+  asio::ip::tcp::acceptor tcp(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24822));
+  Inbox ia;
+  auto a = make_transport(d, 0, local_options(), ia.deliver(), ia.log());
+  std::string err;
+  ASSERT_TRUE(a->listen(&err)) << err;
+  a->send(numbered(0, 3, 7));
+  EXPECT_EQ(first_frame(ufd), (std::vector<uint64_t>{7})) << "not over the Unix socket";
+  ::close(ufd);
+  // Without one (a process of another build, say), over TCP.
+  Deployment d2 = two_regions(24831, 24832);
+  asio::ip::tcp::acceptor tcp2(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24832));
+  Inbox ib;
+  auto b = make_transport(d2, 0, local_options(), ib.deliver(), ib.log());
+  ASSERT_TRUE(b->listen(&err)) << err;
+  b->send(numbered(0, 3, 8));
+  EXPECT_EQ(first_frame(tcp2.native_handle()), (std::vector<uint64_t>{8})) << "no fallback to TCP";
+  // Under netem, whose qdiscs see IP packets only, over TCP though the Unix socket is there.
+  Deployment d3 = two_regions(24851, 24852);
+  d3.link.mechanism = "netem";
+  const int ufd3 = unix_listener(24852);
+  ASSERT_GE(ufd3, 0);
+  asio::ip::tcp::acceptor tcp3(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24852));
+  Inbox ic;
+  auto c = make_transport(d3, 0, local_options(), ic.deliver(), ic.log());
+  ASSERT_TRUE(c->listen(&err)) << err;
+  c->send(numbered(0, 3, 9));
+  EXPECT_EQ(first_frame(tcp3.native_handle()), (std::vector<uint64_t>{9})) << "netem would not see it";
+  ::close(ufd3);
+}
+
+TEST(TcpTransport, AProcessWhoseUnixSocketNameIsTakenDoesNotStart) {
+  Deployment d = two_regions(24841, 24842);
+  const int ufd = unix_listener(24842);
+  ASSERT_GE(ufd, 0);
+  Inbox ib;
+  TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
+  std::string err;
+  EXPECT_FALSE(b.listen(&err));
+  EXPECT_NE(err.find("@edge-txn:24842"), std::string::npos) << err;
+  ::close(ufd);
+  TcpTransport again(d, {3}, local_options(), ib.deliver(), ib.log());
+  EXPECT_TRUE(again.listen(&err)) << err << " (the TCP port was given back)";
 }

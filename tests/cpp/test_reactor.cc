@@ -88,3 +88,68 @@ TEST(Reactor, PostsFromAnotherThreadEndAWaitAndRunOnTheReactorsThread) {
   Reactor::post(box, [&] { late = true; });   // nobody runs it, and nothing breaks
   EXPECT_FALSE(late);
 }
+
+// A quiet wait ends at its deadline, a control fd or a post, never at another fd; then it looks at every fd once,
+// without waiting, and polled_at() is the time of that look.
+TEST(Reactor, AQuietWaitLeavesSocketsUntilItEndsThenReadsThem) {
+  Reactor r;
+  int sock[2], ctl[2];
+  ASSERT_EQ(pipe(sock), 0);
+  ASSERT_EQ(pipe(ctl), 0);
+  std::vector<TimeUs> read_at;
+  ASSERT_TRUE(r.watch(sock[0], EPOLLIN, [&](uint32_t) {
+    char c;
+    ASSERT_EQ(read(sock[0], &c, 1), 1);
+    read_at.push_back(steady_us());
+  }));
+  int controls = 0;
+  ASSERT_TRUE(r.watch(ctl[0], EPOLLIN, [&](uint32_t) {
+    char c;
+    ASSERT_EQ(read(ctl[0], &c, 1), 1);
+    ++controls;
+  }, /*control=*/true));
+  ASSERT_EQ(write(sock[1], "a", 1), 1);
+  TimeUs t0 = steady_us();
+  EXPECT_EQ(r.wait_quiet(t0 + 20'000), 1);
+  const TimeUs t1 = steady_us();
+  EXPECT_GE(t1 - t0, 20'000) << "a readable socket ended a quiet wait";
+  ASSERT_EQ(read_at.size(), 1u);
+  EXPECT_GE(read_at[0] - t0, 20'000) << "read before the wait ended";
+  EXPECT_GE(r.polled_at(), t0 + 20'000);
+  EXPECT_LE(r.polled_at(), read_at[0]);
+  // A control fd written from another thread ends it early.
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(write(ctl[1], "b", 1), 1);
+  });
+  t0 = steady_us();
+  r.wait_quiet(t0 + 2'000'000);
+  other.join();
+  EXPECT_EQ(controls, 1);
+  EXPECT_LT(steady_us() - t0, 1'000'000) << "a control fd did not end the quiet wait";
+  // A plain wait ends at the socket; a wait that does not wait moves polled_at, a blocking one does not.
+  ASSERT_EQ(write(sock[1], "c", 1), 1);
+  t0 = steady_us();
+  EXPECT_EQ(r.wait(t0 + 2'000'000), 1);
+  EXPECT_LT(steady_us() - t0, 1'000'000);
+  EXPECT_LT(r.polled_at(), t0);
+  EXPECT_EQ(r.wait(0), 0);
+  EXPECT_GE(r.polled_at(), t0);
+  // A socket re-watched as control ends quiet waits too; forgotten, it is in neither set.
+  ASSERT_TRUE(r.watch(sock[0], EPOLLIN, [&](uint32_t) {
+    char c;
+    ASSERT_EQ(read(sock[0], &c, 1), 1);
+    read_at.push_back(steady_us());
+  }, /*control=*/true));
+  ASSERT_EQ(write(sock[1], "d", 1), 1);
+  t0 = steady_us();
+  r.wait_quiet(t0 + 2'000'000);
+  EXPECT_LT(steady_us() - t0, 1'000'000);
+  EXPECT_EQ(read_at.size(), 3u);
+  r.forget(sock[0]);
+  ASSERT_EQ(write(sock[1], "e", 1), 1);
+  t0 = steady_us();
+  EXPECT_EQ(r.wait_quiet(t0 + 10'000), 0);
+  EXPECT_EQ(read_at.size(), 3u);
+  for (int fd : {sock[0], sock[1], ctl[0], ctl[1]}) close(fd);
+}
