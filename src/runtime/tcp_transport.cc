@@ -202,6 +202,26 @@ void TcpTransport::on_io(F&& f) {
   });
 }
 
+namespace {
+// A listening socket on `a` (non-blocking), or -1 with what failed in *why.
+int listening(const Addr& a, std::string* why) {
+  const int fd = ::socket(a.first, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const char* what = "socket";
+  if (fd >= 0) {
+    const int one = 1;
+    if (a.first != AF_UNIX) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    what = "bind";
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(a.second.data()), static_cast<socklen_t>(a.second.size())) == 0) {
+      what = "listen";
+      if (::listen(fd, SOMAXCONN) == 0) return fd;
+    }
+  }
+  *why = std::string(what) + ": " + std::strerror(errno);
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+}  // namespace
+
 bool TcpTransport::listen(std::string* err) {
   const auto& me = d_.node(self_);
   const std::string where = o_.bind_host + ":" + std::to_string(me.port);
@@ -210,44 +230,27 @@ bool TcpTransport::listen(std::string* err) {
     *err = "cannot listen on " + where + ": bad address";
     return false;
   }
-  const int fd = ::socket(a.first, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  auto fail = [&](const char* what) {
-    *err = "cannot listen on " + where + ": " + what + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+  std::string why;
+  // Beside the TCP port, the Unix socket that senders on this host use (local_addr). The TCP port is ours, so the
+  // name is too, unless a process that held the port lingers with it: then no sender must reach that one by mistake.
+  const int fd = listening(a, &why);
+  const int ufd = fd < 0 ? -1 : listening(local_addr(me.port), &why);
+  if (fd >= 0 && ufd >= 0 && r_.watch(fd, EPOLLIN, [this](uint32_t) { on_accept(listen_fd_); }) &&
+      r_.watch(ufd, EPOLLIN, [this](uint32_t) { on_accept(local_fd_); })) {
+    listen_fd_ = fd;
+    local_fd_ = ufd;
+  } else {
+    const bool unix_socket = fd >= 0 && ufd < 0;
+    if (fd >= 0 && ufd >= 0) why = std::string("epoll: ") + std::strerror(errno);
+    *err = unix_socket ? "cannot listen on Unix socket @edge-txn:" + std::to_string(me.port) + " (beside " + where +
+                             "): " + why
+                       : "cannot listen on " + where + ": " + why;
+    for (int f : {fd, ufd}) {
+      if (f < 0) continue;
+      r_.forget(f);
+      ::close(f);
+    }
     return false;
-  };
-  if (fd < 0) return fail("socket");
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(a.second.data()), static_cast<socklen_t>(a.second.size())) != 0)
-    return fail("bind");
-  if (::listen(fd, SOMAXCONN) != 0) return fail("listen");
-  listen_fd_ = fd;
-  if (!r_.watch(fd, EPOLLIN, [this](uint32_t) { on_accept(listen_fd_); })) {
-    listen_fd_ = -1;
-    return fail("epoll");
-  }
-  // Beside it, the Unix socket that senders on this host use (local_addr). The TCP port is ours, so the name is
-  // too, unless a process that held the port lingers with it: then no sender must reach that one by mistake.
-  const Addr un = local_addr(me.port);
-  const int ufd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const std::string uwhere = "@edge-txn:" + std::to_string(me.port);
-  auto ufail = [&](const char* what) {
-    *err = "cannot listen on Unix socket " + uwhere + " (beside " + where + "): " + what + ": " + std::strerror(errno);
-    if (ufd >= 0) ::close(ufd);
-    r_.forget(listen_fd_);
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    return false;
-  };
-  if (ufd < 0) return ufail("socket");
-  if (::bind(ufd, reinterpret_cast<const sockaddr*>(un.second.data()), static_cast<socklen_t>(un.second.size())) != 0)
-    return ufail("bind");
-  if (::listen(ufd, SOMAXCONN) != 0) return ufail("listen");
-  local_fd_ = ufd;
-  if (!r_.watch(ufd, EPOLLIN, [this](uint32_t) { on_accept(local_fd_); })) {
-    local_fd_ = -1;
-    return ufail("epoll");
   }
   watch();
   if (own_) {

@@ -739,6 +739,17 @@ TEST(TcpTransport, AProcessWhoseUnixSocketNameIsTakenDoesNotStart) {
   EXPECT_FALSE(b.listen(&err));
   EXPECT_NE(err.find("@edge-txn:24842"), std::string::npos) << err;
   ::close(ufd);
-  TcpTransport again(d, {3}, local_options(), ib.deliver(), ib.log());
-  EXPECT_TRUE(again.listen(&err)) << err << " (the TCP port was given back)";
+  {
+    TcpTransport again(d, {3}, local_options(), ib.deliver(), ib.log());
+    EXPECT_TRUE(again.listen(&err)) << err << " (the TCP port was given back)";
+  }
+  // Its TCP port taken: that is named, and its Unix socket is not left bound.
+  asio::io_context io;
+  asio::ip::tcp::acceptor taken(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24842));
+  TcpTransport busy(d, {3}, local_options(), ib.deliver(), ib.log());
+  EXPECT_FALSE(busy.listen(&err));
+  EXPECT_NE(err.find("cannot listen on 127.0.0.1:24842: bind"), std::string::npos) << err;
+  const int again_ufd = unix_listener(24842);
+  EXPECT_GE(again_ufd, 0) << "the Unix socket name stayed taken";
+  if (again_ufd >= 0) ::close(again_ufd);
 }
