@@ -59,7 +59,7 @@ bool numeric(const std::string& host, uint16_t port, Addr* out) {
 Addr local_addr(uint16_t port) {
   sockaddr_un un{};
   un.sun_family = AF_UNIX;
-  const std::string name = "edge-txn:" + std::to_string(port);
+  const std::string name = TcpTransport::unix_socket_name(port);
   std::memcpy(un.sun_path + 1, name.data(), name.size());   // sun_path[0] == 0: abstract
   const size_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
   return {AF_UNIX, std::string(reinterpret_cast<const char*>(&un), len)};
@@ -75,8 +75,8 @@ bool loopback(const Addr& a) {
 // A destination's addresses to try in turn: its Unix socket first when it is on loopback (this host, this network
 // namespace) and the kernel does not shape the links (netem's qdiscs see IP packets only), then what its host name
 // gives.
-std::vector<Addr> with_local(std::vector<Addr> addrs, uint16_t port, const LinkModel& link) {
-  if (link.mechanism != "netem" && std::any_of(addrs.begin(), addrs.end(), loopback))
+std::vector<Addr> with_local(std::vector<Addr> addrs, uint16_t port, bool netem) {
+  if (!netem && std::any_of(addrs.begin(), addrs.end(), loopback))
     addrs.insert(addrs.begin(), local_addr(port));
   return addrs;
 }
@@ -242,9 +242,9 @@ bool TcpTransport::listen(std::string* err) {
   } else {
     const bool unix_socket = fd >= 0 && ufd < 0;
     if (fd >= 0 && ufd >= 0) why = std::string("epoll: ") + std::strerror(errno);
-    *err = unix_socket ? "cannot listen on Unix socket @edge-txn:" + std::to_string(me.port) + " (beside " + where +
-                             "): " + why
-                       : "cannot listen on " + where + ": " + why;
+    *err = unix_socket
+               ? "cannot listen on Unix socket @" + unix_socket_name(me.port) + " (beside " + where + "): " + why
+               : "cannot listen on " + where + ": " + why;
     for (int f : {fd, ufd}) {
       if (f < 0) continue;
       r_.forget(f);
@@ -419,7 +419,7 @@ void TcpTransport::connect(Peer& p) {
   p.next_addr = 0;
   Addr a;
   if (numeric(n.host, n.port, &a)) {   // an address: no resolver
-    p.addrs = with_local({a}, n.port, d_.link);
+    p.addrs = with_local({a}, n.port, d_.link.mechanism == "netem");
     start_connect(p);
     return;
   }
@@ -427,8 +427,9 @@ void TcpTransport::connect(Peer& p) {
   // the answer handed back to this reactor.
   p.state = Peer::State::kResolving;
   const uint64_t attempt = ++p.attempt;
-  std::thread([box = r_.mailbox(), a = alive_, this, &p, attempt, host = n.host, port = n.port, link = d_.link] {
-    std::vector<Addr> addrs = with_local(resolve(host, port), port, link);
+  std::thread([box = r_.mailbox(), a = alive_, this, &p, attempt, host = n.host, port = n.port,
+               netem = d_.link.mechanism == "netem"] {
+    std::vector<Addr> addrs = with_local(resolve(host, port), port, netem);
     Reactor::post(box, [a, this, &p, attempt, addrs = std::move(addrs)] {
       if (!*a || stop_ || p.attempt != attempt || p.state != Peer::State::kResolving) return;
       p.state = Peer::State::kIdle;

@@ -53,6 +53,9 @@ class TcpTransport final : public Transport {
   // The frame that carries `msgs` (tests and tools write frames with it too), stamped with the sender's steady
   // clock and its domain (clock_domain()) when they are given.
   static std::string frame(const std::vector<Envelope>& msgs, TimeUs sent_steady_us = 0, uint64_t domain = 0);
+  // The name of the Unix socket a process listens on beside TCP port `port`, in the abstract namespace (written
+  // with a leading '@'; the address has a 0 byte there).
+  static std::string unix_socket_name(uint16_t port) { return "edge-txn:" + std::to_string(port); }
   // Called (on the reactor's thread) the first time a frame comes without this process's clock domain: from a
   // process on another kernel, or from one that stamps nothing; its messages count their delay from arrival.
   void on_foreign_clock(std::function<void()> f) { on_foreign_clock_ = std::move(f); }

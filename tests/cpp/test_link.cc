@@ -653,7 +653,7 @@ int unix_listener(uint16_t port) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un un{};
   un.sun_family = AF_UNIX;
-  const std::string name = "edge-txn:" + std::to_string(port);
+  const std::string name = TcpTransport::unix_socket_name(port);
   std::memcpy(un.sun_path + 1, name.data(), name.size());
   const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&un), len) != 0 || ::listen(fd, 8) != 0) {
