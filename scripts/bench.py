@@ -6,7 +6,9 @@ lowest load of exp 1) and prints, per protocol: IRT and CRT p50/p99 beside their
 protocol's own, docs/protocols/<name>.md, in RTTs of this deployment), the abort/retry rate, the transactions
 given up, the engine's committed transactions per CPU second (all server, role and client processes, whole
 run; beside it the floor: the same deployment's protocol and workload code on the simulator, no transport, from
-txn-sim), the host's busy share and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
+txn-sim), the engine processes' wake-ups per committed transaction (beside them txn-sim's count of the wake-ups
+the layout and the protocol need: each process woken only when a message or timer falls due), the host's busy
+share and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
 
 `--saturate` instead raises the load, exp 1's way (coordinators per client process: 1, 2, 4, ...), per protocol
 until the host passes --busy-limit % busy or a point fails, and prints the table of where the host, not the
@@ -83,6 +85,8 @@ def run_one(mode: str, a, concurrency=None, floor=True) -> dict:
                 clients_per_region=d["shards_per_region"] * knobs["concurrency"],
                 host_busy=meta.get("machine_cpu", {}).get("busy_pct"),
                 floor_per_cpu_s=floor.get("txn_per_cpu_s"),
+                floor_wakeups=floor["wakeups"] / floor["committed"] if floor.get("committed") and "wakeups" in floor
+                else None,
                 verdict=r.check["verdict"], counters=s.get("counters", {}), intra=intra, inter=inter,
                 shape=f"{d['regions']} regions x {d['shards_per_region']} shards x 3 replicas, {a.workload}, "
                       f"{knobs['concurrency']} coordinator(s) per client process, shaping {d['link']['mechanism']}, "
@@ -170,7 +174,7 @@ def main() -> int:
         if not (eq and dot and mode and name):
             print(f"bench: --option {o!r}: expected MODE.NAME=VALUE", file=sys.stderr)
             return 2
-        a.options.setdefault(mode, {})[name] = value
+        a.options.setdefault(mode, {})[name] = options.option_value(value)
     built = protocols.load().names()
     modes = [m for m in a.protocols.split(",") if m] or built
     unknown = [m for m in modes + list(a.options) if m not in built]
@@ -190,17 +194,18 @@ def main() -> int:
     if ok:
         print(f"{ok[0]['shape']}; RTT {ok[0]['intra']:g} ms in a region, {ok[0]['inter']:g} ms across")
     head = ["protocol", "IRT p50", "IRT p99", "floor", "CRT p50", "CRT p99", "floor", "retries", "gave up",
-            "txn/CPU s", "floor", "CPU s", "wake-ups/txn", "host %", "verdict"]
+            "txn/CPU s", "floor", "CPU s", "wake-ups/txn", "floor", "host %", "verdict"]
     table = []
     for r in rows:
         if "failed" in r:  # no numbers: the reason goes where the verdict would
-            table.append([r["mode"]] + [""] * 13 + [f"FAILED: {r['failed']}"])
+            table.append([r["mode"]] + [""] * 14 + [f"FAILED: {r['failed']}"])
             continue
         table.append([r["mode"], fmt(r["irt_p50"]), fmt(r["irt_p99"]), fmt(r["irt_floor"]), fmt(r["crt_p50"]),
                       fmt(r["crt_p99"]), fmt(r["crt_floor"]), f"{r['retries']:.3f}", str(r["given_up"]),
                       fmt(r["per_cpu_s"]), fmt(r["floor_per_cpu_s"], ".0f"), f"{r['cpu_s']:.1f}",
-                      fmt(r["wakeups_per_txn"]), fmt(r["host_busy"], ".0f"), r["verdict"]])
-    print(text_table(head, table, left=(0, 14)))
+                      fmt(r["wakeups_per_txn"]), fmt(r["floor_wakeups"]), fmt(r["host_busy"], ".0f"),
+                      r["verdict"]])
+    print(text_table(head, table, left=(0, 15)))
     for r in ok:
         t = TARGETS_MS.get(r["mode"])
         if t:

@@ -11,6 +11,13 @@
 // nodes), "region" (the same region, another container), "cross" (another
 // region). --by-kind also breaks them down by sender kind, receiver kind and
 // message body.
+//
+// Wake-ups: the least number of times the deployment's engine processes would
+// have to wake for the same run -- every process woken exactly when a message
+// or timer of one of its nodes falls due, on the delivery grid (a message at
+// the cell end nearest its time, a timer at the end of its cell, as
+// runtime/event_loop.h has them), never for a frame's arrival: what the layout
+// and the protocol need, beside what the engine spends (engine_wakeups).
 #include <getopt.h>
 #include <sys/resource.h>
 
@@ -92,6 +99,20 @@ int main(int argc, char** argv) {
     if (const auto* f = m.GetDescriptor()->FindFieldByNumber(static_cast<int>(m.body_case())))
       ++kinds[std::string(cls) + " " + kind(a) + "->" + kind(b) + " " + f->name()];
   };
+  // The wake-ups: per process, the last grid cell in which it was counted awake (events come in time order).
+  std::map<std::string, TimeUs> awake_in, message_in;
+  uint64_t wakeups = 0, message_wakeups = 0;   // all; those in which a message falls due
+  const TimeUs grid = std::max<TimeUs>(d.runtime.delivery_grid_us, 0);
+  o.on_event = [&](NodeId node, TimeUs at, bool timer) {
+    const TimeUs cell = grid == 0 ? at : timer ? (at + grid - 1) / grid : (at - grid / 2 + grid - 1) / grid;
+    auto [it, fresh] = awake_in.try_emplace(d.process_of(node), cell);
+    if (fresh || it->second != cell) ++wakeups;
+    it->second = cell;
+    if (timer) return;
+    auto [m, first] = message_in.try_emplace(d.process_of(node), cell);
+    if (first || m->second != cell) ++message_wakeups;
+    m->second = cell;
+  };
   sim::Network net(d, o);
   std::vector<ClientNode*> clients;
   const double cpu0 = cpu_seconds();
@@ -125,26 +146,33 @@ int main(int argc, char** argv) {
   for (const auto& [k, v] : msgs) total += v;
   if (json) {
     std::printf("{\"mode\": \"%s\", \"finished\": %s, \"virtual_s\": %.3f, \"cpu_s\": %.3f, \"wall_s\": %.3f, "
-                "\"committed\": %llu, \"given_up\": %llu, \"txn_per_cpu_s\": %.1f, \"messages\": %llu",
+                "\"committed\": %llu, \"given_up\": %llu, \"txn_per_cpu_s\": %.1f, \"messages\": %llu, "
+                "\"wakeups\": %llu",
                 d.mode.c_str(), done ? "true" : "false", static_cast<double>(net.now()) / 1e6, cpu, wall,
                 static_cast<unsigned long long>(committed), static_cast<unsigned long long>(given_up),
-                cpu > 0 ? static_cast<double>(committed) / cpu : 0.0, static_cast<unsigned long long>(total));
+                cpu > 0 ? static_cast<double>(committed) / cpu : 0.0, static_cast<unsigned long long>(total),
+                static_cast<unsigned long long>(wakeups));
     for (const auto& [k, v] : msgs)
       std::printf(", \"msgs_%s\": %llu, \"bytes_%s\": %llu", k.c_str(), static_cast<unsigned long long>(v),
                   k.c_str(), static_cast<unsigned long long>(bytes[k]));
     std::printf("}\n");
   } else {
     std::printf("%s: %s %.1f virtual s in %.2f CPU s (%.2f wall s): %llu committed, %llu given up, "
-                "%.0f committed txn per CPU s, %.1f messages per committed txn\n",
+                "%.0f committed txn per CPU s, %.1f messages and %.2f wake-ups per committed txn\n",
                 d.mode.c_str(), done ? "finished" : "NOT finished", static_cast<double>(net.now()) / 1e6, cpu, wall,
                 static_cast<unsigned long long>(committed), static_cast<unsigned long long>(given_up),
                 cpu > 0 ? static_cast<double>(committed) / cpu : 0.0,
-                committed ? static_cast<double>(total) / static_cast<double>(committed) : 0.0);
+                committed ? static_cast<double>(total) / static_cast<double>(committed) : 0.0,
+                committed ? static_cast<double>(wakeups) / static_cast<double>(committed) : 0.0);
     for (const auto& [k, v] : msgs)
       std::printf("  %-9s %10llu messages (%.1f per committed txn), %.0f bytes each\n", k.c_str(),
                   static_cast<unsigned long long>(v), committed ? static_cast<double>(v) / committed : 0.0,
                   v ? static_cast<double>(bytes[k]) / static_cast<double>(v) : 0.0);
   }
+  if (by_kind && !json)
+    std::printf("  wake-ups: %.2f per committed txn, %.2f of them for timers alone\n",
+                committed ? static_cast<double>(wakeups) / committed : 0.0,
+                committed ? static_cast<double>(wakeups - message_wakeups) / committed : 0.0);
   if (by_kind && !json)
     for (const auto& [k, v] : kinds) std::printf("    %-50s %.2f per committed txn\n", k.c_str(), committed ? static_cast<double>(v) / committed : 0.0);
   return done ? 0 : 1;

@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <absl/synchronization/mutex.h>
 #include <yaml-cpp/yaml.h>
@@ -83,6 +84,19 @@ std::string process_facts(const Transport& t, uint64_t rejected, bool drain_time
          ", \"malformed_messages\": " + std::to_string(d.malformed) +
          ", \"rejected_messages\": " + std::to_string(rejected) +
          ", \"drain_timed_out\": " + (drain_timed_out ? "true" : "false") + "}";
+}
+
+// The process's own CPU seconds (user + system, all its threads) and the times it gave up the CPU to wait (its
+// voluntary context switches: its wake-ups), so far: what a backend that cannot read its children's rusage (swarm)
+// sums into the run's cpu_seconds and engine_wakeups (testbed/runs/lifecycle.py).
+std::string own_usage_fields() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const double cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+                     static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ", \"cpu_s\": %.6f, \"voluntary_switches\": %ld", cpu, u.ru_nvcsw);
+  return buf;
 }
 
 std::string counters_json(const std::map<std::string, int64_t>& c) {
@@ -330,7 +344,8 @@ int run(Role role, const char* prog, int argc, char** argv) {
                                  ", \"timer_rounds\": " + std::to_string(loop.timer_rounds()) +
                                  ", \"quiet_waits\": " + std::to_string(loop.quiet_waits()) +
                                  ", \"writes\": " + std::to_string(transport.writes()) +
-                                 ", \"written_messages\": " + std::to_string(transport.written()));
+                                 ", \"written_messages\": " + std::to_string(transport.written()) +
+                                 own_usage_fields());
   };
   // A client's outputs, when its process's clients are done (or it is stopped): records, summary, transactions.
   auto write_client_outputs = [&] {

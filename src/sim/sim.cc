@@ -79,6 +79,7 @@ bool Network::step() {
     return true;
   }
   SimEnv& env = *envs_[ev.node];
+  if (o_.on_event) o_.on_event(ev.node, now_, ev.is_timer);
   try {
     if (ev.is_timer) {
       n->second->on_timer(env, ev.timer);

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import yaml
-
 from testbed.analysis.results import format_table
 from testbed.core import deploy as deploylib, lock, options, protocols
 from testbed.core.runtypes import RunError
@@ -71,7 +69,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
     try:
-        knobs["protocol_options"] = option_values(a.protocol_options)
+        knobs["protocol_options"] = options.option_values(a.protocol_options)
         if a.mode is not None:  # a typo is refused here, before a swarm job is handed to the driver
             protocols.check_name(a.mode, f"mode={a.mode!r}")
     except ValueError as e:
@@ -114,22 +112,6 @@ def main(argv=None) -> int:
     if not res.ok:
         print(f"run_local: {res.reason}", file=sys.stderr)
     return 0 if res.ok else 1
-
-
-def option_values(items: list[str]) -> dict:
-    """NAME=VALUE strings -> {name: value}, values read as YAML scalars (true, 3, 0.5, text); the protocol's schema
-    checks them (testbed/core/deploy.py)."""
-    out = {}
-    for item in items:
-        name, eq, text = item.partition("=")
-        if not eq or not name.strip():
-            raise ValueError(f"--protocol-option {item!r}: must be NAME=VALUE")
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            value = text
-        out[name.strip()] = value if isinstance(value, (bool, int, float, str)) else text
-    return out
 
 
 class _no_lock:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import yaml
+
 from testbed.core.knobs import help_of, knob
 
 BACKENDS = ("auto", "local", "swarm")
@@ -71,3 +73,24 @@ def add_open_loop(ap: argparse.ArgumentParser, defaults: dict) -> None:
                          "client process take them (default: none, a closed loop)")
     add_choice(ap, "rate_per", defaults["rate_per"])
     add_knob(ap, "max_outstanding", defaults["max_outstanding"])
+
+
+def option_value(text: str):
+    """A protocol option's value as given on a command line, read as a YAML scalar (true, 3, 0.5, text); the
+    protocol's schema checks it (testbed/core/deploy.py)."""
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (bool, int, float, str)) else text
+
+
+def option_values(items: list[str]) -> dict:
+    """NAME=VALUE strings (--protocol-option) -> {name: value}, each value as option_value reads it."""
+    out = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--protocol-option {item!r}: must be NAME=VALUE")
+        out[name.strip()] = option_value(text)
+    return out

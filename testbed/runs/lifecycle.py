@@ -16,6 +16,7 @@ order of the phases, the waits and their limits, progress, the verdict, and clea
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
@@ -111,6 +112,28 @@ def client_out(node: dict, clients_dir: str) -> list[str]:
     """The engine arguments for where a server process's clients write (none for others)."""
     return ["--client-out", clients_dir] if node.get("clients") else []
 
+
+
+def engine_usage_from_facts(run_dir: Path) -> dict:
+    """{cpu_seconds, engine_wakeups} of a finished run's engine processes from what each said about itself (the
+    `process` facts in servers/*.state.json and clients/*.summary.json: its rusage when it wrote the file, docs/
+    checker.md), each process counted once, by its last (largest) word; {} when a file is unreadable or a process
+    said nothing (an engine from before the facts carried it)."""
+    last: dict[str, tuple[float, int]] = {}
+    files = sorted(Path(run_dir).glob("servers/*.state.json")) + sorted(Path(run_dir).glob("clients/*.summary.json"))
+    for f in files:
+        try:
+            p = json.loads(f.read_text()).get("process") or {}
+        except (OSError, ValueError):
+            return {}
+        cpu, switches = p.get("cpu_s"), p.get("voluntary_switches")
+        if not isinstance(cpu, (int, float)) or not isinstance(switches, int) or "name" not in p:
+            return {}
+        last[p["name"]] = max(last.get(p["name"], (0.0, 0)), (float(cpu), switches))
+    if not last:
+        return {}
+    return dict(cpu_seconds=round(sum(c for c, _ in last.values()), 3),
+                engine_wakeups=sum(w for _, w in last.values()))
 
 class Proc(ABC):
     """One engine process of a run (txn-server or txn-client)."""
@@ -261,11 +284,15 @@ class Runner(ABC):
             res.status = "interrupted" if isinstance(failure, Interrupted) else "failed"
             res.reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
         cpu1 = getattr(self, "_engine_cpu", None) or resource.getrusage(resource.RUSAGE_CHILDREN)
+        if self.measures_cpu:
+            engine = dict(cpu_seconds=round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3),
+                          engine_wakeups=cpu1.ru_nvcsw - cpu0.ru_nvcsw)
+        else:   # the processes' own words (their facts), on hosts this process cannot read the rusage of
+            engine = engine_usage_from_facts(run_dir) if res.status == "ok" else {}
+            engine = dict(cpu_seconds=engine.get("cpu_seconds"), engine_wakeups=engine.get("engine_wakeups"),
+                          **({"engine_usage_from": "process facts"} if engine else {}))
         meta.update(
-            status=res.status, reason=res.reason or None, error=str(failure) if failure else None,
-            cpu_seconds=(round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3)
-                         if self.measures_cpu else None),
-            engine_wakeups=cpu1.ru_nvcsw - cpu0.ru_nvcsw if self.measures_cpu else None,
+            status=res.status, reason=res.reason or None, error=str(failure) if failure else None, **engine,
             end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine_cpu=cpu_shares(machine0, self._machine1 or cpu_times()))
         if notes:
             meta["cleanup_notes"] = notes

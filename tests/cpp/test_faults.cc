@@ -3,7 +3,9 @@
 // on the simulated network under a plan with every engine-side kind.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "core/config.h"
 #include "core/link_emulator.h"
@@ -223,6 +225,36 @@ TEST(FaultPlan, SimulatorHoldsMessagesAcrossAPartition) {
   }
   net.run_until(5 * kS);
   EXPECT_EQ(sink->at, (std::vector<TimeUs>{550 * kMs, 2050 * kMs, 2050 * kMs}));
+}
+
+// The hook txn-sim counts wake-ups with: every message and timer handed to a simulated node, once, at its time.
+TEST(Simulator, OnEventSeesEachDeliveryAndTimerAtItsTime) {
+  Deployment d = three_regions();
+  std::vector<std::tuple<NodeId, TimeUs, bool>> seen;
+  sim::Options o;
+  o.on_event = [&](NodeId n, TimeUs at, bool timer) { seen.emplace_back(n, at, timer); };
+  sim::Network net(d, o);
+  struct Ticker : Node {
+    void start(Env& env) override { env.set_timer(7, 30 * kMs); }
+    void on_message(Env&, Envelope&) override {}
+    void on_timer(Env&, uint64_t) override {}
+  };
+  net.add(in_region(d, 0), std::make_unique<Ticker>());
+  net.add(in_region(d, 1), std::make_unique<Ticker>());
+  net.start();
+  Envelope m;
+  m.mutable_probe()->set_seq(1);
+  net.run_until(10 * kMs);
+  net.send(in_region(d, 0), in_region(d, 1), m);       // across: 50 ms one way
+  net.send(in_region(d, 0), in_region(d, 0, 1), m);    // to a node not simulated: dropped, no event
+  net.run_until(1 * kS);
+  using E = std::tuple<NodeId, TimeUs, bool>;
+  std::vector<E> want{E{in_region(d, 0), 30 * kMs, true}, E{in_region(d, 1), 30 * kMs, true},
+                      E{in_region(d, 1), 60 * kMs, false}};
+  std::sort(seen.begin(), seen.end(), [](const E& a, const E& b) { return std::get<1>(a) < std::get<1>(b) ||
+      (std::get<1>(a) == std::get<1>(b) && std::get<0>(a) < std::get<0>(b)); });
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(net.dropped(), 1u);
 }
 
 // ---- the deployment file's `faults`

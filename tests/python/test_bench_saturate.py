@@ -72,3 +72,19 @@ def test_bad_arguments_are_one_line(args, line):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [line]
+
+
+def test_protocol_options_are_typed_as_run_local_types_them(monkeypatch, capsys):
+    # --option's value is read as a YAML scalar, so a number option takes a number (the schema refused '100')
+    bench = load_bench()
+    seen = {}
+
+    def saturate(modes, a):
+        seen.update(a.options)
+        return 0
+
+    monkeypatch.setattr(bench, "saturate", saturate)
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--saturate", "--protocols", "dast", "--option",
+                                      "dast.sync_interval_ms=100", "--option", "dast.defer_commutative=false"])
+    assert bench.main() == 0
+    assert seen == {"dast": {"sync_interval_ms": 100, "defer_commutative": False}}

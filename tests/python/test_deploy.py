@@ -106,7 +106,8 @@ def test_busy_port_is_skipped():
 
 
 def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
-    from testbed.cli.run import option_values, parse_args
+    from testbed.cli.run import parse_args
+    from testbed.core.options import option_values
     a = parse_args(["--protocol-option", "defer_commutative=false", "--protocol-option", "ewma_alpha=0.5"])
     opts = option_values(a.protocol_options)
     assert opts == {"defer_commutative": False, "ewma_alpha": 0.5}

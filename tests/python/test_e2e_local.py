@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from testbed.core import deploy, protocols
+from testbed.runs.lifecycle import engine_usage_from_facts
 from testbed.runs.local import LocalRunner as LocalBackend
 
 from conftest import REPO, procs_mentioning
@@ -175,6 +176,12 @@ def test_container_processes_keep_their_messages_in_memory(tmp_path, layout):
     if layout == "container":
         log = (res.run_dir / "logs" / "shard0.0.log").read_text()
         assert log.index("GO shard0.0") < log.index("DONE shard0.0"), log
+    # what the processes say of their CPU and wake-ups (what a swarm run records) agrees with their rusage, which
+    # the local runner reads: a little less (each stops counting when it writes its last file), never more
+    meta = json.loads((res.run_dir / "meta.json").read_text())
+    said = engine_usage_from_facts(res.run_dir)
+    assert 0.7 * meta["cpu_seconds"] <= said["cpu_seconds"] <= meta["cpu_seconds"] * 1.001 + 0.01, (said, meta)
+    assert 0.7 * meta["engine_wakeups"] <= said["engine_wakeups"] <= meta["engine_wakeups"], (said, meta)
 
 
 def test_a_node_of_a_bigger_process_is_not_started_alone(tmp_path):

@@ -118,6 +118,8 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
         assert json.loads((run / "check.json").read_text())["verdict"] == "CONSISTENT"
         meta = json.loads((run / "meta.json").read_text())
         assert meta["backend"] == "swarm" and meta["shaping"] == state["mechanism"]
+        # the engine's CPU and wake-ups, from what the processes in the containers said of themselves
+        assert meta["engine_usage_from"] == "process facts" and meta["cpu_seconds"] > 0 < meta["engine_wakeups"]
         assert len(list((run / "servers").glob("s*.state.json"))) == 18           # replicas
         assert len(list((run / "servers").glob("m*.state.json"))) == 3            # region managers (run health)
         assert len(list((run / "clients").glob("*.records.csv"))) == 6
