@@ -205,6 +205,7 @@ while [ -d {rdir}/logs ]; do
     pid=; [ -e "$p.pid" ] && read -r pid < "$p.pid"
     if [ -s "$p.rc" ]; then read -r c < "$p.rc"; s+="RC $p $c$nl"
     elif kill -0 "$w" 2>/dev/null; then s+="UP $p ${{pid:-0}}$nl"
+    elif [ -s "$p.rc" ]; then read -r c < "$p.rc"; s+="RC $p $c$nl"   # it wrote its status and ended between the looks
     elif [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then s+="LOST $p $pid 1$nl"
     else s+="LOST $p ${{pid:-0}} 0$nl"; fi
   done

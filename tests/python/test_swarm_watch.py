@@ -134,6 +134,29 @@ def test_a_wrapper_pid_file_being_written_is_not_a_lost_process(tmp_path):
         p.wait()
 
 
+def test_a_wrapper_that_ends_between_the_looks_is_done_not_lost(tmp_path):
+    """The watcher looks for a process's exit status, then whether its wrapper lives: a wrapper that writes its status
+    and ends between the two looks was reported lost, and its run failed ("its wrapper shell is gone ... the process
+    is gone too", make main on 2026-11-27). Here `kill -0` on the wrapper plays that: the status appears as it
+    answers that the wrapper is gone."""
+    rdir = tmp_path / "run"
+    logs = rdir / "logs"
+    env_file = tmp_path / "kill.sh"
+    env_file.write_text('kill() { if [ "$1" = -0 ] && [ "$2" = 999999 ]; then echo 0 > s0.rc.tmp; mv s0.rc.tmp s0.rc; '
+                        'return 1; fi; builtin kill "$@"; }\n')
+    logs.mkdir(parents=True)
+    (logs / "s0.wpid").write_text("999999")   # the wrapper (no such process: kill is the function above)
+    (logs / "s0.pid").write_text("999998")    # its engine, gone too
+    (rdir / "watch.sh").write_text(sb.WATCH_SH.format(rdir=rdir, beat=3, interval=0.05))
+    p = subprocess.Popen(["timeout", "20", "bash", str(rdir / "watch.sh")], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "BASH_ENV": str(env_file)})
+    try:
+        assert _blocks(p, 1)[0] == ["RC s0 0"]
+    finally:
+        p.kill()
+        p.wait()
+
+
 class FakeConn:
     def __init__(self, ip, log, fail_copy=False):
         self.ip, self.log, self.fail_copy, self.sessions = ip, log, fail_copy, 0
