@@ -337,7 +337,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
         rep.run("workload", lambda: check_workload(replicas))
         rep.run("run", lambda: check_run_health(run_dir, dumps))
         try:
-            data = histories.load_run(run_dir, replicas)
+            data = histories.load_run(run_dir, replicas, replay_bin)
         except Skip as s:
             for name in CHECKS[3:]:
                 rep.skip(name, str(s))

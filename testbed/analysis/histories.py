@@ -186,9 +186,11 @@ def _parse_entry(line: str, client: str, where: str) -> Txn:
         raise Unreadable(f"{where}: malformed transaction entry ({type(err).__name__}: {err})") from err
 
 
-def dump_txn_log(path: Path) -> subprocess.CompletedProcess:
-    """`txn-replay --dump` of a client's transaction log (binary, src/core/txn_log.h): JSON lines on stdout."""
-    return subprocess.run([str(require_replay_binary()), "--dump", str(path)], capture_output=True, text=True)
+def dump_txn_log(path: Path, binary=None) -> subprocess.CompletedProcess:
+    """`txn-replay --dump` of a client's transaction log (binary, src/core/txn_log.h): JSON lines on stdout; binary:
+    that txn-replay (the run's build), else replay_binary()'s."""
+    return subprocess.run([str(binary or require_replay_binary()), "--dump", str(path)], capture_output=True,
+                          text=True)
 
 
 def read_txn_log(path: Path, client: str, dumped: subprocess.CompletedProcess | None = None) -> list[Txn]:
@@ -228,9 +230,10 @@ def read_record_outputs(path: Path, attempts: bool = False, times: dict | None =
     return out
 
 
-def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
-    """Histories of the replicas whose dumps name one, and every client's transactions. Skip when the run
-    recorded neither (a run from before histories existed); Unreadable when part of them is missing."""
+def load_run(run_dir, replica_dumps: list[dict], binary=None) -> RunData:
+    """Histories of the replicas whose dumps name one, and every client's transactions (their logs decoded by
+    `binary`, a txn-replay, else replay_binary()'s). Skip when the run recorded neither (a run from before histories
+    existed); Unreadable when part of them is missing."""
     run_dir = Path(run_dir)
     servers = run_dir / "servers" if (run_dir / "servers").is_dir() else run_dir
     clients = run_dir / "clients"
@@ -245,7 +248,7 @@ def load_run(run_dir, replica_dumps: list[dict]) -> RunData:
                          + ", ".join(sorted(d["node"] for d in replica_dumps if d not in named)))
     # the logs are decoded by txn-replay processes, all at once (the checker's largest wait)
     with ThreadPoolExecutor(max_workers=max(1, min(len(logs), os.cpu_count() or 1))) as pool:
-        dumps = dict(zip(logs, pool.map(dump_txn_log, logs)))
+        dumps = dict(zip(logs, pool.map(lambda log: dump_txn_log(log, binary), logs)))
     for d in sorted(named, key=lambda d: d["node"]):
         h = d["execution_history"]
         data.order_keys[d["node"]], data.deps[d["node"]], data.votes[d["node"]] = {}, {}, {}

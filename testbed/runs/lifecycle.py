@@ -217,6 +217,11 @@ class Runner(ABC):
         copy writes that too."""
         (Path(run_dir) / LOAD_START).write_text(text)
 
+    def replay_binary(self) -> Path | None:
+        """The txn-replay the checker decodes this run's transaction logs and replays them with: the one built with
+        the run's engine, where the backend knows it; None: the checkout's (testbed/analysis/histories.py)."""
+        return None
+
     def driver_overhead(self) -> dict:
         """What driving the run cost this process (meta.json `driver`), for backends that reach their processes
         remotely; {} when there is nothing to say."""
@@ -328,7 +333,7 @@ class Runner(ABC):
         except (OSError, ValueError, KeyError) as e:
             raise RunError(f"cannot summarize the client records: {e}") from None
         self._phase("summarize")
-        res.check = checker.check_run(run_dir)
+        res.check = checker.check_run(run_dir, replay_bin=self.replay_binary())
         self._phase("check")
         res.status, res.reason = verdict(res.check, res.summary)
 

@@ -134,6 +134,12 @@ class LocalRunner(Runner):
             self.say(f"stopped {len(left)} engine process(es) an earlier run left behind (its launcher died), "
                      f"e.g. {left[0][1][:120]}")
 
+    def replay_binary(self):
+        """The build's own txn-replay, beside its txn-server (a run of another build, e.g. `make bench --build-dir`,
+        is checked with that build's log format and workload code); the checkout's when that build has none."""
+        b = self.build_dir / "txn-replay"
+        return b if os.access(b, os.X_OK) else None
+
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [str(self._bins[role]), "--config", str(cfg_path), *engine_target(node),
                 "--out", str(run_dir / out), *client_out(node, str(run_dir / "clients")), *extra]

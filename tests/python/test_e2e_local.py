@@ -203,3 +203,21 @@ def test_grpc_transport_runs_every_protocol_consistent(tmp_path, mode):
     assert res.summary["classes"]["IRT"]["committed"] > 0 and res.summary["classes"]["CRT"]["committed"] > 0
     assert res.check["verdict"] == "CONSISTENT", res.check
     assert res.ok, res.reason
+
+
+def test_a_run_of_another_build_is_checked_with_that_builds_replay(tmp_path):
+    """`--build-dir` (make bench's before/after, another build's engine): the checker decodes the run's transaction
+    logs and replays them with that build's txn-replay, which knows its log format and workload code."""
+    other = tmp_path / "other-build"
+    other.mkdir()
+    for b in ("txn-server", "txn-client"):
+        (other / b).symlink_to(BUILD / b)
+    calls = tmp_path / "replay-calls"
+    (other / "txn-replay").write_text(f'#!/bin/bash\necho "$1" >> "{calls}"\nexec "{BUILD / "txn-replay"}" "$@"\n')
+    (other / "txn-replay").chmod(0o755)
+    d = deploy.build_deployment(regions=3, shards=2, clients_per_shard=1, concurrency=1, duration=4, warmup=1,
+                                cooldown=1, workload="tpcc", scale=0.01, base_port=27300)
+    res = LocalBackend(build_dir=other, progress=False).run(d, "e2e-other-build", out_root=tmp_path)
+    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check)
+    used = calls.read_text().split()
+    assert used.count("--dump") == 6 and used.count("--config") == 1, used   # 6 clients' logs, then the replay
