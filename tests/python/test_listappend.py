@@ -275,7 +275,7 @@ def test_the_checker_runs_it_after_realtime_and_names_the_classes(tmp_path, monk
     (tmp_path / "servers").mkdir()
     for d in dumps_of(lists):
         (tmp_path / "servers" / f"{d['node']}.state.json").write_text(json.dumps(d))
-    monkeypatch.setattr(histories, "load_run", lambda run_dir, replicas: data)
+    monkeypatch.setattr(histories, "load_run", lambda run_dir, replicas, binary=None: data)
     for name in ("check_order", "check_atomicity", "check_realtime"):
         monkeypatch.setattr(histories, name, lambda *a: [])
 
