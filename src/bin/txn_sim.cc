@@ -99,19 +99,22 @@ int main(int argc, char** argv) {
     if (const auto* f = m.GetDescriptor()->FindFieldByNumber(static_cast<int>(m.body_case())))
       ++kinds[std::string(cls) + " " + kind(a) + "->" + kind(b) + " " + f->name()];
   };
-  // The wake-ups: per process, the last grid cell in which it was counted awake (events come in time order).
-  std::map<std::string, TimeUs> awake_in, message_in;
+  // The wake-ups: per process, the last grid cell in which it was counted awake, and the last in which a message
+  // fell due to it (events come in time order; -1: none yet).
+  struct Awake {
+    TimeUs any = -1, message = -1;
+  };
+  std::map<std::string, Awake> awake;
   uint64_t wakeups = 0, message_wakeups = 0;   // all; those in which a message falls due
   const TimeUs grid = std::max<TimeUs>(d.runtime.delivery_grid_us, 0);
   o.on_event = [&](NodeId node, TimeUs at, bool timer) {
     const TimeUs cell = grid == 0 ? at : timer ? (at + grid - 1) / grid : (at - grid / 2 + grid - 1) / grid;
-    auto [it, fresh] = awake_in.try_emplace(d.process_of(node), cell);
-    if (fresh || it->second != cell) ++wakeups;
-    it->second = cell;
+    Awake& a = awake[d.process_of(node)];
+    if (a.any != cell) ++wakeups;
+    a.any = cell;
     if (timer) return;
-    auto [m, first] = message_in.try_emplace(d.process_of(node), cell);
-    if (first || m->second != cell) ++message_wakeups;
-    m->second = cell;
+    if (a.message != cell) ++message_wakeups;
+    a.message = cell;
   };
   sim::Network net(d, o);
   std::vector<ClientNode*> clients;

@@ -293,9 +293,9 @@ class Runner(ABC):
             engine = dict(cpu_seconds=round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3),
                           engine_wakeups=cpu1.ru_nvcsw - cpu0.ru_nvcsw)
         else:   # the processes' own words (their facts), on hosts this process cannot read the rusage of
-            engine = engine_usage_from_facts(run_dir) if res.status == "ok" else {}
-            engine = dict(cpu_seconds=engine.get("cpu_seconds"), engine_wakeups=engine.get("engine_wakeups"),
-                          **({"engine_usage_from": "process facts"} if engine else {}))
+            said = engine_usage_from_facts(run_dir) if res.status == "ok" else {}
+            engine = dict(cpu_seconds=said.get("cpu_seconds"), engine_wakeups=said.get("engine_wakeups"),
+                          **({"engine_usage_from": "process facts"} if said else {}))
         meta.update(
             status=res.status, reason=res.reason or None, error=str(failure) if failure else None, **engine,
             end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), machine_cpu=cpu_shares(machine0, self._machine1 or cpu_times()))
