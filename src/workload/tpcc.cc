@@ -13,17 +13,22 @@ namespace {
 enum Type : uint32_t { kNewOrder, kPayment, kDelivery, kOrderStatus, kStockLevel, kNTypes };
 enum Proc : uint32_t {
   kNoHome = 1, kNoStock, kPayWarehouse, kPayDistrict, kPayLookup, kPayCustomer, kPayHistory,
-  kDelivery_, kOrderStatus_, kStockLevel_
+  kDelivery_, kOrderStatus_, kStockLevel_,
+  kNoStocks   // New-Order's stock updates on one supplying shard, all of its lines (since 2026-11-28)
 };
 constexpr int64_t kCId = 259, kCLast = 223;   // NURand C constants (fixed: deterministic runs)
 
-std::string str(const std::string& x) { return x; }
+// A conflict key, "table:k1:k2...", written in place (a request holds dozens of them).
+void key_part(std::string& s, const std::string& x) { s += x; }
 template <class T>
-std::string str(T x) { return std::to_string(x); }
+void key_part(std::string& s, T x) {
+  char b[24];
+  s.append(b, std::to_chars(b, b + sizeof b, x).ptr);
+}
 template <class... T>
 std::string key(const char* table, T... k) {
   std::string s = table;
-  ((s += ":" + str(k)), ...);
+  ((s += ':', key_part(s, k)), ...);
   return s;
 }
 std::string last_name(int64_t l) {
@@ -229,29 +234,46 @@ void Tpcc::new_order(Builder& b, std::mt19937_64& g, uint32_t w, int32_t d) cons
   for (const char* t : {"district", "order", "new_order", "order_line"}) h->add_write_keys(key(t, w, d));
   h->add_outputs("o_id");
   h->add_outputs("total");
-  struct Line { int64_t i, sw, q; };
+  struct Line { int64_t i, sw, q; std::string text; };
   std::vector<Line> lines;
   std::string packed;
   for (int64_t l = 0; l < n; ++l) {
-    Line x{rand_int(g, 0, sz_.items - 1), w, rand_int(g, 1, 10)};
+    Line x{rand_int(g, 0, sz_.items - 1), w, rand_int(g, 1, 10), ""};
     if (P() > 1 && chance(g, c_.remote_item_prob)) x.sw = other_warehouse(g, w);
+    x.text = std::to_string(x.i) + ':' + std::to_string(x.sw) + ':' + std::to_string(x.q);
     if (l) packed += ',';
-    packed += std::to_string(x.i) + ':' + std::to_string(x.sw) + ':' + std::to_string(x.q);
+    packed += x.text;
     h->add_read_keys(key("item", x.i));
-    lines.push_back(x);
+    lines.push_back(std::move(x));
   }
   // The lines as one argument, "i:sw:q,..." (one map entry where three per line were: every copy, encoding and
   // lookup of the request is that much cheaper; docs/workloads.md).
   (*h->mutable_args())["lines"] = str_value(packed);
+  // One stock-update piece per supplying shard (in the order the lines first name it), with its lines in the
+  // home piece's form: a piece per line made an order of 10 lines 11 pieces, each copied, encoded and executed
+  // apart (docs/workloads.md).
+  std::vector<std::pair<int64_t, Piece*>> by_shard;
+  std::vector<std::string> text;
   for (const auto& x : lines) {
-    Piece* p = b.add(static_cast<uint32_t>(x.sw), kNoStock);
-    arg(p, "i_id", x.i);
-    arg(p, "qty", x.q);
-    arg(p, "remote", x.sw != w);
-    p->add_read_keys(key("stock", x.sw));
-    p->add_read_keys(key("stock", x.sw, x.i));
-    p->add_write_keys(key("stock", x.sw, x.i));
+    size_t k = 0;
+    while (k < by_shard.size() && by_shard[k].first != x.sw) ++k;
+    if (k == by_shard.size()) {
+      Piece* p = b.add(static_cast<uint32_t>(x.sw), kNoStocks);
+      arg(p, "remote", x.sw != w);
+      p->add_read_keys(key("stock", x.sw));
+      by_shard.emplace_back(x.sw, p);
+      text.emplace_back();
+    }
+    Piece* p = by_shard[k].second;
+    std::string& t = text[k];
+    if (!t.empty()) t += ',';
+    t += x.text;
+    const std::string row = key("stock", x.sw, x.i);
+    if (std::find(p->write_keys().begin(), p->write_keys().end(), row) != p->write_keys().end()) continue;
+    p->add_read_keys(row);
+    p->add_write_keys(row);
   }
+  for (size_t k = 0; k < by_shard.size(); ++k) (*by_shard[k].second->mutable_args())["lines"] = str_value(text[k]);
 }
 
 void Tpcc::payment(Builder& b, std::mt19937_64& g, uint32_t w, int32_t d) const {
@@ -318,7 +340,8 @@ void Tpcc::payment(Builder& b, std::mt19937_64& g, uint32_t w, int32_t d) const 
 // ---- execution -------------------------------------------------------------------------
 
 // New-Order's lines, "i:sw:q,..." (Tpcc::new_order): exactly n of them, each field a decimal in its range
-// (item 0..max_i, supplying warehouse 0..max_w, quantity 1..100); anything else is a bad message.
+// (item 0..max_i, supplying warehouse 0..max_w, quantity 1..100; any number of them, at least one, for n < 0);
+// anything else is a bad message.
 std::vector<std::array<int64_t, 3>> order_lines(const std::string& text, int64_t n, int64_t max_i, int64_t max_w) {
   std::vector<std::array<int64_t, 3>> out;
   const char* p = text.data();
@@ -340,7 +363,8 @@ std::vector<std::array<int64_t, 3>> order_lines(const std::string& text, int64_t
     if (p == end) break;
     if (*p != ',' || ++p == end) throw BadMessage("variable 'lines' malformed");
   }
-  if (static_cast<int64_t>(out.size()) != n) throw BadMessage("variable 'lines' does not hold ol_cnt lines");
+  if (n >= 0 && static_cast<int64_t>(out.size()) != n)
+    throw BadMessage("variable 'lines' does not hold ol_cnt lines");
   return out;
 }
 
@@ -348,6 +372,16 @@ int64_t in_range(const Vars& v, const char* n, int64_t lo, int64_t hi) {
   const int64_t x = get_int(v, n);
   if (x < lo || x > hi) throw BadMessage(std::string("variable '") + n + "' out of range");
   return x;
+}
+
+// One order line's stock update: quantity down by q, refilled by 91 when it would fall below 10 (TPC-C 2.4.2.2).
+void update_stock(TpccStore& s, int64_t i, int64_t q, bool remote) {
+  Stock& st = s.stock[i];
+  s.undo.keep(st);
+  st.quantity = static_cast<int32_t>(st.quantity >= q + 10 ? st.quantity - q : st.quantity - q + 91);
+  st.ytd += static_cast<int32_t>(q);
+  st.order_cnt += 1;
+  st.remote_cnt += remote;
 }
 
 void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) const {
@@ -398,15 +432,17 @@ void Tpcc::execute(ShardStore& store, const Piece& p, const Vars& v, Vars* out) 
                                   (10000 + s.w_tax_bp + dist.tax_bp) / 10000);
       break;
     }
-    case kNoStock: {
+    case kNoStock: {   // a request of a run before 2026-11-28 (its transaction log, replayed): a piece per line
       const int64_t i = in_range(v, "i_id", 0, I), q = in_range(v, "qty", 1, 100);
+      update_stock(s, i, q, in_range(v, "remote", 0, 1));
+      break;
+    }
+    case kNoStocks: {
       const bool remote = in_range(v, "remote", 0, 1);
-      Stock& st = s.stock[i];
-      s.undo.keep(st);
-      st.quantity = static_cast<int32_t>(st.quantity >= q + 10 ? st.quantity - q : st.quantity - q + 91);
-      st.ytd += static_cast<int32_t>(q);
-      st.order_cnt += 1;
-      st.remote_cnt += remote;
+      const auto lines = order_lines(get_str(v, "lines"), -1, I, P() - 1);
+      for (const auto& [i, sw, q] : lines)
+        if (sw != s.shard) throw BadMessage("variable 'lines' names another supplying shard");
+      for (const auto& [i, sw, q] : lines) update_stock(s, i, q, remote);
       break;
     }
     case kPayWarehouse: {

@@ -7,12 +7,14 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "workload/store.h"
 
@@ -806,4 +808,88 @@ TEST(Workload, NewOrderLinesAreOneArgumentCheckedWhole) {
   w->execute(*s2, home, old, &o2);
   EXPECT_EQ(s1->digest(), s2->digest());
   EXPECT_EQ(outputs_digest(o1), outputs_digest(o2));
+}
+
+// New-Order updates stock with one piece per supplying shard that holds that shard's lines, in the home piece's
+// form: together the stock pieces carry exactly the home piece's lines, each on the shard that supplies it, and
+// they update the stock as the line-per-piece requests of runs before 2026-11-28 did (still executed, for their
+// logs' replay); lines naming another shard, or none, are a bad message that leaves the store as it was.
+TEST(Workload, NewOrderStockPiecePerSupplyingShard) {
+  auto d = dep("tpcc", 1, 4);
+  d.workload.mix = {100, 0, 0, 0, 0};
+  d.workload.remote_item_prob = 0.5;
+  auto w = make_workload(d);
+  std::mt19937_64 g(5);
+  auto parse = [](const std::string& text) {
+    std::vector<std::array<int64_t, 3>> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      std::array<int64_t, 3> x{};
+      char c1, c2;
+      std::stringstream(item) >> x[0] >> c1 >> x[1] >> c2 >> x[2];
+      out.push_back(x);
+    }
+    return out;
+  };
+  int multi = 0;
+  for (int k = 0; k < 200; ++k) {
+    const uint32_t home_shard = static_cast<uint32_t>(k % 4);
+    TxnRequest t = w->generate(g, {home_shard, 0});
+    const Piece& home = t.pieces(0);
+    auto want = parse(home.args().at("lines").s());
+    std::vector<std::array<int64_t, 3>> got;
+    std::set<uint32_t> shards;
+    auto stores = load_all(*w, d), per_line = load_all(*w, d);
+    for (int j = 1; j < t.pieces_size(); ++j) {
+      const Piece& p = t.pieces(j);
+      EXPECT_TRUE(shards.insert(p.shard()).second) << "one piece per supplying shard";
+      EXPECT_EQ(p.args().at("remote").i(), p.shard() != home_shard);
+      auto lines = parse(p.args().at("lines").s());
+      std::set<std::string> rows;
+      for (const auto& x : lines) {
+        EXPECT_EQ(x[1], p.shard());
+        got.push_back(x);
+        rows.insert("stock:" + std::to_string(x[1]) + ":" + std::to_string(x[0]));
+      }
+      EXPECT_EQ(std::set<std::string>(p.write_keys().begin(), p.write_keys().end()), rows);
+      EXPECT_EQ(p.write_keys_size(), static_cast<int>(rows.size())) << "each row once";
+      rows.insert("stock:" + std::to_string(p.shard()));
+      EXPECT_EQ(std::set<std::string>(p.read_keys().begin(), p.read_keys().end()), rows);
+      Vars out;
+      w->execute(*stores[p.shard()], p, p.args(), &out);
+      for (const auto& x : lines) {   // the same lines as pieces of a run before 2026-11-28 (proc 2, a line each)
+        Piece old;
+        old.set_shard(p.shard());
+        old.set_proc(2);
+        (*old.mutable_args())["i_id"] = txn::wl::int_value(x[0]);
+        (*old.mutable_args())["qty"] = txn::wl::int_value(x[2]);
+        (*old.mutable_args())["remote"] = txn::wl::int_value(p.shard() != home_shard);
+        Vars o2;
+        w->execute(*per_line[p.shard()], old, old.args(), &o2);
+      }
+    }
+    multi += shards.size() > 1;
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want) << "the stock pieces hold the order's lines, each once";
+    for (uint32_t s = 0; s < 4; ++s) EXPECT_EQ(stores[s]->digest(), per_line[s]->digest()) << "shard " << s;
+  }
+  EXPECT_GT(multi, 50) << "orders with remote lines have a piece per supplying shard";
+
+  // Malformed: a line of another shard, no line, a stray separator; the store is left alone.
+  TxnRequest t = w->generate(g, {0, 0});
+  const Piece& p = t.pieces(1);
+  auto store = w->load(p.shard());
+  const std::string lines = p.args().at("lines").s();
+  const std::string other = "1:" + std::to_string((p.shard() + 1) % 4) + ":1";
+  for (const std::string& bad : {std::string(""), lines + "," + other, other + "," + lines, lines + ","}) {
+    SCOPED_TRACE(bad);
+    Vars v = p.args();
+    v["lines"] = txn::wl::str_value(bad);
+    const std::string before = store->digest();
+    Vars o;
+    EXPECT_THROW(w->execute(*store, p, v, &o), BadMessage);
+    EXPECT_EQ(store->digest(), before);
+  }
 }

@@ -177,7 +177,8 @@ class Coordinator : public Role {
   // Coord is erased.
   enum class Phase { Irt, Preparing, Decided };
   struct Coord {
-    TxnRequest txn;
+    uint64_t txn_id = 0;
+    uint32_t home_shard = 0;
     TxnShape shape;
     NodeId client = 0;
     Phase phase = Phase::Irt;

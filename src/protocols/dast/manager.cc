@@ -11,9 +11,9 @@ Manager::Manager(const Deployment& d, NodeId self)
 
 void Manager::on_message(Env& env, Envelope& msg) {
   if (!msg.has_dast()) throw BadMessage("dast manager got a non-DAST message");
-  const auto& m = msg.dast();
+  auto& m = *msg.mutable_dast();
   if (m.has_prepare_crt()) {
-    const auto& p = m.prepare_crt();
+    auto& p = *m.mutable_prepare_crt();
     TxnShape shape = analyze(d_, opts_, p.txn(), nullptr);
     if (!shape.regions.count(region_)) throw BadMessage("PrepareCRT for a region the txn does not touch");
     if (p.anticipate_us() < 0 || p.anticipate_us() > 60'000'000)
@@ -27,13 +27,16 @@ void Manager::on_message(Env& env, Envelope& msg) {
     Live& live = live_[id];
     live.tr = tr;
     std::set<uint32_t> touched(shape.shards.begin(), shape.shards.end());
+    size_t copies = 0;   // the last replica to store it takes the request
+    for (uint32_t s : touched) copies += d_.region_of_shard(s) == region_ ? d_.replicas_of(s).size() : 0;
     for (uint32_t k = 0; k < d_.shards_per_region; ++k) {
       uint32_t shard = region_ * d_.shards_per_region + k;
       for (NodeId r : d_.replicas_of(shard)) {
         Envelope e;
         if (touched.count(shard)) {
           auto* s = e.mutable_dast()->mutable_store_crt();
-          *s->mutable_txn() = p.txn();
+          if (--copies) *s->mutable_txn() = p.txn();
+          else *s->mutable_txn() = std::move(*p.mutable_txn());
           *s->mutable_tr() = to_proto(tr);
           s->set_coordinator(p.coordinator());
           s->set_output_replica(p.output_replica());

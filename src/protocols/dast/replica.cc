@@ -281,8 +281,11 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   if (coords_.count(req.txn_id())) throw BadMessage("duplicate submit of txn " + str(req.txn_id()));
   TxnShape shape = analyze(d_, opts_, req, &w_);
   Coord& c = coords_[req.txn_id()];
-  c.txn = std::move(*m.mutable_txn());  // the submit's request is the coordinator's from here on
-  const TxnRequest& txn = c.txn;
+  // The submit's request goes out in the coordinator's messages (the last of them takes it): the coordinator keeps
+  // only its id and home shard.
+  TxnRequest txn = std::move(*m.mutable_txn());
+  c.txn_id = txn.txn_id();
+  c.home_shard = txn.home_shard();
   c.shape = shape;
   c.client = from;
   const bool crt = shape.regions.size() > 1 || *shape.regions.begin() != me_.region;
@@ -291,10 +294,11 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
     Ts ts = clock_.fresh(env.now_us());
     Ts after = clock_.fresh(env.now_us());
     c.acks[me_.shard] = 1;  // the handler stores it itself
+    bool own = false;
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
         if (r == self_) {
-          site_.store_own_irt(TxnRequest(txn), shape, ts);
+          own = true;   // stored below, where it takes the request
           continue;
         }
         Envelope e;
@@ -319,6 +323,7 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
           if (r != h) w->add_notify(r);
       post(env, h, std::move(e));
     }
+    if (own) site_.store_own_irt(std::move(txn), std::move(shape), ts);
     site_.clocks_requested(ts);
     site_.try_execute(env);
     return;
@@ -329,10 +334,12 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   Ts src = clock_.fresh(env.now_us());
   src.t = std::max(src.t, env.now_us() + clock_.offset());
   TimeUs now = env.mono_us();
+  size_t left = shape.regions.size();
   for (uint32_t region : shape.regions) {
     Envelope e;
     auto* p = e.mutable_dast()->mutable_prepare_crt();
-    *p->mutable_txn() = txn;
+    if (--left) *p->mutable_txn() = txn;
+    else *p->mutable_txn() = std::move(txn);
     *p->mutable_src() = to_proto(src);
     p->set_anticipate_us(static_cast<int64_t>(anticipate_us(c, region)));
     p->set_coordinator(self_);
@@ -343,7 +350,7 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
 }
 
 void Coordinator::set_phase(Coord& c, Phase to) {
-  transition(c.txn.txn_id(), c.phase, to, {{Phase::Preparing, Phase::Decided}});
+  transition(c.txn_id, c.phase, to, {{Phase::Preparing, Phase::Decided}});
 }
 
 double Coordinator::anticipate_us(const Coord& c, uint32_t region) const {
@@ -415,7 +422,7 @@ void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   Coord& c = it->second;
   const uint32_t majority = mutant::kOneAck ? 1 : d_.replicas / 2 + 1;
   for (uint32_t s : c.shape.shards) {
-    if (!c.results.count(s) && !(mutant::kReplyOnHomeResult && s != c.txn.home_shard())) return;
+    if (!c.results.count(s) && !(mutant::kReplyOnHomeResult && s != c.home_shard)) return;
     if (c.phase == Phase::Irt && c.acks[s] < majority) return;
   }
   if (c.phase == Phase::Preparing) return;

@@ -116,7 +116,7 @@ class Coordinator : public RoleContext {
   // Committed, the outputs are collected; answered, the Coord is erased.
   enum class Phase { PreAccepting, Accepting, Committed };
   struct Coord {
-    TxnRequest txn;
+    uint64_t txn_id = 0;
     NodeId client = 0;
     std::vector<uint32_t> shards;
     Phase phase = Phase::PreAccepting;

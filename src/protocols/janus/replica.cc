@@ -146,14 +146,17 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   std::vector<uint32_t> shards = touched_shards(d_, in);
   if (coords_.count(in.txn_id())) throw BadMessage("txn " + str(in.txn_id()) + " submitted twice");
   Coord& c = coords_[in.txn_id()];
-  c.txn = std::move(*m.mutable_txn());  // the coordinator keeps the submit's request
-  const TxnRequest& t = c.txn;
+  c.txn_id = in.txn_id();   // the coordinator keeps its id; the request goes out, the last PreAccept takes it
   c.client = from;
   c.shards = shards;
+  size_t left = 0;
+  for (uint32_t s : shards) left += d_.replicas_of(s).size();
   for (uint32_t s : shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
-      *e.mutable_janus()->mutable_pre_accept()->mutable_txn() = t;
+      auto* txn = e.mutable_janus()->mutable_pre_accept()->mutable_txn();
+      if (--left) *txn = in;
+      else *txn = std::move(*m.mutable_txn());   // `in` is moved-from from here on
       post(env, r, std::move(e));
     }
 }
@@ -196,7 +199,7 @@ void Coordinator::maybe_decide(Env& env, Coord& c) {
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
       auto* a = e.mutable_janus()->mutable_accept();
-      a->set_txn_id(c.txn.txn_id());
+      a->set_txn_id(c.txn_id);
       a->set_ballot(1);
       for (const auto& d : c.deps) *a->add_deps() = d;
       post(env, r, std::move(e));
@@ -217,7 +220,7 @@ void Coordinator::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
 }
 
 void Coordinator::set_phase(Coord& c, Phase to) {
-  transition(c.txn.txn_id(), c.phase, to,
+  transition(c.txn_id, c.phase, to,
              {{Phase::PreAccepting, Phase::Accepting}, {Phase::PreAccepting, Phase::Committed},
               {Phase::Accepting, Phase::Committed}});
 }
@@ -228,7 +231,7 @@ void Coordinator::commit(Env& env, Coord& c) {
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
       auto* m = e.mutable_janus()->mutable_commit();
-      m->set_txn_id(c.txn.txn_id());
+      m->set_txn_id(c.txn_id);
       for (const auto& d : c.deps) *m->add_deps() = d;
       post(env, r, std::move(e));
     }
@@ -246,7 +249,7 @@ void Coordinator::on_piece_result(Env& env, const ::janus::PieceResult& m) {
   if (!all && (!mutant::kReplyOnFirstResult || c.answered)) return;
   if (!c.answered) {
     Envelope e;
-    e.mutable_reply()->set_txn_id(c.txn.txn_id());
+    e.mutable_reply()->set_txn_id(c.txn_id);
     e.mutable_reply()->set_committed(true);
     *e.mutable_reply()->mutable_outputs() = c.outputs;
     env.send(c.client, std::move(e));
@@ -266,31 +269,35 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
     throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " seen before");
   check_inputs_produced(t, me_.shard);
   const TxnId id = t.txn_id();
-  // Dependencies at this shard, then this transaction becomes the keys' latest access.
+  // Dependencies at this shard, then this transaction becomes the keys' latest access: each key of its pieces here
+  // once (a key it writes as a write), looked up once.
   std::set<TxnId> deps;
-  std::set<std::string> reads, writes;
+  std::vector<const std::string*> writes, reads;
   for (const auto& p : t.pieces()) {
     if (p.shard() != me_.shard) continue;
-    writes.insert(p.write_keys().begin(), p.write_keys().end());
-    if (!mutant::kWritesOnly) reads.insert(p.read_keys().begin(), p.read_keys().end());
+    for (const auto& k : p.write_keys()) writes.push_back(&k);
+    if (!mutant::kWritesOnly)
+      for (const auto& k : p.read_keys()) reads.push_back(&k);
   }
-  for (const auto& k : writes) {
-    KeyState& ks = keys_[k];
+  const auto less = [](const std::string* a, const std::string* b) { return *a < *b; };
+  const auto same = [](const std::string* a, const std::string* b) { return *a == *b; };
+  std::sort(writes.begin(), writes.end(), less);
+  writes.erase(std::unique(writes.begin(), writes.end(), same), writes.end());
+  std::sort(reads.begin(), reads.end(), less);
+  reads.erase(std::unique(reads.begin(), reads.end(), same), reads.end());
+  for (const std::string* k : writes) {   // after every earlier writer and reader; then its only writer
+    KeyState& ks = keys_[*k];
     if (ks.writer) deps.insert(ks.writer);
     deps.insert(ks.readers.begin(), ks.readers.end());
-  }
-  for (const auto& k : reads)
-    if (!writes.count(k)) {
-      KeyState& ks = keys_[k];
-      if (ks.writer) deps.insert(ks.writer);
-    }
-  for (const auto& k : writes) {
-    KeyState& ks = keys_[k];
     ks.writer = id;
     ks.readers.clear();
   }
-  for (const auto& k : reads)
-    if (!writes.count(k)) keys_[k].readers.push_back(id);
+  for (const std::string* k : reads) {    // after the last writer; then one of its readers
+    if (std::binary_search(writes.begin(), writes.end(), k, less)) continue;
+    KeyState& ks = keys_[*k];
+    if (ks.writer) deps.insert(ks.writer);
+    ks.readers.push_back(id);
+  }
   deps.erase(id);
 
   Vertex& v = vertex(id);

@@ -70,7 +70,7 @@ void Replica::route(Env& env, Envelope& m) {
   if (!m.has_slog()) throw BadMessage("SLOG replica got a message of another protocol");
   const auto& s = m.slog();
   switch (s.body_case()) {
-    case ::slog::Msg::kBatch: return site_.on_batch(env, s.batch());
+    case ::slog::Msg::kBatch: return site_.on_batch(env, *m.mutable_slog()->mutable_batch());
     case ::slog::Msg::kSendOutput: return site_.on_send_output(env, s.send_output());
     case ::slog::Msg::kPieceResult: return coord_.on_piece_result(env, s.piece_result());
     case ::slog::Msg::BODY_NOT_SET: throw BadMessage("empty SLOG message");
@@ -132,7 +132,7 @@ void Handler::on_piece_result(Env& env, const ::slog::PieceResult& m) {
 
 // ---- replica: the local log ------------------------------------------------------------
 
-void Site::on_batch(Env& env, const ::slog::Batch& m) {
+void Site::on_batch(Env& env, ::slog::Batch& m) {
   if (m.batch() < next_batch_ || early_.count(m.batch()))
     throw BadMessage("batch " + str(m.batch()) + " of the local log seen before at " + me_.name);
   for (const auto& e : m.entries()) {
@@ -141,17 +141,19 @@ void Site::on_batch(Env& env, const ::slog::Batch& m) {
       throw BadMessage("batch " + str(m.batch()) + " holds txn " + str(e.txn().txn_id()) + ", which does not touch shard " +
                        str(me_.shard));
   }
-  early_.emplace(m.batch(), m);
+  const uint64_t batch = m.batch();
+  early_.emplace(batch, std::move(m));   // held until its turn, then its entries' requests move into the log
   for (auto it = early_.find(next_batch_); it != early_.end(); it = early_.find(next_batch_)) {
     if (it->second.entries_size() > 0 && me_.replica == 0) {
       ++n_batches_;
       n_batch_entries_ += it->second.entries_size();
     }
-    const ::slog::Batch& b = it->second;
+    ::slog::Batch& b = it->second;
     if (mutant::kReversedBatches && me_.replica == 1) {
-      for (int i = b.entries_size() - 1; i >= 0; --i) append(env, b.entries(i), b.batch(), static_cast<uint64_t>(i));
+      for (int i = b.entries_size() - 1; i >= 0; --i)
+        append(env, *b.mutable_entries(i), b.batch(), static_cast<uint64_t>(i));
     } else {
-      for (int i = 0; i < b.entries_size(); ++i) append(env, b.entries(i), b.batch(), static_cast<uint64_t>(i));
+      for (int i = 0; i < b.entries_size(); ++i) append(env, *b.mutable_entries(i), b.batch(), static_cast<uint64_t>(i));
     }
     early_.erase(it);
     ++next_batch_;
@@ -162,10 +164,10 @@ void Site::on_batch(Env& env, const ::slog::Batch& m) {
 // The order key (docs/protocols/slog.md): the entry's position in its region's local log, the one order every
 // shard of the region executes conflicting pieces in (multi-home entries sit there in global order); one domain
 // per region, as a shard only ever sees its own region's log.
-void Site::append(Env& env, const ::slog::Entry& e, uint64_t batch, uint64_t index) {
+void Site::append(Env& env, ::slog::Entry& e, uint64_t batch, uint64_t index) {
   (void)env;
   Pending p;
-  p.txn = e.txn();
+  p.txn = std::move(*e.mutable_txn());   // the batch is dropped after its entries are appended
   p.key = order_key(me_.region, batch, index);
   p.multi_home = e.multi_home();
   for (const auto& piece : p.txn.pieces()) {

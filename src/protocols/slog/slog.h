@@ -41,7 +41,7 @@ struct Options {
 class Site : public RoleContext {
  public:
   Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
-  void on_batch(Env& env, const ::slog::Batch& m);
+  void on_batch(Env& env, ::slog::Batch& m);
   void on_send_output(Env& env, const ::slog::SendOutput& m);
   bool idle() const { return log_.empty(); }
   const ShardExecutor& executor() const { return exec_; }
@@ -66,7 +66,7 @@ class Site : public RoleContext {
     bool multi_home = false;
   };
   static void set_phase(Pending& p, Phase to);
-  void append(Env& env, const ::slog::Entry& e, uint64_t batch, uint64_t index);
+  void append(Env& env, ::slog::Entry& e, uint64_t batch, uint64_t index);
   void try_execute(Env& env);
   bool conflicts(const Pending& later, const Pending& earlier) const;
   bool run_pieces(Env& env, Pending& p);  // true once every piece here has executed
