@@ -252,28 +252,24 @@ void Tpcc::new_order(Builder& b, std::mt19937_64& g, uint32_t w, int32_t d) cons
   // One stock-update piece per supplying shard (in the order the lines first name it), with its lines in the
   // home piece's form: a piece per line made an order of 10 lines 11 pieces, each copied, encoded and executed
   // apart (docs/workloads.md).
-  std::vector<std::pair<int64_t, Piece*>> by_shard;
-  std::vector<std::string> text;
+  struct Supply { int64_t sw; Piece* p; std::string lines; };
+  std::vector<Supply> supplies;
   for (const auto& x : lines) {
-    size_t k = 0;
-    while (k < by_shard.size() && by_shard[k].first != x.sw) ++k;
-    if (k == by_shard.size()) {
+    auto it = std::find_if(supplies.begin(), supplies.end(), [&](const Supply& y) { return y.sw == x.sw; });
+    if (it == supplies.end()) {
       Piece* p = b.add(static_cast<uint32_t>(x.sw), kNoStocks);
       arg(p, "remote", x.sw != w);
       p->add_read_keys(key("stock", x.sw));
-      by_shard.emplace_back(x.sw, p);
-      text.emplace_back();
+      it = supplies.insert(supplies.end(), {x.sw, p, ""});
     }
-    Piece* p = by_shard[k].second;
-    std::string& t = text[k];
-    if (!t.empty()) t += ',';
-    t += x.text;
+    if (!it->lines.empty()) it->lines += ',';
+    it->lines += x.text;
     const std::string row = key("stock", x.sw, x.i);
-    if (std::find(p->write_keys().begin(), p->write_keys().end(), row) != p->write_keys().end()) continue;
-    p->add_read_keys(row);
-    p->add_write_keys(row);
+    if (std::find(it->p->write_keys().begin(), it->p->write_keys().end(), row) != it->p->write_keys().end()) continue;
+    it->p->add_read_keys(row);
+    it->p->add_write_keys(row);
   }
-  for (size_t k = 0; k < by_shard.size(); ++k) (*by_shard[k].second->mutable_args())["lines"] = str_value(text[k]);
+  for (const Supply& y : supplies) (*y.p->mutable_args())["lines"] = str_value(y.lines);
 }
 
 void Tpcc::payment(Builder& b, std::mt19937_64& g, uint32_t w, int32_t d) const {
