@@ -8,7 +8,8 @@ given up, the engine's committed transactions per CPU second (all server, role a
 run; beside it the floor: the same deployment's protocol and workload code on the simulator, no transport, from
 txn-sim), the engine processes' wake-ups per committed transaction (beside them txn-sim's count of the wake-ups
 the layout and the protocol need: each process woken only when a message or timer falls due), the host's busy
-share and the checker's verdict. Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
+share and the checker's verdict; below the table, what this host charges per wake-up (txn-wakecost) and so what an
+engine costing nothing of its own could reach here at that load (the host limit). Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
 
 `--saturate` instead raises the load, exp 1's way (coordinators per client process: 1, 2, 4, ...), per protocol
 until the host passes --busy-limit % busy or a point fails, and prints the table of where the host, not the
@@ -88,23 +89,47 @@ def run_one(mode: str, a, concurrency=None, floor=True) -> dict:
                 floor_wakeups=floor["wakeups"] / floor["committed"] if floor.get("committed") and "wakeups" in floor
                 else None,
                 verdict=r.check["verdict"], counters=s.get("counters", {}), intra=intra, inter=inter,
+                mechanism=d["link"]["mechanism"],
                 shape=f"{d['regions']} regions x {d['shards_per_region']} shards x 3 replicas, {a.workload}, "
                       f"{knobs['concurrency']} coordinator(s) per client process, shaping {d['link']['mechanism']}, "
                       f"engine processes per {a.processes} ({len(deploy_processes(d['nodes']))} processes)")
 
 
-def sim_floor(build_dir: Path, deploy_yml: Path) -> dict:
-    """The engine's floor for the same deployment: txn-sim runs its protocol and workload code on the simulated
-    network, no transport (docs/efficiency.md); {} when txn-sim is not built or fails."""
-    sim = Path(build_dir) / "txn-sim"
-    if not sim.is_file():
-        sim = REPO / "build" / "txn-sim"
+def run_json(build_dir: Path, program: str, args: list, timeout: float) -> dict:
+    """One of the build's programs that prints a JSON line (the build dir's own, else build/'s); {} when it is not
+    built or fails."""
+    exe = Path(build_dir) / program
+    if not exe.is_file():
+        exe = REPO / "build" / program
     try:
-        p = subprocess.run([str(sim), "--config", str(deploy_yml), "--json"], capture_output=True, text=True,
-                           timeout=600)
+        p = subprocess.run([str(exe)] + args, capture_output=True, text=True, timeout=timeout)
         return json.loads(p.stdout) if p.returncode == 0 else {}
     except (OSError, ValueError, subprocess.SubprocessError):
         return {}
+
+
+def sim_floor(build_dir: Path, deploy_yml: Path) -> dict:
+    """The engine's floor for the same deployment: txn-sim runs its protocol and workload code on the simulated
+    network, no transport (docs/efficiency.md); {} when txn-sim is not built or fails."""
+    return run_json(build_dir, "txn-sim", ["--config", str(deploy_yml), "--json"], timeout=600)
+
+
+def host_wake_cost(build_dir: Path) -> dict:
+    """What this host charges a process per wake-up before any work (txn-wakecost: waits ended by a timer and by
+    another process's frame, 2,000 each, 1 ms apart); {} when it is not built or fails."""
+    return run_json(build_dir, "txn-wakecost", [], timeout=120)
+
+
+def host_limit(floor_wakeups, floor_per_cpu_s, wake: dict, mechanism: str):
+    """Committed txn per CPU s that an engine costing nothing of its own would reach here: the wake-ups the layout
+    and the protocol need (txn-sim's count: each a message or timer falling due) at this host's cost, plus the
+    protocol's and workload's own work as txn-sim runs it (hot; its bookkeeping included). Where the engine keeps
+    the delays (shaping `app`) each of those wake-ups ends at a timer; where the kernel does (netem) or there are
+    none, at a frame. None without the three."""
+    w = wake.get("timer_wake_us" if mechanism == "app" else "frame_wake_us")
+    if not (floor_wakeups and floor_per_cpu_s and w):
+        return None
+    return 1e6 / (floor_wakeups * w + 1e6 / floor_per_cpu_s)
 
 
 def fmt(v, spec=".1f"):
@@ -188,6 +213,7 @@ def main() -> int:
         return 2
     if a.saturate:
         return saturate(modes, a)
+    wake = host_wake_cost(a.build_dir)   # before the runs, on the host as quiet as they find it
     rows = [run_one(m, a) for m in modes]
     ok = [r for r in rows if "failed" not in r]
     print()
@@ -206,6 +232,16 @@ def main() -> int:
                       fmt(r["wakeups_per_txn"]), fmt(r["floor_wakeups"]), fmt(r["host_busy"], ".0f"),
                       r["verdict"]])
     print(text_table(head, table, left=(0, 15)))
+    if wake:
+        print(f"host: a wake-up costs {wake['timer_wake_us']:.1f} us of CPU at a timer, {wake['frame_wake_us']:.1f} us "
+              f"at another process's frame, before any work (txn-wakecost, {wake['waits']} waits each)")
+    for r in ok:
+        lim = host_limit(r["floor_wakeups"], r["floor_per_cpu_s"], wake, r["mechanism"])
+        if lim:
+            print(f"{r['mode']} host limit: about {lim:,.0f} committed txn per CPU s at this load for an engine that "
+                  f"costs nothing of its own ({r['floor_wakeups']:.2f} wake-ups per committed txn, each at a "
+                  f"{'timer' if r['mechanism'] == 'app' else 'frame'}, and the floor's work); the engine reached "
+                  f"{fmt(r['per_cpu_s'], ',.0f')}")
     for r in ok:
         t = TARGETS_MS.get(r["mode"])
         if t:

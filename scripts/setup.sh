@@ -65,7 +65,7 @@ fi
 #    tests are about half of a fresh build; `make test` builds them).
 BUILD=${BUILD_DIR:-build}
 TARGETS=()
-((ENGINE)) && TARGETS=(txn-server txn-client txn-replay txn-sim)
+((ENGINE)) && TARGETS=(txn-server txn-client txn-replay txn-sim txn-wakecost)
 status=0
 { [[ -f $BUILD/build.ninja ]] || cmake -S . -B "$BUILD" -G Ninja; } && ninja -C "$BUILD" -j"${JOBS:-2}" "${TARGETS[@]}" ||
   status=$?

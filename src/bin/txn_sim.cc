@@ -19,7 +19,6 @@
 // runtime/event_loop.h has them), never for a frame's arrival: what the layout
 // and the protocol need, beside what the engine spends (engine_wakeups).
 #include <getopt.h>
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -31,6 +30,7 @@
 #include "client/client_node.h"
 #include "core/config.h"
 #include "core/protocol.h"
+#include "core/usage.h"
 #include "core/workload.h"
 #include "sim/sim.h"
 
@@ -41,13 +41,6 @@ using namespace txn;
 int fail(const std::string& msg) {
   std::fprintf(stderr, "txn-sim: error: %s\n", msg.c_str());
   return 2;
-}
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 // The shard container a node would run in (swarm placement, testbed/cluster/genconfig.py).
@@ -118,7 +111,7 @@ int main(int argc, char** argv) {
   };
   sim::Network net(d, o);
   std::vector<ClientNode*> clients;
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = own_usage().cpu_s;
   const auto wall0 = std::chrono::steady_clock::now();
   for (const auto& n : d.nodes) {
     if (n.kind == NodeKind::Replica) {
@@ -140,7 +133,7 @@ int main(int argc, char** argv) {
         return true;
       },
       limit);
-  const double cpu = cpu_seconds() - cpu0;
+  const double cpu = own_usage().cpu_s - cpu0;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   uint64_t committed = 0, given_up = 0;
   for (auto* c : clients)

@@ -2,7 +2,7 @@
 
 #include <getopt.h>
 #include <pthread.h>
-#include <sys/resource.h>
+#include "core/usage.h"
 #include <unistd.h>
 #include <absl/synchronization/mutex.h>
 #include <yaml-cpp/yaml.h>
@@ -90,12 +90,9 @@ std::string process_facts(const Transport& t, uint64_t rejected, bool drain_time
 // voluntary context switches: its wake-ups), so far: what a backend that cannot read its children's rusage (swarm)
 // sums into the run's cpu_seconds and engine_wakeups (testbed/runs/lifecycle.py).
 std::string own_usage_fields() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  const double cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-                     static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  const Usage u = own_usage();
   char buf[96];
-  std::snprintf(buf, sizeof buf, ", \"cpu_s\": %.6f, \"voluntary_switches\": %ld", cpu, u.ru_nvcsw);
+  std::snprintf(buf, sizeof buf, ", \"cpu_s\": %.6f, \"voluntary_switches\": %ld", u.cpu_s, u.voluntary_switches);
   return buf;
 }
 
