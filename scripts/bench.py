@@ -9,7 +9,8 @@ run; beside it the floor: the same deployment's protocol and workload code on th
 txn-sim), the engine processes' wake-ups per committed transaction (beside them txn-sim's count of the wake-ups
 the layout and the protocol need: each process woken only when a message or timer falls due), the host's busy
 share and the checker's verdict; below the table, what this host charges per wake-up (txn-wakecost) and so what an
-engine costing nothing of its own could reach here at that load (the host limit). Usage: `make bench` or `.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
+engine costing nothing of its own could reach here at that load (the host limit). Usage: `make bench` or
+`.venv/bin/python scripts/bench.py [--protocols dast,janus]`.
 
 `--saturate` instead raises the load, exp 1's way (coordinators per client process: 1, 2, 4, ...), per protocol
 until the host passes --busy-limit % busy or a point fails, and prints the table of where the host, not the

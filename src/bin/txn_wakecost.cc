@@ -92,7 +92,8 @@ Result frame_waits(long n, long gap_us) {
     if (k <= 0) continue;
     ++waits;
     const ssize_t m = read(sv[0], buf, sizeof buf);
-    if (m <= 0) die("read (the writing process ended early)");
+    if (m == 0) errno = EPIPE;   // the writing process ended early
+    if (m <= 0) die("read");
     got += m;
   }
   Result r;
