@@ -121,13 +121,18 @@ def host_wake_cost(build_dir: Path) -> dict:
     return run_json(build_dir, "txn-wakecost", [], timeout=120)
 
 
+def wake_end(mechanism: str) -> str:
+    """What ends a wait for a message falling due: a timer where the engine keeps the delays (shaping `app`), a
+    frame where the kernel keeps them (netem) or there are none."""
+    return "timer" if mechanism == "app" else "frame"
+
+
 def host_limit(floor_wakeups, floor_per_cpu_s, wake: dict, mechanism: str):
     """Committed txn per CPU s that an engine costing nothing of its own would reach here: the wake-ups the layout
     and the protocol need (txn-sim's count: each a message or timer falling due) at this host's cost, plus the
-    protocol's and workload's own work as txn-sim runs it (hot; its bookkeeping included). Where the engine keeps
-    the delays (shaping `app`) each of those wake-ups ends at a timer; where the kernel does (netem) or there are
-    none, at a frame. None without the three."""
-    w = wake.get("timer_wake_us" if mechanism == "app" else "frame_wake_us")
+    protocol's and workload's own work as txn-sim runs it (hot; its bookkeeping included); each of those wake-ups
+    at the cost of what ends it (wake_end). None without the three."""
+    w = wake.get(f"{wake_end(mechanism)}_wake_us")
     if not (floor_wakeups and floor_per_cpu_s and w):
         return None
     return 1e6 / (floor_wakeups * w + 1e6 / floor_per_cpu_s)
@@ -241,7 +246,7 @@ def main() -> int:
         if lim:
             print(f"{r['mode']} host limit: about {lim:,.0f} committed txn per CPU s at this load for an engine that "
                   f"costs nothing of its own ({r['floor_wakeups']:.2f} wake-ups per committed txn, each at a "
-                  f"{'timer' if r['mechanism'] == 'app' else 'frame'}, and the floor's work); the engine reached "
+                  f"{wake_end(r['mechanism'])}, and the floor's work); the engine reached "
                   f"{fmt(r['per_cpu_s'], ',.0f')}")
     for r in ok:
         t = TARGETS_MS.get(r["mode"])

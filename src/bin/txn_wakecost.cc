@@ -35,24 +35,35 @@ struct Result {
   long wakes = 0;
 };
 
-// N waits ended by their own timeout (the descriptor watched never becomes ready).
-Result timer_waits(long n, long gap_us) {
-  int fds[2];
-  if (pipe(fds) != 0) die("pipe");
+// The waiting thread's CPU per wait and its sleeps (voluntary switches) since `u0`.
+Result since(const txn::Usage& u0, long waits) {
+  const txn::Usage u1 = txn::own_usage(RUSAGE_THREAD);
+  return {(u1.cpu_s - u0.cpu_s) * 1e6 / static_cast<double>(waits), u1.voluntary_switches - u0.voluntary_switches};
+}
+
+// An epoll set watching one descriptor for input.
+int watch_input(int fd) {
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   if (ep < 0) die("epoll_create1");
   epoll_event ev{};
   ev.events = EPOLLIN;
-  if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev) != 0) die("epoll_ctl");
-  const timespec ts{gap_us / 1'000'000, (gap_us % 1'000'000) * 1000};
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) die("epoll_ctl");
+  return ep;
+}
+
+timespec span(long us) { return {us / 1'000'000, (us % 1'000'000) * 1000}; }
+
+// N waits ended by their own timeout (the descriptor watched never becomes ready).
+Result timer_waits(long n, long gap_us) {
+  int fds[2];
+  if (pipe(fds) != 0) die("pipe");
+  const int ep = watch_input(fds[0]);
+  const timespec ts = span(gap_us);
   epoll_event out[4];
   const txn::Usage u0 = txn::own_usage(RUSAGE_THREAD);
   for (long i = 0; i < n; ++i)
     if (epoll_pwait2(ep, out, 4, &ts, nullptr) < 0 && errno != EINTR) die("epoll_pwait2");
-  Result r;
-  const txn::Usage u1 = txn::own_usage(RUSAGE_THREAD);
-  r.wakes = u1.voluntary_switches - u0.voluntary_switches;
-  r.us_per_wake = (u1.cpu_s - u0.cpu_s) * 1e6 / static_cast<double>(n);
+  const Result r = since(u0, n);
   close(ep);
   close(fds[0]);
   close(fds[1]);
@@ -68,7 +79,7 @@ Result frame_waits(long n, long gap_us) {
   if (child < 0) die("fork");
   if (child == 0) {
     close(sv[0]);
-    const timespec ts{gap_us / 1'000'000, (gap_us % 1'000'000) * 1000};
+    const timespec ts = span(gap_us);
     char b = 'x';
     for (long i = 0; i < n; ++i) {
       nanosleep(&ts, nullptr);
@@ -77,11 +88,7 @@ Result frame_waits(long n, long gap_us) {
     _exit(0);
   }
   close(sv[1]);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
-  if (ep < 0) die("epoll_create1");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  if (epoll_ctl(ep, EPOLL_CTL_ADD, sv[0], &ev) != 0) die("epoll_ctl");
+  const int ep = watch_input(sv[0]);
   epoll_event out[4];
   const txn::Usage u0 = txn::own_usage(RUSAGE_THREAD);
   long got = 0, waits = 0;
@@ -96,10 +103,7 @@ Result frame_waits(long n, long gap_us) {
     if (m <= 0) die("read");
     got += m;
   }
-  Result r;
-  const txn::Usage u1 = txn::own_usage(RUSAGE_THREAD);
-  r.wakes = u1.voluntary_switches - u0.voluntary_switches;
-  r.us_per_wake = (u1.cpu_s - u0.cpu_s) * 1e6 / static_cast<double>(waits);
+  const Result r = since(u0, waits);
   int status = 0;
   waitpid(child, &status, 0);
   close(ep);

@@ -1,6 +1,7 @@
 """What this host charges per wake-up (txn-wakecost) and the host limit `make bench` prints from it beside the
 floor: the probe really waits, refuses bad arguments in one line, and the limit is the floor's wake-ups at the
-cheaper cost plus the floor's own work (docs/efficiency.md)."""
+cost of what ends them (a timer where the engine keeps the delays, else a frame) plus the floor's own work
+(docs/efficiency.md)."""
 import json
 import os
 import subprocess
