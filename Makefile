@@ -1,6 +1,6 @@
 # Entry points; scripts/setup.sh is the single set-up step (apt, .venv, cmake+ninja). `setup` builds everything
 # (the unit tests too); `engine` only the engine's programs, which is all a run needs.
-.PHONY: setup engine engine-image build test main main-all demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
+.PHONY: setup engine engine-image build test main main-all smoke demo bench image up down bench-swarm mutants rehearsal rehearsal-down clean
 
 setup:
 	scripts/setup.sh
@@ -25,6 +25,11 @@ main: engine-image
 
 main-all: engine-image
 	.venv/bin/python run_experiments.py --quick --all
+
+# every experiment once, short (testbed/core/presets.py: smoke), into results/smoke/ and always run anew: a check of
+# the whole pipeline before a long sweep, on the same deployment as `make main`; ~10 min; CI runs it
+smoke: engine-image
+	.venv/bin/python run_experiments.py --all --preset smoke --fresh --out results/smoke
 
 demo: engine
 	.venv/bin/python run_local.py

@@ -14,6 +14,12 @@ of it is not the artifact's: exp 5's X = 80 ms. Here X is the cross-region RTT's
 direction X / sqrt(2)), and a per-direction std-dev above the one-way delay (50 ms; X > 70.7) biases the mean delay
 by more than 8 % (samples below zero are clipped): config.py refuses it, as it refused the artifact's own clipping
 (its defect: "X >= 50 clips one-way delay at 0"). The sweep stops at 70.
+
+smoke: every experiment once, short, on the deployment the file describes (its regions and shards are kept, so on
+the swarm it runs on the containers `make main` brought up): the point of each sweep where the baselines are most
+loaded or contended (its last), exp 4 at its first and its last region count (so the regions a run uses go up and
+down on one backend, as in `make main-all`), exp 6 its partition and pause. A value of it is a function of the
+file's settings. `make smoke` runs it with --fresh into results/smoke/; CI runs it after `make main`.
 """
 from __future__ import annotations
 
@@ -47,6 +53,24 @@ PRESETS = {p.name: p for p in [
         SCALABILITY_N_REGIONS=[3, 5],                           # exp 4
         ROBUST_RTT_VAR=[10, 20, 30, 40, 50, 60, 70],            # exp 5 (its ROUBUST_RTT_VAR, without 80: above)
     )),
+    # a value computed from the file's settings (a function of its ExpConfig): the point that preset keeps of them
+    Preset("smoke", "every experiment once, in ~10 min: each sweep's last point (exp 4 its first and last region "
+           "counts), exp 6 its partition and pause, 8 s runs, 1 repeat (`make smoke`: a setup check before a long "
+           "sweep, and CI's)", dict(
+        N_REPEAT=1,
+        DURATION_S=8, WARMUP_S=2, COOLDOWN_S=1,                  # a 5 s window: every class commits in it
+        CLIENT_PROCESS_PER_SHARD=lambda c: c.client_process_per_shard[:1],
+        CONCURRENCY_LEVELS=lambda c: c.concurrency_levels[-1:],  # the most contended point of exp 1
+        EXP1_OFFERED_RATES=lambda c: c.exp1_offered_rates[-1:],
+        CRT_RATIOS=lambda c: c.crt_ratios[-1:],
+        ZIPFS=lambda c: c.zipfs[-1:],
+        # first and last: each protocol's runs change the regions used up, and the next protocol's down again
+        SCALABILITY_N_REGIONS=lambda c: tuple(dict.fromkeys((c.scalability_n_regions[0],
+                                                              c.scalability_n_regions[-1]))),
+        ROBUST_RTT_VAR=lambda c: c.robust_rtt_var[-1:],
+        FAULT_KINDS=lambda c: tuple(k for k in c.fault_kinds if k in ("partition", "pause")) or c.fault_kinds[:1],
+        FAULT_AT_S=3, FAULT_FOR_S=2, FAULT_AFTER_S=3,            # exp 6: 8 s runs, the fault in [3, 5) s
+    )),
 ]}
 
 
@@ -61,7 +85,8 @@ def apply(cfg: ExpConfig, name: str | None) -> ExpConfig:
     """cfg with the preset's knobs set, validated (ValueError naming the knob); cfg itself when name is None."""
     if name is None:
         return cfg
-    return validate(dataclasses.replace(cfg, **{KNOBS[k]: v for k, v in get(name).knobs.items()}))
+    return validate(dataclasses.replace(cfg, **{KNOBS[k]: v(cfg) if callable(v) else v
+                                                for k, v in get(name).knobs.items()}))
 
 
 def _shown(v):

@@ -330,6 +330,9 @@ class SwarmRunner(Runner):
         self.host_of = {m.ip: m.host for m in cluster.members}
         # the driver sees the Docker of its own host only (its socket is mounted there)
         self.driver_host = cluster.driver.host
+        # SSH connections are kept for the backend's life (the next run, the jitter, the self-test reuse them), but
+        # a run watches, signals, copies and cleans only its own containers: `conns` holds the run's, `pool` all
+        self.pool: dict[str, Ssh] = {}
         self.conns: dict[str, Ssh] = {}
         self.rc: dict[str, int] = {}
         self.ready_names: set[str] = set()
@@ -344,13 +347,14 @@ class SwarmRunner(Runner):
 
     # ---- connections and the containers' state
     def conn(self, ip: str) -> Ssh:
-        if ip not in self.conns:
+        """The connection to a container (opened once, then reused by every later run of the backend)."""
+        if ip not in self.pool:
             try:
-                self.conns[ip] = Ssh(ip, self.key_path)
+                self.pool[ip] = Ssh(ip, self.key_path)
             except SshError as e:
                 raise RunError(self.container_problem(ip, e)) from None
             self._cost["connections"] = self._cost.get("connections", 0) + 1
-        return self.conns[ip]
+        return self.pool[ip]
 
     def container_problem(self, ip: str, err) -> str:
         """One line: which container, what Docker says about it (when the driver can see it), what SSH said."""
@@ -398,10 +402,14 @@ class SwarmRunner(Runner):
         c = deploy["client"]
         self._life_s = (self.ready_timeout_s + float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
                         + self.margin_s + self.grace_s + LIFE_SLACK_S)
+        # this run's containers, and only they: a deployment has more (exp 4 uses the first k of its regions) and
+        # the connections of an earlier run with more regions stay open in the pool, unwatched and untouched
         ips = sorted({n["host"] for n in deploy["nodes"]})
+        self.conns = {}
 
         def setup(ip):
             conn = self.conn(ip)
+            self.conns[ip] = conn
             _, out = conn.sh(LEFTOVERS_SH.format(keep=self.rdir + "/"))
             left = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
             if left:
@@ -543,7 +551,7 @@ class SwarmRunner(Runner):
         self._cost["end"] = self._spent()
 
     def _spent(self) -> tuple:
-        sessions = self._dropped_sessions + sum(c.sessions for c in self.conns.values())
+        sessions = self._dropped_sessions + sum(c.sessions for c in self.pool.values())
         return time.process_time(), time.monotonic(), sessions
 
     def teardown(self, run_dir: Path, procs: list) -> list[str]:
@@ -594,7 +602,8 @@ class SwarmRunner(Runner):
         w = self.watches.pop(ip, None)
         if w is not None:
             w.close()
-        conn = self.conns.pop(ip, None)
+        self.conns.pop(ip, None)
+        conn = self.pool.pop(ip, None)
         if conn is not None:
             self._dropped_sessions += conn.sessions
             try:
@@ -603,7 +612,7 @@ class SwarmRunner(Runner):
                 pass
 
     def close(self) -> None:
-        for ip in list(self.conns):
+        for ip in list(self.pool):
             self._drop(ip)
 
 
@@ -685,7 +694,8 @@ class SwarmBackend(Backend):
         if cfg is None:
             cfg = load_exp_config()
         self.cfg = cfg
-        self.applied_jitter = self.state.get("jitter_ms", 0)  # RTT std-dev the tc plans carry now (netem)
+        self.applied_jitter: dict[str, float] = {}  # netem: RTT std-dev a container's tc plan carries now, where it is
+                                                   # not the deployment's (containers.yml jitter_ms)
         self.runner = SwarmRunner(self.state, Path(key_path), progress=progress, **runner_opts)
 
     @property
@@ -707,18 +717,24 @@ class SwarmBackend(Backend):
                     concurrency=1, clients_per_shard=1, scale=st.get("scale", 0.01))
 
     def run(self, deploy, name, out_root="results", config=None, meta_extra=None, probe=0) -> RunResult:
-        if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in every container
-            self._apply_jitter(round(rttlib.rtt_jitter(deploy["link"].get("jitter_ms", 0)), 6))
+        used = {n["host"] for n in deploy["nodes"]}   # the run's containers; the deployment may have more regions
+        if self.mechanism == "netem":  # tc does the delaying: (re)apply the run's jitter in each of its containers
+            self._apply_jitter(round(rttlib.rtt_jitter(deploy["link"].get("jitter_ms", 0)), 6), used)
         meta = {"backend": self.name, "deployment": self.deployment_name,
-                "containers": [m.name for m in self.cluster.members],
+                "containers": [m.name for m in self.cluster.members if m.ip in used],
+                "deployment_containers": len(self.cluster.members),
                 **({"job": os.environ[ENV_JOB]} if os.environ.get(ENV_JOB) else {}), **(meta_extra or {})}
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)
 
-    def _apply_jitter(self, rtt_jitter_ms: float) -> None:
-        """Re-install every shard container's tc plan with this RTT jitter (idempotent; kept for restarts)."""
-        if rtt_jitter_ms == self.applied_jitter:
-            return
+    def _apply_jitter(self, rtt_jitter_ms: float, ips=None) -> None:
+        """Re-install the tc plan with this RTT jitter in the shard containers of ips (None: every one that carries
+        another), where it differs (idempotent; kept for restarts). A container no run uses is never touched."""
+        base = self.state.get("jitter_ms", 0)
         for m in self.cluster.shards:
+            if (ips is None and m.ip not in self.applied_jitter) or (ips is not None and m.ip not in ips):
+                continue
+            if self.applied_jitter.get(m.ip, base) == rtt_jitter_ms:
+                continue
             script = to_shell(tc_plan_for(self.cfg, m.region, jitter_ms=rtt_jitter_ms))
             try:
                 rc, out = self._shard_conn(m.ip).sh(
@@ -727,7 +743,10 @@ class SwarmBackend(Backend):
                 raise RunError(self.runner.container_problem(m.ip, e)) from None
             if rc != 0:
                 raise RunError(f"re-applying tc in {m.name} failed: {out.strip()}")
-        self.applied_jitter = rtt_jitter_ms
+            if rtt_jitter_ms == base:
+                self.applied_jitter.pop(m.ip, None)
+            else:
+                self.applied_jitter[m.ip] = rtt_jitter_ms
 
     def ping_matrix(self, count: int = 10) -> dict:
         by_region: dict[int, list[str]] = {}
@@ -737,7 +756,8 @@ class SwarmBackend(Backend):
                            by_region, self.state["regions"], count)
 
     def close(self) -> None:
-        """Restore the jitter the deployment was brought up with (netem), then drop the SSH connections."""
+        """Restore the jitter the deployment was brought up with (netem) where a run changed it, then drop the SSH
+        connections."""
         try:
             if self.mechanism == "netem":
                 self._apply_jitter(self.state.get("jitter_ms", 0))

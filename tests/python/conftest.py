@@ -31,6 +31,18 @@ def image():
     return IMAGE
 
 
+# the signals a test sends its child job: the child starts with each at its default action, as from a terminal,
+# whatever this pytest inherited (`nohup make test`: SIGHUP ignored; `make test &` from a script: SIGINT and SIGQUIT
+# ignored), so the test sets up the signal state it tests instead of inheriting it. Use as Popen(preexec_fn=...).
+TERMINAL_SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM")
+
+
+def signals_as_from_a_terminal() -> None:
+    import signal
+    for name in TERMINAL_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def procs_mentioning(text: str) -> list[str]:
     """Command lines of live processes whose argv mentions text (e.g. a run folder)."""
     out = []

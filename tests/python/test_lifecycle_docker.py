@@ -18,7 +18,7 @@ from testbed.cluster import swarm
 from testbed.core.config import load_exp_config
 from testbed.cluster.hosts import Host
 
-from conftest import IMAGE, REPO, docker_client
+from conftest import IMAGE, REPO, docker_client, signals_as_from_a_terminal
 
 DOCKER = docker_client()
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(
@@ -79,7 +79,8 @@ def host_run(name: str, *extra, duration=20, new_session=True) -> subprocess.Pop
                              "--out", str(OUT), "--name", name, "--duration", str(duration), "--warmup", "1",
                              "--cooldown", "1", "--concurrency", "1", "--regions", "2", "--shards", "1",
                              "--inter-rtt", "40", *extra], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=new_session)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=new_session,
+                            preexec_fn=signals_as_from_a_terminal)
 
 
 def wait_clients_running(name: str, timeout=60, p: subprocess.Popen | None = None) -> Path:
@@ -225,7 +226,7 @@ def test_leftovers_of_an_earlier_run_are_stopped_and_said(dep):
 def test_sweep_on_the_host_shows_progress_and_ctrl_c_is_not_reused(dep):
     p = subprocess.Popen([sys.executable, "run_experiments.py", "--config", str(CFG_FILE), "--out", str(OUT)],
                          cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=signals_as_from_a_terminal)
     run = wait_clients_running("n_clients", timeout=120, p=p)
     time.sleep(5)                     # a progress line of the run itself
     os.killpg(p.pid, signal.SIGINT)

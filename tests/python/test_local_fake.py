@@ -100,11 +100,12 @@ def test_missing_binary(tmp_path):
 def launch(fake_bin, out, *extra):
     import subprocess
     import sys
-    from conftest import REPO
+    from conftest import REPO, signals_as_from_a_terminal
     return subprocess.Popen([sys.executable, "run_local.py", "--build-dir", str(fake_bin), "--out", str(out),
                              "--regions", "2", "--shards", "1", "--duration", "30", "--warmup", "1", "--cooldown",
                              "1", "--base-port", "24100", "--processes", "split", *extra], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=signals_as_from_a_terminal)
 
 
 def clients_started(out, timeout=30):

@@ -71,8 +71,8 @@ def test_an_unknown_preset_is_refused_in_one_line(tmp_path, monkeypatch, capsys)
         assert cli.main(argv + ["--config", str(config_file(tmp_path)), "--out", str(tmp_path / "res")]) == 2
         out, err = capsys.readouterr()
         assert out == ""
-        assert err.splitlines() == ["run_experiments: error: --preset 'artifacts': must be one of artifact"]
-    with pytest.raises(ValueError, match=r"^--preset 'x': must be one of artifact$"):
+        assert err.splitlines() == ["run_experiments: error: --preset 'artifacts': must be one of artifact, smoke"]
+    with pytest.raises(ValueError, match=r"^--preset 'x': must be one of artifact, smoke$"):
         presets.get("x")
     assert not (tmp_path / "res").exists()
 
@@ -189,3 +189,25 @@ def test_a_sweep_under_the_preset_runs_its_points(tmp_path, monkeypatch, capsys)
     assert sorted(c[1] for c in b.calls) == [1, 20, 50]
     df = pd.read_parquet(tmp_path / "res" / "runs.parquet")
     assert set(df["knobs.regions"]) == {4} and set(df["knobs.shards"]) == {2} and (df.status == "ok").all()
+
+
+def test_smoke_runs_every_experiment_once_on_the_files_deployment(tmp_path, fake_registry):
+    """The smoke preset keeps the file's deployment (regions, the regions deployed, shards: on the swarm, the
+    containers `make main` brought up), takes each sweep's last point, exp 4's first and last region counts (up then
+    down on one backend, as `make main-all`), exp 6's partition and pause; every experiment plans its runs."""
+    path = config_file(tmp_path, "SCALABILITY_N_REGIONS = [3, 5, 7]\nCRT_RATIOS = [10, 30, 60]\n"
+                                 "FAULT_KINDS = ['none', 'pause', 'clock', 'partition']\n")
+    base = load_exp_config(path)
+    cfg = presets.apply(base, "smoke")
+    assert (cfg.regions, cfg.max_regions, cfg.shards_per_region) == (base.regions, base.max_regions,
+                                                                     base.shards_per_region)
+    assert cfg.concurrency_levels == base.concurrency_levels[-1:] and cfg.crt_ratios == (60,)
+    assert cfg.zipfs == base.zipfs[-1:] and cfg.robust_rtt_var == base.robust_rtt_var[-1:]
+    assert cfg.scalability_n_regions == (3, 7) and cfg.fault_kinds == ("pause", "partition")
+    assert cfg.n_repeat == 1 and cfg.duration_s < base.duration_s
+    plans = runner.plan_job(list(experiments.EXPERIMENTS), path, "smoke", log=lambda *_: None)
+    points = {pl.experiment.name: pl.points for pl in plans}
+    assert points == {"n_clients": 1, "crt_ratio": 1, "tpca": 1, "scalability": 2, "robust": 1, "faults": 2}
+    # one region count configured: exp 4 runs it alone
+    one = presets.apply(load_exp_config(config_file(tmp_path, "SCALABILITY_N_REGIONS = [3]\n")), "smoke")
+    assert one.scalability_n_regions == (3,)

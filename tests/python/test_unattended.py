@@ -15,7 +15,7 @@ import pytest
 from testbed.runs import driverexec, selftest
 from testbed.sweeps import mainjob
 
-from conftest import REPO
+from conftest import REPO, signals_as_from_a_terminal
 
 # ---------------------------------------------------------------- the stdin protocol only when the host asks for it
 
@@ -83,7 +83,8 @@ def test_a_host_job_under_nohup_survives_a_closed_terminal_and_stops_on_sigint(f
     p = subprocess.Popen(["nohup", sys.executable, "run_local.py", "--build-dir", str(fake_bin), "--out",
                           str(tmp_path), "--regions", "2", "--shards", "1", "--duration", "30", "--warmup", "1",
                           "--cooldown", "1", "--base-port", "24300", "--processes", "split"], cwd=REPO, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                         preexec_fn=signals_as_from_a_terminal)   # then nohup ignores SIGHUP itself
     t0 = time.monotonic()
     while len(list(tmp_path.glob("local/*/logs/c*.log"))) < 2 and time.monotonic() - t0 < 30:
         time.sleep(0.1)
@@ -264,3 +265,19 @@ def test_a_failed_self_test_is_never_reused(measured, tmp_path):
     measured["rc"] = 0
     selftest.swarm_self_test(None, STATE, log=quiet, reuse=True, repo=tmp_path)
     assert measured["codes"] == [0, 1, 0]
+
+
+# ---------------------------------------------------------------- `nohup make test` and `make test` agree
+
+def test_the_signal_tests_pass_when_pytest_itself_runs_with_hup_and_int_ignored():
+    """`nohup make test` (SIGHUP ignored) or `make test &` from a script (SIGINT ignored): the tests that signal a
+    job set their child's dispositions themselves (conftest.signals_as_from_a_terminal), so they pass there too."""
+    import signal as sig
+
+    def ignored():
+        for s in (sig.SIGHUP, sig.SIGINT, sig.SIGQUIT):
+            sig.signal(s, sig.SIG_IGN)
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/python/test_local_fake.py::test_a_signal_to_run_local_stops_the_run_and_leaves_no_process"],
+                       cwd=REPO, capture_output=True, text=True, timeout=240, preexec_fn=ignored)
+    assert p.returncode == 0 and "3 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
