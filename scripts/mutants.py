@@ -60,6 +60,8 @@ MUTANTS = [
     ("tapir.no_write_write", "the OCC check ignores write-write conflicts with prepared transactions", "safety"),
     ("tapir.reads_unvalidated", "Prepare validates the versions of the keys it writes only, not of those it reads",
      "safety"),
+    ("tapir.timeout_on_minority", "after the Prepare timeout a shard is decided on 1 result of 3, not a majority's",
+     "safety"),
     ("slog.none", "the protocol as built", "-"),
     ("slog.no_conflict_wait", "an entry runs past earlier unfinished entries that hold its keys", "latency"),
     ("slog.reversed_batches", "replica 1 of every shard appends each batch in reverse", "safety"),

@@ -46,4 +46,13 @@ constexpr bool kReadsUnvalidated = true;   // Prepare validates the versions of 
 constexpr bool kReadsUnvalidated = false;
 #endif
 
+// Added for issue 49 (a replica down is not an outage): the slow path after the Prepare timeout decides a shard on
+// whatever results are in, one replica's included, instead of a majority's; two conflicting transactions can then
+// commit on disjoint replicas, each never having seen the other.
+#ifdef TAPIR_MUTANT_TIMEOUT_ON_MINORITY
+constexpr bool kTimeoutOnMinority = true;  // after the timeout a shard is decided on 1 result of 3
+#else
+constexpr bool kTimeoutOnMinority = false;
+#endif
+
 }  // namespace txn::tapir::mutant

@@ -15,9 +15,15 @@
 // transaction is prepared and holds its keys, and its dependencies are the
 // keys' last applied writers (and, for a key it writes, the readers applied
 // since). A shard is decided OK on 3 OKs (fast path) or, once every replica
-// answered, on a majority of OKs, which is then finalized at a majority (slow
-// path); any ABORT, or a majority not OK, aborts the transaction. The client
-// is answered at the decision, with the Read round's values.
+// answered or `prepare_timeout_ms` (IR's consensus timeout, 500 ms) passed with
+// a majority of results in, on a majority of OKs, which is then finalized at a
+// majority (slow path); any ABORT, or a majority not OK, aborts the
+// transaction, and so do results of a majority after the timeout that are not
+// a majority of OKs (TAPIR's decide: RETRY). The client is answered at the
+// decision, with the Read round's values. A replica left out of a decision
+// still gets the Prepare, then the Finalize, then the Commit, in that order
+// (one FIFO channel from the coordinator), and applies along the decided
+// dependencies.
 //
 // Commit and Abort are inconsistent operations. A replica applies a committed
 // transaction (executes its pieces) once its dependencies at this shard have
@@ -60,7 +66,8 @@ Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, co
 
 void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c.insert({{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
-            {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_}});
+            {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_},
+            {"prepare_timeouts", n_timeouts_}});
 }
 
 void Replica::route(Env& env, Envelope& m) {
@@ -133,6 +140,8 @@ void Coordinator::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
     return;
   }
   set_phase(c, Phase::Preparing);
+  c.prepare_deadline = env.mono_us() + opts_.prepare_timeout_us;
+  arm_prepare_timer(env, c.prepare_deadline);
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
@@ -168,7 +177,15 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
     c.decided[shard] = abort > 0 ? ::tapir::ABORT : ::tapir::ABSTAIN;
     return finish(env, c, false);
   }
-  if (got.size() < n) return;  // wait for every replica: 3 identical results are the fast path
+  if (got.size() < n) {  // wait for every replica (3 identical results are the fast path) until the timeout
+    const size_t quorum = mutant::kTimeoutOnMinority ? 1 : majority;
+    if (!c.timed_out || got.size() < quorum) return;
+    ++n_timeouts_;
+    if (ok < quorum) {  // a majority's results, not a majority of OKs: TAPIR's decide says RETRY
+      c.decided[shard] = ::tapir::ABSTAIN;
+      return finish(env, c, false);
+    }
+  }
   c.decided[shard] = ::tapir::OK;
   if (ok == n && opts_.fast_path) return maybe_finish(env, c);
   c.slow = true;
@@ -179,6 +196,41 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
     f->set_result(::tapir::OK);
     post(env, r, std::move(e));
   }
+}
+
+void Coordinator::arm_prepare_timer(Env& env, TimeUs deadline) {
+  if (timer_at_ != 0 && timer_at_ <= deadline) return;  // armed for no later: it re-arms for the rest then
+  // (an earlier deadline than the armed timer's, which one timeout per run never makes, arms another)
+  const TimeUs now = env.mono_us();
+  timer_at_ = deadline;
+  env.set_timer(kPrepareTimer, deadline > now ? deadline - now : 0);
+}
+
+// The Prepare rounds whose timeout passed: each shard still undecided is decided on the results in (if they are a
+// majority's; else it waits on, as IR's client resends). Then the timer is armed for the next deadline.
+void Coordinator::on_timer(Env& env, uint64_t id) {
+  if (id != kPrepareTimer) return;
+  const TimeUs now = env.mono_us();
+  timer_at_ = 0;  // (a timer that fires a little early finds nothing due and is armed again for the rest)
+  std::vector<TxnId> due;
+  TimeUs next = 0;
+  for (auto& [txn, c] : coords_) {
+    if (c.phase != Phase::Preparing || c.timed_out) continue;
+    if (c.prepare_deadline <= now) due.push_back(txn);
+    else if (next == 0 || c.prepare_deadline < next) next = c.prepare_deadline;
+  }
+  std::sort(due.begin(), due.end());  // the same order at every run of the simulator
+  for (TxnId txn : due) {
+    auto it = coords_.find(txn);
+    if (it == coords_.end()) continue;
+    Coord& c = it->second;
+    c.timed_out = true;
+    for (uint32_t s : std::vector<uint32_t>(c.shards)) {
+      if (coords_.find(txn) == coords_.end()) break;  // decided and finished by an earlier shard
+      if (!c.decided.count(s) && c.results.count(s)) decide_shard(env, c, s);
+    }
+  }
+  if (next != 0) arm_prepare_timer(env, next);
 }
 
 void Coordinator::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
@@ -433,7 +485,11 @@ void Site::try_apply(Env& env) {
 
 // ---- registration -----------------------------------------------------------------------
 
-Options::Options(const Deployment& d) { fast_path = protocol_options(d).flag("fast_path"); }
+Options::Options(const Deployment& d) {
+  const auto o = protocol_options(d);
+  fast_path = o.flag("fast_path");
+  prepare_timeout_us = static_cast<TimeUs>(o.integer("prepare_timeout_ms")) * 1000;
+}
 
 ProtocolSpec spec() {
   ProtocolSpec p;
@@ -446,6 +502,10 @@ ProtocolSpec spec() {
   p.options = {
       OptionSpec::flag("fast_path", true,
                        "decide a shard on 3 identical Prepare results (false: always a majority plus Finalize)"),
+      OptionSpec::integer("prepare_timeout_ms", 500, 1, 60000,
+                          "a shard whose replicas have not all answered Prepare by then is decided on the results of "
+                          "a majority (slow path, Finalize), as IR's consensus timeout (500 ms in the TAPIR "
+                          "authors' IRClient): a replica down is not an outage"),
   };
   p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
     return std::make_unique<Replica>(d, id, w);

@@ -23,6 +23,7 @@ using TxnId = uint64_t;
 struct Options {
   explicit Options(const Deployment& d);
   bool fast_path;  // decide a shard on 3 identical Prepare results; false: always finalize
+  TimeUs prepare_timeout_us;  // then a shard is decided on the results of a majority (IR's consensus timeout)
 };
 
 // A TAPIR replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it answers
@@ -85,7 +86,9 @@ class Coordinator : public RoleContext {
   void on_read_reply(Env& env, const ::tapir::ReadReply& m);
   void on_prepare_reply(Env& env, const ::tapir::PrepareReply& m);
   void on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m);
+  void on_timer(Env& env, uint64_t id);
   bool idle() const { return coords_.empty(); }
+  static constexpr uint64_t kPrepareTimer = 1;
   void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
@@ -106,21 +109,32 @@ class Coordinator : public RoleContext {
     std::map<uint32_t, uint32_t> finalized;                           // shard -> FinalizeReplies
     std::map<uint32_t, std::set<TxnId>> deps;  // shard -> the union of its OK replies' dependencies
     bool slow = false;
+    TimeUs prepare_deadline = 0;  // Preparing: when the shards still undecided are decided on a majority's results
+    bool timed_out = false;       // that time has passed
   };
   static void set_phase(Coord& c, Phase to);
   void send_reads(Env& env, Coord& c);
   void decide_shard(Env& env, Coord& c, uint32_t shard);
   void maybe_finish(Env& env, Coord& c);
   void finish(Env& env, Coord& c, bool commit);
+  void arm_prepare_timer(Env& env, TimeUs deadline);
 
   const Options& opts_;
   std::unordered_map<TxnId, Coord> coords_;
+  // One timer for every Prepare round in flight (the earliest deadline), not one per transaction: a failure-free
+  // run, whose rounds end long before it, wakes for it about once per timeout, not once per transaction.
+  TimeUs timer_at_ = 0;  // when the armed timer fires (0: none armed)
   int64_t n_fast_ = 0, n_slow_ = 0, n_abort_irt_ = 0, n_abort_crt_ = 0, n_stale_ = 0, n_conflict_ = 0;
+  int64_t n_timeouts_ = 0;  // shards decided on a majority's results after the timeout (a replica had not answered)
 };
 
 class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
  public:
   using TwoRoleReplica::TwoRoleReplica;
+  void on_timer(Env& env, uint64_t id) override {
+    coord_.on_timer(env, id);
+    self_q_.drain(env, [&](Envelope& m) { route(env, m); });
+  }
   // Coordinator: fast_prepares / slow_prepares (committed transactions whose
   // every shard was decided on the fast path / some shard was finalized),
   // aborts_irt / aborts_crt (aborted attempts), aborts_stale (an ABORT result:
