@@ -730,10 +730,9 @@ class SwarmBackend(Backend):
         """Re-install the tc plan with this RTT jitter in the shard containers of ips (None: every one that carries
         another), where it differs (idempotent; kept for restarts). A container no run uses is never touched."""
         base = self.state.get("jitter_ms", 0)
+        targets = set(self.applied_jitter) if ips is None else ips
         for m in self.cluster.shards:
-            if (ips is None and m.ip not in self.applied_jitter) or (ips is not None and m.ip not in ips):
-                continue
-            if self.applied_jitter.get(m.ip, base) == rtt_jitter_ms:
+            if m.ip not in targets or self.applied_jitter.get(m.ip, base) == rtt_jitter_ms:
                 continue
             script = to_shell(tc_plan_for(self.cfg, m.region, jitter_ms=rtt_jitter_ms))
             try:
