@@ -238,6 +238,34 @@ void check_faults(const Deployment& d) {
       if (d.process_of(d.find(f.pauses[j].node)->id) == d.process_of(n->id) && f.pauses[j].w.overlaps(p.w))
         fail(key, "overlaps pause " + std::to_string(j) + " of the same process (" + d.process_of(n->id) + ")");
   }
+  // A crash kills a follower for the rest of the run: it must be alone in its process (nothing else dies with it),
+  // and its shard keeps a majority (no second replica of it crashed; replica 0 leads or coordinates in every
+  // protocol here, and its failover comes later).
+  for (size_t i = 0; i < f.crashes.size(); ++i) {
+    const auto& c = f.crashes[i];
+    const std::string key = "faults[crash " + std::to_string(i) + (c.id.empty() ? "" : " " + c.id) + "]";
+    check_window(key, FaultWindow{c.start_us, kNoTime}, d, false);
+    const NodeInfo* n = &d.node(c.node_id);
+    if (n->kind != NodeKind::Replica)
+      fail(key + ".node", "'" + c.node + "' is not a replica: only a follower replica may crash");
+    if (n->replica == 0)
+      fail(key + ".node", "'" + c.node + "' is replica 0 of its shard (its leader or coordinator): its failover "
+                          "is not implemented; crash a follower");
+    const auto members = d.process_nodes(d.process_of(n->id));
+    if (members.size() != 1)
+      fail(key + ".node", "'" + c.node + "' shares process " + d.process_of(n->id) + " with " +
+                              std::to_string(members.size() - 1) + " other node(s): a crash needs a process per node");
+    for (size_t j = 0; j < i; ++j) {
+      const NodeInfo& o = d.node(f.crashes[j].node_id);
+      if (o.id == n->id) fail(key + ".node", "'" + c.node + "' crashed twice (crash " + std::to_string(j) + ")");
+      if (o.shard == n->shard)
+        fail(key + ".node", "'" + c.node + "' and '" + o.name + "' (crash " + std::to_string(j) +
+                                ") are replicas of one shard: it would lose its majority");
+    }
+    for (size_t j = 0; j < f.pauses.size(); ++j)
+      if (f.pauses[j].node == c.node && f.pauses[j].w.end_us > c.start_us)
+        fail(key, "'" + c.node + "' is paused (pause " + std::to_string(j) + ") past its crash");
+  }
 }
 
 TimeUs seconds_us(const YAML::Node& n, const std::string& key) {
@@ -258,7 +286,7 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
     const YAML::Node& y = list[i];
     const std::string key = "faults[" + std::to_string(i) + "]";
     if (!y.IsMap()) fail(key, "expected a mapping, got " + show(y));
-    if (!y["kind"]) fail(key + ".kind", "missing (expected partition|spike|jitter|clock|pause)");
+    if (!y["kind"]) fail(key + ".kind", "missing (expected partition|spike|jitter|clock|pause|crash)");
     const std::string kind = str(y["kind"], key + ".kind");
     std::string id;
     if (y["id"]) id = str(y["id"], key + ".id");
@@ -342,8 +370,20 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       p.node = str(y["node"], key + ".node");
       p.w = window(true);
       d.faults.pauses.push_back(std::move(p));
+    } else if (kind == "crash") {
+      check_keys(y, key, {"id", "spec", "kind", "node", "start_s"});
+      CrashFault c;
+      c.id = id;
+      if (!y["node"]) fail(key + ".node", "missing");
+      c.node = str(y["node"], key + ".node");
+      const NodeInfo* node = d.find(c.node);
+      if (!node) fail(key + ".node", "'" + c.node + "' is not a node of the deployment");
+      c.node_id = node->id;
+      if (!y["start_s"]) fail(key + ".start_s", "missing");
+      c.start_us = seconds_us(y["start_s"], key + ".start_s");
+      d.faults.crashes.push_back(std::move(c));
     } else {
-      fail(key + ".kind", "'" + kind + "' unknown (expected partition|spike|jitter|clock|pause)");
+      fail(key + ".kind", "'" + kind + "' unknown (expected partition|spike|jitter|clock|pause|crash)");
     }
   }
 }

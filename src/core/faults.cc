@@ -29,6 +29,12 @@ bool LinkFault::shares_link_with(const LinkFault& o) const {
          });
 }
 
+bool FaultPlan::may_crash(NodeId id) const {
+  for (const auto& c : crashes)
+    if (c.node_id == id) return true;
+  return false;
+}
+
 TimeUs FaultPlan::clock_shift(NodeId id, TimeUs t) const {
   for (const auto& c : clocks) {
     if (t < c.start_us || t >= c.end_us) continue;

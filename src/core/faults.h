@@ -10,6 +10,9 @@
 //              (to the end of the run, or to end_us, where it steps back to true time);
 //              the monotonic clock (Env::mono_us, latency) is never touched;
 //   pause      a node's process stopped (SIGSTOP) and resumed (SIGCONT) by the runner: not applied here.
+//   crash      a follower's process killed (SIGKILL) by the runner at start_us, not restarted: not applied here,
+//              but its peers know it may go: a peer of that process that stays unreachable is dropped (its
+//              messages counted as `dropped_to_crashed`), where any other unreachable server ends the process.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -71,13 +74,25 @@ struct PauseFault {
   FaultWindow w;
 };
 
+struct CrashFault {
+  std::string id;
+  std::string node;   // a follower replica alone in its process, killed by the runner (SIGKILL) at start_us
+  NodeId node_id = 0; // resolved by the loader
+  TimeUs start_us = 0;
+};
+
 struct FaultPlan {
   std::vector<PartitionFault> partitions;
   std::vector<LinkFault> links;
   std::vector<ClockFault> clocks;
   std::vector<PauseFault> pauses;
+  std::vector<CrashFault> crashes;
 
-  bool empty() const { return partitions.empty() && links.empty() && clocks.empty() && pauses.empty(); }
+  bool empty() const {
+    return partitions.empty() && links.empty() && clocks.empty() && pauses.empty() && crashes.empty();
+  }
+  // Node `id` is planned to crash in this run (its process may vanish; docs/nemesis.md).
+  bool may_crash(NodeId id) const;
   bool delays_messages() const { return !partitions.empty() || !links.empty(); }
   bool engine_side() const { return delays_messages() || !clocks.empty(); }
   // What node `id`'s protocol clock adds to the true time `t` (since load start).

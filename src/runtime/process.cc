@@ -82,6 +82,7 @@ std::string process_facts(const Transport& t, uint64_t rejected, bool drain_time
   return "{\"dropped_messages\": " + std::to_string(d.to_servers) +
          ", \"dropped_to_clients\": " + std::to_string(d.to_clients) +
          ", \"malformed_messages\": " + std::to_string(d.malformed) +
+         ", \"dropped_to_crashed\": " + std::to_string(d.to_crashed) +
          ", \"rejected_messages\": " + std::to_string(rejected) +
          ", \"drain_timed_out\": " + (drain_timed_out ? "true" : "false") + "}";
 }

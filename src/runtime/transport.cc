@@ -45,7 +45,10 @@ double Transport::watch_every_s() const { return std::clamp(o_.connect_timeout_s
 
 void Transport::unreachable(NodeId ep, uint64_t dropped) {
   const auto& n = d_.node(ep);
-  if (!draining_ && n.kind != NodeKind::Client) {
+  // A process planned to crash (a `crash` fault) may vanish: its messages are dropped, counted apart; any other
+  // server gone is fatal (its peers could only wait for it).
+  const bool may_crash = d_.faults.may_crash(ep);
+  if (!draining_ && n.kind != NodeKind::Client && !may_crash) {
     std::string who = d_.process_of(ep);
     const auto members = d_.process_nodes(who);
     if (members.size() > 1 || who != n.name) {  // a process of several nodes: name them too
@@ -60,6 +63,7 @@ void Transport::unreachable(NodeId ep, uint64_t dropped) {
   }
   count_drops(ep, dropped);
   if (n.kind == NodeKind::Client) log_("client " + d_.process_of(ep) + " unreachable; dropping its messages");
+  else if (may_crash) log_("peer " + d_.process_of(ep) + " unreachable (planned to crash); dropping its messages");
   else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + d_.process_of(ep));
 }
 
@@ -72,6 +76,7 @@ void Transport::dropped_after_breaks(NodeId ep, uint64_t dropped) {
 
 void Transport::count_drops(NodeId to, uint64_t n) {
   if (d_.node(to).kind == NodeKind::Client) drops_clients_ += n;
+  else if (d_.faults.may_crash(to)) drops_crashed_ += n;
   else drops_servers_ += n;
 }
 

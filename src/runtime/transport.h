@@ -81,11 +81,12 @@ class Transport {
   // exited), counted apart; inbound ones rejected as malformed.
   struct Drops {
     uint64_t to_servers = 0, to_clients = 0, malformed = 0;
+    uint64_t to_crashed = 0;   // to a process planned to crash (faults: crash), once it was unreachable
   };
   // Writes to other processes (batches) and the messages they carried (a retried batch counts again).
   uint64_t writes() const { return writes_; }
   uint64_t written() const { return written_; }
-  Drops drops() const { return {drops_servers_, drops_clients_, drops_malformed_}; }
+  Drops drops() const { return {drops_servers_, drops_clients_, drops_malformed_, drops_crashed_}; }
 
   // A batch whose connection broke this many times running is dropped.
   static constexpr int kMaxBreaks = 3;
@@ -119,7 +120,7 @@ class Transport {
 
  private:
   std::atomic<uint64_t> writes_{0}, written_{0};
-  std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0};
+  std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0}, drops_crashed_{0};
   std::mutex in_mu_;                  // guards the two below
   LinkChannels in_;                   // incoming channels: emulated delivery times (per-channel FIFO)
   std::mt19937_64 rng_;               // jitter samples

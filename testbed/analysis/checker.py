@@ -11,6 +11,9 @@ Checks, each with a verdict (pass / fail / skipped) and its reason in check.json
                    (transactions given up after the retry limit are recorded as notes, not violations)
   order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
   atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did
+  durability       nothing a client saw committed is lost: it is in the history (and, append, the final lists) of
+                   every live replica of every shard it touched; each shard kept a majority live; a replica the
+                   nemesis crashed (faults.jsonl) is excused its missing dump and history (durability.py)
   serializability  (c) the conflict graph of the per-shard orders has no cycle (the shortest one is printed)
   realtime         (e) strict serializability, when the protocol declares it (the registry's `guarantee`): the
                    conflict graph with every client session's order and real time added has no cycle (a
@@ -36,18 +39,19 @@ from pathlib import Path
 
 import yaml
 
-from testbed.analysis import histories, listappend, validate
+from testbed.analysis import durability, histories, listappend, validate
 from testbed.core import protocols
 from testbed.analysis.histories import Skip, Unreadable
 
 TPCA_TABLES = ("customer", "teller", "branch")
 EPS = 0.01
-CHECKS = ("replicas", "workload", "run", "order", "atomicity", "serializability", "realtime", "protocol_order",
-          "anomalies", "replay")
+CHECKS = ("replicas", "workload", "run", "order", "atomicity", "durability", "serializability", "realtime",
+          "protocol_order", "anomalies", "replay")
 
 
-def load_dumps(run_dir) -> list[dict]:
-    """Every server's state dump (replicas and region managers); Unreadable when one is missing or malformed."""
+def load_dumps(run_dir, crashed=None) -> list[dict]:
+    """Every server's state dump (replicas and region managers); Unreadable when one is missing or malformed.
+    crashed: replicas the nemesis killed, which wrote none (default: durability.crashed_replicas(run_dir))."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise Unreadable(f"{run_dir}: not a directory")
@@ -73,7 +77,9 @@ def load_dumps(run_dir) -> list[dict]:
         except (OSError, ValueError, AttributeError) as e:
             raise Unreadable(f"{f.name}: {e}") from e
         dumps.append(dump)
-    missing = expected - {x["node"] for x in dumps if x.get("kind") != "manager"}
+    if crashed is None:
+        crashed = durability.crashed_replicas(run_dir)
+    missing = expected - set(crashed) - {x["node"] for x in dumps if x.get("kind") != "manager"}
     if missing:
         raise Unreadable(f"missing state dump(s) for {', '.join(sorted(missing))}")
     if not any(x.get("kind") != "manager" for x in dumps):
@@ -250,7 +256,7 @@ def given_up_transactions(run_dir) -> tuple[list[str], list[str]]:
     return exhausted, cut_off
 
 
-def check_run_health(run_dir, dumps) -> list[str]:
+def check_run_health(run_dir, dumps, crashed=()) -> list[str]:
     """Transactions still unfinished when the drain ended (given up before the retry limit), and what every
     process said about itself: dropped, malformed or rejected messages, a drain that timed out, an interrupted
     client. Transactions given up after the retry limit are not violations: check_run records them."""
@@ -280,6 +286,10 @@ def check_run_health(run_dir, dumps) -> list[str]:
             v.append(f"{who}: still busy when its 10 s drain ran out")
         if d.get("interrupted"):
             v.append(f"{node}: interrupted before its run finished")
+        if facts.get("dropped_to_crashed") and not crashed and (proc, "crashed") not in said:
+            said.add((proc, "crashed"))
+            v.append(f"{who}: dropped {facts['dropped_to_crashed']} message(s) to a peer planned to crash, but no "
+                     "crash was applied (faults.jsonl)")
     return v
 
 
@@ -299,6 +309,17 @@ class _Report:
 
     def skip(self, name: str, reason: str) -> None:
         self.checks[name] = {"verdict": "skipped", "reason": reason, "violations": 0}
+
+
+def _deployed(run_dir, replicas) -> dict[int, list[str]]:
+    """shard -> its replicas' names: deploy.yml's, else those of the dumps (a folder without its deployment file)."""
+    try:
+        return durability.deployed_replicas(yaml.safe_load((Path(run_dir) / "deploy.yml").read_text()))
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        out: dict[int, list[str]] = {}
+        for d in replicas:
+            out.setdefault(int(d["shard"]), []).append(d["node"])
+        return {s: sorted(ns) for s, ns in out.items()}
 
 
 def declared_guarantee(run_dir) -> str:
@@ -331,11 +352,12 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
     found = []   # the anomaly check's listappend.Anomalies, when it ran
     data, classes, serial = None, Counter(), Counter()   # cycle classes: real-time check's, serializability's
     try:
-        dumps = load_dumps(run_dir)
+        crashed = durability.crashed_replicas(run_dir)
+        dumps = load_dumps(run_dir, crashed)
         replicas = [d for d in dumps if d.get("kind") != "manager"]
         rep.run("replicas", lambda: check_replicas(replicas))
         rep.run("workload", lambda: check_workload(replicas))
-        rep.run("run", lambda: check_run_health(run_dir, dumps))
+        rep.run("run", lambda: check_run_health(run_dir, dumps, crashed))
         try:
             data = histories.load_run(run_dir, replicas, replay_bin)
         except Skip as s:
@@ -344,11 +366,14 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
         else:
             rep.run("order", lambda: histories.check_order(data))
             rep.run("atomicity", lambda: histories.check_atomicity(data))
+            rep.stats["durability"] = {}
+            rep.run("durability", lambda: durability.check(data, replicas, _deployed(run_dir, replicas), crashed,
+                                                           rep.stats["durability"]))
             adj, pre = histories.conflict_graph(data)
-            rep.stats = {"histories": len(data.histories),
+            rep.stats.update({"histories": len(data.histories),
                          "executions": sum(len(h) for h in data.histories.values()),
                          "transactions": len(data.txns), "given_up": len(data.given_up),
-                         "conflict_edges": sum(len(v) for v in adj.values())}
+                         "conflict_edges": sum(len(v) for v in adj.values())})
             rep.run("serializability", lambda: histories.check_serializability(data, adj, pre, serial)[0])
             guarantee = declared_guarantee(run_dir)
             rep.run("realtime", lambda: histories.check_realtime(data, adj, realtime_margin_us, guarantee, classes))

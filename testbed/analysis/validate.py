@@ -92,8 +92,20 @@ def _processes(kinds: dict) -> dict:
 
 
 def expected_processes(run_dir) -> dict:
-    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes; ValueError if unreadable."""
-    return _processes(_deployment(run_dir)[1])
+    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes, less the replicas the
+    nemesis crashed (faults.jsonl: they left no state dump); ValueError if unreadable."""
+    return _without_crashed(run_dir, _processes(_deployment(run_dir)[1]))
+
+
+def _without_crashed(run_dir, procs: dict) -> dict:
+    """procs less the replicas faults.jsonl records crashed (a malformed faults.jsonl excuses none)."""
+    from testbed.analysis.durability import crashed_replicas
+    from testbed.analysis.histories import Unreadable
+    try:
+        crashed = crashed_replicas(run_dir)
+    except Unreadable:
+        return procs
+    return {k: [n for n in v if not (k == "replicas" and n in crashed)] for k, v in procs.items()}
 
 
 def _n_records(run_dir: Path, client: str):
@@ -211,7 +223,8 @@ def validate_run(run_dir) -> list[str]:
         (deploy, kinds), why = _deployment(run_dir), None
     except ValueError as e:
         deploy, kinds, why = None, {}, str(e)
-    procs = (manifest.get("processes") if has_manifest else None) or (_processes(kinds) if deploy else {})
+    procs = (manifest.get("processes") if has_manifest else None) or \
+        (_without_crashed(run_dir, _processes(kinds)) if deploy else {})
     if not procs and why:
         probs.append(why)
     for r in procs.get("replicas", []):

@@ -13,6 +13,9 @@ window [START, START+LENGTH); a clock fault may take `@START` alone (default 0):
     clock:NODES(+|-)Xms[(+|-)Dppm][@S[+T]]   NODES' protocol clock offset by X ms, drifting by D ppm, from S on
                                  (default 0) to the end of the run, or for T s (then it steps back to true time)
     pause:NODE@S+T               NODE's engine process stopped (SIGSTOP) at S, continued (SIGCONT) at S+T
+    crash:NODE@S                 NODE's engine process killed (SIGKILL) at S, down for the rest of the run: a
+                                 follower (not replica 0: its failover comes later) alone in its process
+                                 (`processes: node`), at most one replica of a shard
 
     REGIONS  rK (0-based, as in node names), several with `,`, or random-region
     LINKS    rA-rB (both directions), rA>rB (one), rA-* (every cross-region link of rA, both directions),
@@ -32,8 +35,10 @@ from __future__ import annotations
 import random
 import re
 
-KINDS = ("partition", "spike", "jitter", "clock", "pause")
-DRIVER_KINDS = ("pause",)   # applied by the runner; the others by every engine process itself
+KINDS = ("partition", "spike", "jitter", "clock", "pause", "crash")
+DRIVER_KINDS = ("pause", "crash")   # applied by the runner; the others by every engine process itself
+NOT_YET = {"restart": "restart is not available yet: a crashed replica stays down for the rest of the run "
+                      "(its recovery by state transfer is issue 49's next step)"}
 CONNECT_TIMEOUT_S = 10.0    # the engine's runtime.connect_timeout_s default: a pause must be shorter
 
 _NUM = r"\d+(?:\.\d+)?"
@@ -70,6 +75,8 @@ def _parse(i: int, item: str) -> dict:
     kind = kind.strip()
     if not colon:
         _fail(i, item, f"expected KIND:..., KIND one of {', '.join(KINDS)}")
+    if kind in NOT_YET:
+        _fail(i, item, NOT_YET[kind])
     if kind not in KINDS:
         _fail(i, item, f"unknown kind '{kind}' (expected one of {', '.join(KINDS)})")
     rest = rest.strip()
@@ -106,6 +113,15 @@ def _parse(i: int, item: str) -> dict:
         if abs(drift) > 100_000:
             _fail(i, item, f"drift {drift:g} ppm: must be in [-100000, 100000]")
         out["offset_ms"], out["drift_ppm"] = offset, drift
+        return out
+    if kind == "crash":
+        if not m or m.group("len") is not None:
+            _fail(i, item, "expected crash:NODE@START (seconds from the start of the load; it stays down), "
+                           "e.g. crash:follower-r2@10")
+        body = m.group("body").strip()
+        if not body or re.search(r"\s", body):
+            _fail(i, item, "expected crash:NODE@START")
+        out["target"], out["start"] = body, float(m.group("start"))
         return out
     if not m or m.group("len") is None:
         _fail(i, item, "expected @START+LENGTH (seconds from the start of the load), e.g. @5+3")
@@ -256,6 +272,10 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
                 e["offset_ms"] = p["offset_ms"]
             if p["drift_ppm"]:
                 e["drift_ppm"] = p["drift_ppm"]
+        elif p["kind"] == "crash":
+            n = _server(i, item, p["target"], topo, rng)
+            _crashable(i, item, n, nodes)
+            e["node"], e["process"] = n["name"], _process_of(n)
         else:
             n = _server(i, item, p["target"], topo, rng)
             e["node"] = n["name"]
@@ -276,6 +296,20 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
     return out
 
 
+def _crashable(i, item, n: dict, nodes: list[dict]) -> None:
+    """A crash kills one follower replica and nothing else (docs/nemesis.md)."""
+    if n["kind"] != "replica":
+        _fail(i, item, f"'{n['name']}' is not a replica: only a follower replica may crash")
+    if int(n["replica"]) == 0:
+        _fail(i, item, f"'{n['name']}' is replica 0 of its shard (its leader or coordinator): its failover is not "
+                       "implemented; crash a follower")
+    others = [m["name"] for m in nodes if _process_of(m) == _process_of(n) and m["name"] != n["name"]]
+    if others:
+        _fail(i, item, f"'{n['name']}' shares process {_process_of(n)} with {len(others)} other node(s) "
+                       f"({', '.join(others[:3])}{' ...' if len(others) > 3 else ''}): a crash needs a process per "
+                       "node (processes=node)")
+
+
 def _overlap(a: dict, b: dict) -> bool:
     inf = float("inf")
     return a["start_s"] < b.get("end_s", inf) and b["start_s"] < a.get("end_s", inf)
@@ -283,9 +317,19 @@ def _overlap(a: dict, b: dict) -> bool:
 
 def _check_overlap(i, item, e, before):
     for o in before:
+        j = int(o["id"][1:])
+        if {o["kind"], e["kind"]} <= {"pause", "crash"} and "crash" in (o["kind"], e["kind"]) \
+                and o["process"] == e["process"]:
+            c, other = (o, e) if o["kind"] == "crash" else (e, o)
+            if other["kind"] == "crash":
+                _fail(i, item, f"{e['node']} crashed twice (item {j} '{o['spec']}')")
+            if other.get("end_s", float("inf")) > c["start_s"]:
+                _fail(i, item, f"{c['node']} is paused past its crash (item {j} '{o['spec']}')")
+        if e["kind"] == "crash" and o["kind"] == "crash" and _shard(o) == _shard(e) and o["node"] != e["node"]:
+            _fail(i, item, f"{e['node']} and {o['node']} (item {j}) are replicas of one shard: it would lose its "
+                           "majority")
         if o["kind"] != e["kind"]:
             continue
-        j = int(o["id"][1:])
         if e["kind"] == "partition" and _overlap(o, e):
             _fail(i, item, f"overlaps item {j} '{o['spec']}' in time (one partition at a time)")
         if e["kind"] in ("spike", "jitter") and _overlap(o, e):
@@ -300,9 +344,14 @@ def _check_overlap(i, item, e, before):
             _fail(i, item, f"overlaps item {j} '{o['spec']}': the same process {e['process']} paused twice")
 
 
+def _shard(e: dict) -> str:
+    """A replica's shard as its name gives it: s<region>.<shard>.<replica> -> s<region>.<shard>."""
+    return e["node"].rsplit(".", 1)[0]
+
+
 ENGINE_KEYS = {"partition": ("regions",), "spike": ("links", "to_nodes", "extra_ms"),
                "jitter": ("links", "to_nodes", "jitter_ms"),
-               "clock": ("nodes", "offset_ms", "drift_ppm"), "pause": ("node",)}
+               "clock": ("nodes", "offset_ms", "drift_ppm"), "pause": ("node",), "crash": ("node",)}
 
 
 def deploy_entries(entries: list[dict]) -> list[dict]:
@@ -326,6 +375,8 @@ def describe(e: dict) -> str:
     elif k == "clock":
         what = (f"clock {e.get('offset_ms', 0):+g} ms {e.get('drift_ppm', 0):+g} ppm on "
                 + (", ".join(e["nodes"]) if len(e["nodes"]) <= 4 else f"{len(e['nodes'])} nodes"))
+    elif k == "crash":
+        what = f"process {e['process']} killed"
     else:
         what = f"process {e['process']} ({', '.join(e['paused_nodes'])}) paused"
     return f"{e['id']} {k}: {what}, {w}"

@@ -333,6 +333,8 @@ class Runner(ABC):
         except (OSError, ValueError, KeyError) as e:
             raise RunError(f"cannot summarize the client records: {e}") from None
         self._phase("summarize")
+        if self._nemesis is not None:   # faults.jsonl before the check: it names the replicas crashed
+            self._nemesis.stop()
         res.check = checker.check_run(run_dir, replay_bin=self.replay_binary())
         self._phase("check")
         res.status, res.reason = verdict(res.check, res.summary)
@@ -398,17 +400,23 @@ class Runner(ABC):
         self._phase("drain")
         self.collect(run_dir)
         self._phase("collect")
-        bad = [p for p in servers if p.poll() != 0]
+        crashed = self._crashed()   # killed by the nemesis (a crash fault): no exit code 0, no state dump
+        bad = [p for p in servers if p.poll() != 0 and p.name not in crashed]
         if bad:
             raise RunError(f"server {bad[0].describe_exit()}")
         # the engine's CPU: every process of the run has exited and been reaped, and the checker (txn-replay,
         # another child) has not started yet
         self._engine_cpu, self._machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
         missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica"
+                                    and (n.get("process") or n["name"]) not in crashed
                                     and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
         if missing:
             raise RunError(f"replicas exited without a state dump: {', '.join(missing)}")
         return {p.name: {"argv": p.argv, "exit_code": p.poll()} for p in procs}
+
+    def _crashed(self) -> set[str]:
+        """The server processes the nemesis killed (crash faults) so far."""
+        return set(self._nemesis.crashed) if self._nemesis is not None else set()
 
     def _poll_round(self, stop) -> None:
         stop.check()
@@ -429,7 +437,7 @@ class Runner(ABC):
             while True:
                 self._poll_round(stop)
                 for p in servers:
-                    if p.poll() is not None:
+                    if p.poll() is not None and p.name not in self._crashed():
                         raise RunError(f"server died mid-run: {p.describe_exit()}")
                 for p in clients:
                     if p.poll() not in (None, 0) and p not in servers:

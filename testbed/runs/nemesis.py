@@ -1,5 +1,5 @@
 """The nemesis in a run (docs/nemesis.md): load start published to the engine processes, the runner's own faults
-(pauses) applied on time, and everything recorded in the run folder.
+(pauses, crashes) applied on time, and everything recorded in the run folder.
 
     nem = Nemesis(deploy, run_dir, servers, say)   # deploy["faults"]: the deployment file's entries
     t0 = nem.publish(write_load_start)               # load start (wall clock), written where the engines read it
@@ -10,8 +10,10 @@
 The engine-side kinds (partition, spike, jitter, clock) are applied by every engine process itself from the
 deployment file, counted from the load start it reads (`load_start` beside the deployment file, microseconds since
 the epoch on CLOCK_REALTIME); their windows are recorded as planned, plus, per process, when it read the load start
-(its `FAULTS` log line; read_at_t_s < 0: before t = 0, as the swarm's lead wants). Pauses are SIGSTOP/SIGCONT to the engine process that runs the node (all of its nodes
-pause: the record names them), recorded with the wall time the signal was sent and acknowledged.
+(its `FAULTS` log line; read_at_t_s < 0: before t = 0, as the swarm's lead wants). Pauses are SIGSTOP/SIGCONT to the
+engine process that runs the node (all of its nodes pause: the record names them), recorded with the wall time the
+signal was sent and acknowledged. A crash is SIGKILL to the process of one follower (alone in it), never undone:
+`crashed` names the processes killed, whose exit and missing state dump the runner then expects.
 
 Records: faults.json (the plan, the seed, load start, what each process read) and faults.jsonl (one event a line:
 load_start, then apply/heal of every fault in time order, `source` plan or driver, with wall time and t_s since
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 from testbed.core import deploy as deploylib
+from testbed.core.faults import DRIVER_KINDS
 
 FAULTS_JSON, FAULTS_JSONL, LOAD_START = "faults.json", "faults.jsonl", "load_start"
 _ANCHOR = re.compile(r"^FAULTS (\S+) load_start_us=(\d+) read_at_us=(\d+) source=(.*)$", re.M)
@@ -51,6 +54,7 @@ class Nemesis:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._paused: dict[str, dict] = {}   # process -> the pause entry holding it
+        self.crashed: dict[str, dict] = {}   # process -> the crash entry that killed it (the signal was sent)
         self.lead_s = 0.0
 
     @property
@@ -67,7 +71,7 @@ class Nemesis:
         self._record({"event": "load_start", "wall_unix_us": _us(self.t0), "t_s": 0.0,
                       "driver_host": socket.gethostname()})
         for e in self.entries:
-            if e["kind"] in ("pause",):
+            if e["kind"] in DRIVER_KINDS:
                 continue
             self._record(self._planned(e, "apply", e["start_s"]))
             if "end_s" in e:
@@ -84,15 +88,15 @@ class Nemesis:
 
     # ---- the runner's faults
     def start(self) -> None:
-        todo = [e for e in self.entries if e["kind"] == "pause"]
+        todo = [e for e in self.entries if e["kind"] in DRIVER_KINDS]
         if not todo or self.t0 is None:
             return
         self._thread = threading.Thread(target=self._run, args=(todo,), name="nemesis", daemon=True)
         self._thread.start()
 
     def _run(self, todo: list[dict]) -> None:
-        steps = sorted([(e["start_s"], 1, "apply", e) for e in todo] + [(e["end_s"], 0, "heal", e) for e in todo],
-                       key=lambda s: (s[0], s[1]))
+        steps = sorted([(e["start_s"], 1, "apply", e) for e in todo]
+                       + [(e["end_s"], 0, "heal", e) for e in todo if "end_s" in e], key=lambda s: (s[0], s[1]))
         for at, _, what, e in steps:
             if self._stop.wait(max(0.0, self.t0 + at - time.time())):
                 return
@@ -101,23 +105,31 @@ class Nemesis:
     def _signal(self, e: dict, what: str, planned: float, early: bool = False) -> None:
         proc_name = self.process_of.get(e["node"], e["node"])
         p = self.servers.get(proc_name)
+        crash = e["kind"] == "crash"
+        sig = signal.SIGKILL if crash else signal.SIGSTOP if what == "apply" else signal.SIGCONT
+        if crash and p is not None:   # before the kill: the runner, polling meanwhile, must expect the death
+            with self._lock:
+                self.crashed[proc_name] = e
         sent = time.time()
         ok = p is not None
         if p is not None:
             try:
-                p.signal(signal.SIGSTOP if what == "apply" else signal.SIGCONT)
+                p.signal(sig)
             except Exception as x:  # noqa: BLE001 -- recorded; the run goes on
                 ok = False
                 self.say(f"nemesis: {what} {e['id']} on {proc_name} failed: {x}")
         done = time.time()
         with self._lock:
-            if what == "apply" and ok:
+            if crash:
+                if not ok:
+                    self.crashed.pop(proc_name, None)
+            elif what == "apply" and ok:
                 self._paused[proc_name] = e
             elif what == "heal":
                 self._paused.pop(proc_name, None)
-        ev = {"id": e["id"], "kind": "pause", "event": what, "source": "driver", "applied_by": "driver",
+        ev = {"id": e["id"], "kind": e["kind"], "event": what, "source": "driver", "applied_by": "driver",
               "node": e["node"], "process": proc_name, "nodes": self.members.get(proc_name, [e["node"]]),
-              "signal": "SIGSTOP" if what == "apply" else "SIGCONT", "planned_t_s": float(planned),
+              "signal": sig.name, "planned_t_s": float(planned),
               "t_s": round(sent - self.t0, 6), "wall_unix_us": _us(sent), "took_ms": round((done - sent) * 1e3, 3),
               "ok": ok, "spec": e.get("spec")}
         if early:
@@ -126,7 +138,7 @@ class Nemesis:
             ev["error"] = f"no running process {proc_name}"
         self._record(ev)
         self.say(f"nemesis: t={sent - self.t0:.2f}s {e['id']} {what}: {proc_name} "
-                 f"{'stopped' if what == 'apply' else 'continued'}" + ("" if ok else " (FAILED)"))
+                 f"{'killed' if crash else 'stopped' if what == 'apply' else 'continued'}" + ("" if ok else " (FAILED)"))
 
     def stop(self) -> None:
         """Stop the schedule; continue every process still paused (recorded as an early heal); write the records."""
@@ -159,10 +171,11 @@ class Nemesis:
     def _write(self) -> None:
         planned = []
         for e in self.entries:
-            x = dict(e, applied_by="driver" if e["kind"] == "pause" else "engine")
-            if e["kind"] == "pause":
+            x = dict(e, applied_by="driver" if e["kind"] in DRIVER_KINDS else "engine")
+            if e["kind"] in DRIVER_KINDS:
                 x["process"] = self.process_of.get(e["node"], e["node"])
-                x["paused_nodes"] = self.members.get(x["process"], [e["node"]])
+                x["paused_nodes" if e["kind"] == "pause" else "crashed_nodes"] = \
+                    self.members.get(x["process"], [e["node"]])
             planned.append(x)
         anchors = self.anchors()
         doc = {"spec": "; ".join(e.get("spec", "") for e in self.entries), "seed": self.seed,

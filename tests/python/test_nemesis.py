@@ -98,12 +98,93 @@ def test_random_targets_follow_the_seed():
     ("pause:s0.0.0@1+12", "not shorter than the engine's connect timeout"),
     ("pause:s0.0.0@1+2; pause:s0.0.2@2+2", "the same process shard0.0 paused twice"),
     ("pause:follower-r5@1+1", "region r5 is not in this deployment"),
+    ("crash:follower@1", "shares process shard"),     # the default layout: a process per shard container
+    ("restart:s0.0.1@2", "restart is not available yet"),
 ])
 def test_a_bad_schedule_is_one_line_naming_the_item(spec, says):
     with pytest.raises(ValueError) as e:
         deploy.build_deployment(duration=20, mode="dast", faults=spec)
     msg = str(e.value)
     assert says in msg and "\n" not in msg and msg.startswith("faults: item "), msg
+
+
+def _node_plan(spec, duration=20):
+    return _plan(spec, duration=duration, processes="node")
+
+
+def test_a_crash_kills_one_follower_for_good():
+    (e,) = _node_plan("crash:follower-r2@10")
+    assert e["kind"] == "crash" and e["node"].startswith("s2.") and not e["node"].endswith(".0")
+    assert e["process"] == e["node"] and e["start_s"] == 10 and "end_s" not in e
+    assert faults.deploy_entries([e]) == [{"id": "f1", "spec": "crash:follower-r2@10", "kind": "crash",
+                                           "node": e["node"], "start_s": 10.0}]
+    assert "killed, from 10 s" in faults.describe(e)
+    # a pause that ends before the crash, and a crash of another shard's follower
+    assert len(_node_plan("pause:s0.0.1@1+2; crash:s0.0.1@4; crash:s1.0.2@5")) == 3
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("crash:s0.0.0@1", "replica 0 of its shard (its leader or coordinator)"),
+    ("crash:leader@1", "replica 0 of its shard"),
+    ("crash:m0@1", "'m0' is not a replica"),
+    ("crash:c0.0.0@1", "'c0.0.0' is a client"),
+    ("crash:s0.0.1@1+3", "expected crash:NODE@START"),
+    ("crash:s0.0.1", "expected crash:NODE@START"),
+    ("crash:s0.0.1@20", "not before the run's end"),
+    ("crash:s0.0.1@2; crash:s0.0.2@5", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard"),
+    ("crash:s0.0.1@2; crash:s0.0.1@5", "s0.0.1 crashed twice"),
+    ("pause:s0.0.1@1+3; crash:s0.0.1@2", "s0.0.1 is paused past its crash"),
+    ("crash:s0.0.1@2; pause:s0.0.1@3+1", "s0.0.1 is paused past its crash"),
+])
+def test_a_crash_that_cannot_be_is_refused_in_one_line(spec, says):
+    with pytest.raises(ValueError) as e:
+        deploy.build_deployment(duration=20, mode="dast", faults=spec, processes="node")
+    msg = str(e.value)
+    assert says in msg and "\n" not in msg and msg.startswith("faults: item "), msg
+
+
+@pytest.mark.skipif(not os.access(SERVER, os.X_OK), reason="build/txn-server not built")
+@pytest.mark.parametrize("change, says", [
+    (lambda f: f.update(node="s0.0.0"), "replica 0 of its shard"),
+    (lambda f: f.update(node="m0"), "'m0' is not a replica"),
+    (lambda f: f.update(end_s=5.0), "end_s"),
+    (lambda f: f.update(start_s=30.0), "not before the run's end"),
+])
+def test_the_engine_refuses_a_doctored_crash(tmp_path, change, says):
+    d = deploy.build_deployment(duration=20, mode="dast", faults="crash:s0.0.1@2; crash:s1.0.2@3", processes="node")
+    ok = subprocess.run([str(SERVER), "--config", str(deploy.write_yaml(d, tmp_path / "ok.yml")), "--check"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    change(d["faults"][0])
+    bad = subprocess.run([str(SERVER), "--config", str(deploy.write_yaml(d, tmp_path / "bad.yml")), "--check"],
+                         capture_output=True, text=True, timeout=30)
+    lines = [x for x in bad.stderr.splitlines() if x.strip()]
+    assert bad.returncode == 2 and len(lines) == 1 and says in lines[0], bad.stderr
+    d = deploy.build_deployment(duration=20, mode="dast", faults="crash:s0.0.1@2; crash:s1.0.2@3", processes="node")
+    d["faults"][0]["node"] = "s1.0.1"   # a second replica of shard 1.0
+    two = subprocess.run([str(SERVER), "--config", str(deploy.write_yaml(d, tmp_path / "two.yml")), "--check"],
+                         capture_output=True, text=True, timeout=30)
+    assert two.returncode == 2 and "replicas of one shard" in two.stderr, two.stderr
+
+
+def test_the_runner_kills_on_time_and_expects_the_death(tmp_path):
+    d = deploy.build_deployment(duration=5, warmup=1, cooldown=1, mode="tapir", faults="crash:s1.0.2@0.2",
+                                processes="node")
+    procs = [_Proc(name) for name, _ in deploy.processes(d["nodes"])]
+    nem = Nemesis(d, tmp_path, procs, seed=7)
+    t0 = nem.publish(lambda text: None)
+    nem.start()
+    time.sleep(0.5)
+    assert set(nem.crashed) == {"s1.0.2"}
+    nem.stop()
+    victim = next(p for p in procs if p.name == "s1.0.2")
+    assert [s for s, _ in victim.signals] == [signal.SIGKILL] and abs(victim.signals[0][1] - t0 - 0.2) < 0.05
+    assert all(not p.signals for p in procs if p is not victim)   # never continued, nothing else touched
+    events = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    crash = [e for e in events if e.get("kind") == "crash"]
+    assert [(e["event"], e["signal"], e["ok"], e["nodes"]) for e in crash] == [("apply", "SIGKILL", True, ["s1.0.2"])]
+    planned = json.loads((tmp_path / "faults.json").read_text())["planned"]
+    assert planned[0]["applied_by"] == "driver" and planned[0]["crashed_nodes"] == ["s1.0.2"]
 
 
 def test_syntax_is_checked_with_the_other_knobs():

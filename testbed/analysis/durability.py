@@ -1,0 +1,116 @@
+"""The durability check (docs/checker.md): nothing a client saw committed is lost.
+
+A replica the nemesis crashed (faults.jsonl: a `crash` applied) left no state dump and no history: its memory died
+with it, and the checker holds it to nothing. Every other replica is live to the end, and for each transaction its
+client saw committed, every live replica of every shard it touched must hold it:
+  - in its history (every piece of it there ran; the atomicity check says which pieces and how often);
+  - in its final state, where the state says so item by item (append: every value the transaction appended is in
+    its list); elsewhere the replay check rebuilds every live replica's digest from the committed transactions.
+A shard must keep a majority of its replicas live (what its protocols need to have decided anything), and a replica
+recorded as crashed must not have written a dump (the kill failed, or the folder was doctored).
+
+Counts in check.json's stats.durability: committed transactions, (transaction, live replica) copies checked, lost
+transactions, the crashed replicas with their time of death (t_s since load start).
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from testbed.analysis import listappend
+from testbed.analysis.histories import MAX_LISTED, RunData, Unreadable
+
+FAULTS_JSONL = "faults.jsonl"
+
+
+def crashed_replicas(run_dir) -> dict[str, float]:
+    """node -> t_s of its crash, for every node whose process the nemesis killed (faults.jsonl, `crash` applied
+    with ok); {} without a faults.jsonl."""
+    f = Path(run_dir) / FAULTS_JSONL
+    if not f.is_file():
+        return {}
+    out = {}
+    try:
+        lines = f.read_text().splitlines()
+    except OSError as e:
+        raise Unreadable(f"{FAULTS_JSONL}: {e}") from e
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+            if ev.get("kind") == "crash" and ev.get("event") == "apply" and ev.get("ok"):
+                for n in ev.get("nodes") or [ev["node"]]:
+                    out[str(n)] = float(ev["t_s"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise Unreadable(f"{FAULTS_JSONL} line {i}: {type(e).__name__} {e}") from e
+    return out
+
+
+def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], crashed: dict[str, float],
+          stats: dict) -> list[str]:
+    """Violations; fills stats (see the module's doc). deployed: shard -> its replicas' names (deploy.yml)."""
+    v = []
+    live = {s: sorted(data.replicas.get(s, [])) for s in deployed}
+    by_node = {d["node"]: d for d in dumps}
+    for node, t in sorted(crashed.items()):
+        if node in by_node:
+            v.append(f"{node} is recorded crashed at t={t:g}s but wrote a state dump (its kill failed, or the run "
+                     "folder was changed)")
+    for s, names in sorted(deployed.items()):
+        if 2 * len(live[s]) <= len(names):
+            v.append(f"shard {s} kept {len(live[s])} of its {len(names)} replicas live ("
+                     + ", ".join(f"{n} crashed at t={crashed[n]:g}s" if n in crashed else f"{n} without a history"
+                                 for n in names if n not in live[s]) + "): no majority holds its transactions")
+    executed = {node: {t for t, _, _ in events} for node, events in data.histories.items()}
+    appends = _committed_appends(data)
+    n_shards = len(deployed)
+    lost, copies, committed = set(), 0, 0
+    for t in sorted(data.txns.values(), key=lambda x: x.id):
+        if not t.committed:
+            continue
+        committed += 1
+        for s in sorted(t.shards()):
+            for node in live.get(s, []):
+                copies += 1
+                if t.id not in executed.get(node, ()):
+                    lost.add(t.id)
+                    v.append(f"{t.label()}, committed to its client, is missing from the history of {node} "
+                             f"(shard {s}, live): lost")
+                    continue
+                lists = ((by_node.get(node) or {}).get("append") or {}).get("lists")
+                if lists is None:
+                    continue
+                for key, values in sorted(appends.get(t.id, {}).items()):
+                    if int(key[1:]) % n_shards != s:
+                        continue
+                    gone = [x for x in values if x not in set(lists.get(key, ()))]
+                    if gone:
+                        lost.add(t.id)
+                        v.append(f"{t.label()}, committed to its client, appended {gone} to {key}, missing from "
+                                 f"{node}'s final list (shard {s}, live): lost")
+    stats.update(committed=committed, copies_checked=copies, lost=len(lost),
+                 crashed={n: t for n, t in sorted(crashed.items())})
+    if len(v) > MAX_LISTED:
+        v = v[:MAX_LISTED] + [f"... and {len(v) - MAX_LISTED} more"]
+    return v
+
+
+def _committed_appends(data: RunData) -> dict:
+    """txn -> {key: [values]} of the committed append transactions ({} for another workload)."""
+    if not data.txns or not any('"ops"' in t.line for t in data.txns.values()):
+        return {}
+    appends, *_ = listappend._transactions(data, listappend._Lines())
+    return {t: a for t, a in appends.items() if data.txns[t].committed}
+
+
+def deployed_replicas(deploy: dict) -> dict[int, list[str]]:
+    """Global shard id (region * shards_per_region + the node's `shard`, as the engine numbers them) -> its
+    replicas' names, from a deployment file."""
+    per_region = int(deploy["shards_per_region"])
+    out = defaultdict(list)
+    for n in deploy["nodes"]:
+        if n.get("kind") == "replica":
+            out[int(n["region"]) * per_region + int(n["shard"])].append(n["name"])
+    return {s: sorted(ns) for s, ns in out.items()}

@@ -1,0 +1,149 @@
+"""A crashed follower (`crash:NODE@S`, docs/nemesis.md) and the durability check (testbed/analysis/durability.py):
+one real TAPIR run whose follower of region 1 is killed at t = 3 s, then copies of its folder changed the ways a
+protocol that loses a committed transaction, or a runner that lies about a crash, would leave it."""
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testbed.analysis import checker, validate
+from testbed.core import deploy
+from testbed.runs.local import LocalRunner
+
+from conftest import procs_mentioning
+from test_checker_history import BINARIES, BUILD, history_lines, load, run_cli, write_history
+
+needs_build = pytest.mark.skipif(not all(os.access(b, os.X_OK) for b in BINARIES), reason="binaries not built")
+VICTIM = "s1.0.1"   # shard 1's follower 1
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory):
+    if not all(os.access(b, os.X_OK) for b in BINARIES):
+        pytest.skip("binaries not built")
+    d = deploy.build_deployment(mode="tapir", workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=2, duration=8, warmup=1, cooldown=1, base_port=27800,
+                                processes="node", faults=f"crash:{VICTIM}@3")
+    d["runtime"]["connect_timeout_s"] = 2   # its peers give it up at t = 5 s, mid-run: that must not end them
+    return LocalRunner(build_dir=BUILD, progress=False).run(d, "crash", out_root=tmp_path_factory.mktemp("runs"))
+
+
+def _copy(crash_run, tmp_path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(crash_run.run_dir, dst)
+    (dst / "check.json").unlink()
+    return dst
+
+
+def _events(run) -> list[dict]:
+    return [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+
+
+def _write_events(run, events) -> None:
+    (run / "faults.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_crashed_follower_loses_nothing_and_the_run_says_so(crash_run):
+    assert crash_run.ok and crash_run.check["verdict"] == "CONSISTENT", (crash_run.reason,
+                                                                         crash_run.check["violations"][:3])
+    run = crash_run.run_dir
+    assert crash_run.check["checks"]["durability"]["verdict"] == "pass"
+    stats = crash_run.check["stats"]["durability"]
+    assert stats["lost"] == 0 and stats["committed"] > 50 and list(stats["crashed"]) == [VICTIM]
+    assert 2.9 < stats["crashed"][VICTIM] < 3.5
+    # every committed transaction was looked for at every live replica of its shards (3, or 2 on shard 1)
+    data = load(run)
+    want = sum(2 if s == 1 else 3 for t in data.txns.values() if t.committed for s in t.shards())
+    assert stats["copies_checked"] == want and VICTIM not in data.histories
+    crash = [e for e in _events(run) if e.get("kind") == "crash"]
+    assert [(e["event"], e["signal"], e["ok"], e["process"]) for e in crash] == [("apply", "SIGKILL", True, VICTIM)]
+    assert not (run / "servers" / f"{VICTIM}.state.json").exists()
+    # its peers gave it up (connect timeout) and went on, dropping what they had for it, counted apart from lost
+    # messages
+    facts = [json.loads(f.read_text())["process"] for f in (run / "servers").glob("*.state.json")]
+    assert sum(f["dropped_to_crashed"] for f in facts) > 0 and all(f["dropped_messages"] == 0 for f in facts)
+    assert f"peer {VICTIM} unreachable (planned to crash)" in (run / "logs" / "s1.0.0.log").read_text()
+    # after the crash, commits go on: the coordinator's Prepare timeout decides on the two replicas left
+    assert sum(json.loads(f.read_text()).get("counters", {}).get("prepare_timeouts", 0)
+               for f in (run / "servers").glob("s1.0.0.state.json")) > 0
+    assert validate.validate_run(run) == []
+    assert procs_mentioning(str(run)) == []
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_committed_transaction_missing_from_a_live_replica_is_lost(crash_run, tmp_path):
+    run = _copy(crash_run, tmp_path)
+    node = "s1.0.2"   # the crashed replica's live peer
+    header, body = history_lines(run, node)
+    data = load(run)
+    txn = next(int(x.split()[0]) for x in body if data.txns.get(int(x.split()[0]))
+               and data.txns[int(x.split()[0])].committed)
+    write_history(run, node, header, [x for x in body if int(x.split()[0]) != txn])
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[durability]"))
+    assert f"txn {txn} " in line and f"missing from the history of {node}" in line and "lost" in line, line
+    res = json.loads((run / "check.json").read_text())
+    assert res["stats"]["durability"]["lost"] == 1
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_committed_append_missing_from_a_live_replicas_final_state_is_lost(crash_run, tmp_path):
+    run = _copy(crash_run, tmp_path)
+    f = run / "servers" / "s0.0.2.state.json"
+    dump = json.loads(f.read_text())
+    key, values = next((k, v) for k, v in sorted(dump["append"]["lists"].items()) if v)
+    dump["append"]["lists"][key] = values[:-1]   # its history still says the transaction ran
+    f.write_text(json.dumps(dump))
+    p = run_cli(run)
+    assert p.returncode == 1
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[durability]"))
+    assert f"appended [{values[-1]}] to {key}, missing from s0.0.2's final list" in line, line
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_shard_left_without_a_majority_is_flagged(crash_run, tmp_path):
+    run = _copy(crash_run, tmp_path)
+    events = _events(run)
+    second = dict(next(e for e in events if e.get("kind") == "crash"), node="s1.0.2", nodes=["s1.0.2"],
+                  process="s1.0.2", t_s=4.0)
+    _write_events(run, events + [second])
+    for suffix in (".state.json", ".history.txt"):
+        (run / "servers" / f"s1.0.2{suffix}").unlink()
+    p = run_cli(run)
+    assert p.returncode == 1
+    assert any(x.startswith("[durability] shard 1 kept 1 of its 3 replicas live") and "s1.0.2 crashed at t=4s" in x
+               for x in p.stdout.splitlines()), p.stdout
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_crash_record_does_not_excuse_a_live_replica_or_go_missing(crash_run, tmp_path):
+    run = _copy(crash_run, tmp_path)
+    events = _events(run)
+    crash = next(e for e in events if e.get("kind") == "crash")
+    # a replica that wrote its dump is said to have crashed: the record is false
+    _write_events(run, events + [dict(crash, node="s0.0.1", nodes=["s0.0.1"], process="s0.0.1")])
+    p = run_cli(run)
+    assert p.returncode == 1 and "[durability] s0.0.1 is recorded crashed" in p.stdout, p.stdout
+    # without the record, the crashed replica's missing dump is what it is: the folder cannot be checked
+    _write_events(run, [e for e in events if e.get("kind") != "crash"])
+    p = run_cli(run)
+    assert p.returncode == 2 and f"missing state dump(s) for {VICTIM}" in p.stderr, p.stderr
+    assert any(x.startswith("faults.jsonl: ") and "(truncated or changed)" in x for x in validate.validate_run(run))
+    (run / "files.json").unlink()   # and without the manifest, from deploy.yml and faults.jsonl alone
+    assert any(f"replica {VICTIM}: no state dump" in x for x in validate.validate_run(run))
+
+
+def test_drops_to_a_peer_planned_to_crash_need_a_crash(tmp_path):
+    dumps = [{"node": "s0.0.0", "process": {"name": "s0.0.0", "dropped_to_crashed": 4}}]
+    v = checker.check_run_health(tmp_path, dumps, crashed={})
+    assert v == ["s0.0.0: dropped 4 message(s) to a peer planned to crash, but no crash was applied (faults.jsonl)"]
+    assert checker.check_run_health(tmp_path, dumps, crashed={"s0.0.1": 3.0}) == []
