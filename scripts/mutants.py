@@ -40,12 +40,19 @@ MUTANTS = [
     ("dast.reply_on_home_result", "the coordinator answers once the home shard's result is in, not every shard's",
      "safety"),
     ("janus.none", "the protocol as built", "-"),
-    ("janus.majority_replies", "the coordinator decides on a majority of PreAccept replies per shard", "safety"),
+    ("janus.majority_replies", "the coordinator decides on a majority of PreAccept replies per shard, on the fast "
+     "path too (2 of 3 agreeing commit without the Accept round)", "recovery"),
     ("janus.no_component_order", "members of a component run as they become ready, not by id", "safety"),
     ("janus.no_external_wait", "a component does not wait for its members' dependencies outside it", "safety"),
     ("janus.writes_only", "PreAccept ignores read keys (only writes make dependencies)", "safety"),
     ("janus.no_dependency_wait", "a transaction runs once its component is known, whatever it waits for", "safety"),
     ("janus.component_order_descending", "members of a component run by descending id, at every replica", "safety"),
+    ("janus.slow_path_on_minority", "after the PreAccept timeout a shard is decided on 1 reply, not a majority's",
+     "safety"),
+    ("janus.no_pending_deps", "PreAccept replies name the direct predecessors only, so a decision on a majority may "
+     "miss the one link between two conflicting transactions", "safety"),
+    ("janus.timeout_skips_accept", "after the PreAccept timeout a majority's replies are committed without the "
+     "Accept round", "recovery"),
     ("janus.reply_on_first_result", "the coordinator answers on the first shard's result, not on every shard's",
      "safety"),
     ("tapir.none", "the protocol as built", "-"),
@@ -74,6 +81,9 @@ MUTANTS = [
 OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*"}
 # The stress profile's protocol options: DAST without anticipation (its CRTs decided after their T_r).
 STRESS_OPTIONS = {"dast": {"anticipation_margin_ms": -300}}
+# Protocols that go on with a follower crashed for good (docs/fault-tolerance.md): their stress nemesis crashes one
+# (DAST would stall: its CRTs wait for every replica's proposal).
+CRASH_TOLERANT = ("janus", "tapir", "slog")
 
 
 def protocol_of(name: str) -> str:
@@ -145,11 +155,12 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
         knobs.update(workload="append", append_keys=4, append_crt_ratio=0.3)
     if profile == "stress":
         knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}),
-                     faults=stress_faults(duration), faults_seed=attempt + 1, processes="node")
+                     faults=stress_faults(duration, crash=protocol in CRASH_TOLERANT), faults_seed=attempt + 1,
+                     processes="node")
     return deploy.build_deployment(mode=protocol, **knobs)
 
 
-def stress_faults(duration: float) -> str:
+def stress_faults(duration: float, crash: bool = False) -> str:
     """The stress runs' nemesis (docs/nemesis.md), scaled to the run: two replicas of a shard with their protocol
     clocks a few ms apart and a region's clock ahead for a while, jitter inside every region for most of the run
     (channels stay FIFO, but a replica's messages from different senders interleave differently at each replica:
@@ -160,14 +171,17 @@ def stress_faults(duration: float) -> str:
     healed, and in every region one follower (the seed's choice) that hears the other regions 150 ms late for most
     of the run (a congested path into one replica: its shard's other replicas decide and apply a cross-region
     transaction, a transaction of the region that depends on it is decided, and its Commit, sent inside the region,
-    reaches that follower before the cross-region one's own messages do)."""
+    reaches that follower before the cross-region one's own messages do). With `crash`, a follower (the seed's
+    choice) is killed for good after the last pause has ended: what a replica decided on the others' votes must
+    hold without it, and nothing its peers saw committed may be lost (the durability check)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
                       *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",
-                      *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3))])
+                      *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
+                      *([f"crash:follower@{round(t(0.8) + min(1.0, t(0.05)) + 0.1, 2)}"] if crash else [])])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,

@@ -33,7 +33,15 @@ void declare_ids(std::unordered_map<uint64_t, std::vector<uint64_t>>& into, uint
 void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps) { declare_ids(deps_, txn_id, deps); }
 
 void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps) {
+  vote_marks_.try_emplace(txn_id, history_.size());
   declare_ids(votes_, txn_id, deps);
+}
+
+void ShardExecutor::declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas,
+                                   const std::vector<uint32_t>* accepted) {
+  if (quorums_.count(txn_id)) return;
+  declare_ids(quorums_, txn_id, std::vector<uint64_t>(replicas.begin(), replicas.end()));
+  if (accepted) declare_ids(accepted_, txn_id, std::vector<uint64_t>(accepted->begin(), accepted->end()));
 }
 
 bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
@@ -98,7 +106,7 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
   o << "# txn-history v1 node=" << node << " shard=" << shard_ << "\n";
   size_t lines = 0;
   std::vector<uint32_t> ids;
-  std::unordered_set<uint64_t> declared, voted;   // transactions whose " p=" / " v=" is written
+  std::unordered_set<uint64_t> declared, voted, counted;   // transactions whose " p=" / " v=" / " q=" is written
   auto ids_out = [&o](const char* tag, const std::vector<uint64_t>& v) {
     o << tag;
     for (size_t k = 0; k < v.size(); ++k) o << (k ? "," : "") << v[k];
@@ -122,7 +130,12 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
     }
     if (first.deferred) o << " d";
     if (first.key.set) o << " k=" << first.key.domain << ':' << first.key.hi << '.' << first.key.lo;
-    if (auto v = votes_.find(first.txn); v != votes_.end() && voted.insert(first.txn).second) ids_out(" v=", v->second);
+    if (auto q = quorums_.find(first.txn); q != quorums_.end() && counted.insert(first.txn).second) {
+      ids_out(" q=", q->second);
+      if (auto a = accepted_.find(first.txn); a != accepted_.end()) ids_out(" a=", a->second);
+    }
+    if (auto v = votes_.find(first.txn); v != votes_.end() && voted.insert(first.txn).second)
+      ids_out((" v=" + std::to_string(vote_marks_.at(first.txn)) + "/").c_str(), v->second);
     if (auto d = deps_.find(first.txn); d != deps_.end() && declared.insert(first.txn).second) ids_out(" p=", d->second);
     o << '\n';
     ++lines;

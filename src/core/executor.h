@@ -74,9 +74,21 @@ class ShardExecutor {
   // The dependencies this replica voted for `txn_id` before the decision (Janus's PreAccept reply), where the
   // protocol's decision must cover every replica's vote: written once per transaction (" v=<ids>"), the checker
   // requires them to be among the dependencies the transaction was then declared with here (docs/checker.md,
-  // "Votes"). The first declaration stands.
+  // "Votes"). The first declaration stands. The vote is taken now: the history records how many pieces had
+  // executed here then (" v=<executed>/<ids>"), so that the checker can tell which conflicting transactions were
+  // still to execute here (a vote that must name them, or be named by theirs: Janus's pending ones).
   void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& votes() const { return votes_; }
+  const std::unordered_map<uint64_t, uint64_t>& vote_marks() const { return vote_marks_; }
+  // The replicas (indexes in the shard) whose votes the decision of `txn_id` counted, where it may count fewer
+  // than all (Janus after its PreAccept timeout), and, for a decision taken by an Accept round, those whose
+  // acceptance it held (nullptr: a fast-path decision): written once (" q=<replicas>", " a=<replicas>"). The
+  // checker then holds only the counted replicas to their votes, and requires the decision the same at every
+  // replica of the shard, on a majority's votes, and either on every replica's (the fast quorum) or accepted by a
+  // majority. Without it every vote counts. The first declaration stands.
+  void declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas, const std::vector<uint32_t>* accepted);
+  const std::unordered_map<uint64_t, std::vector<uint64_t>>& quorums() const { return quorums_; }
+  const std::unordered_map<uint64_t, std::vector<uint64_t>>& acceptances() const { return accepted_; }
   // The history file (format in docs/checker.md); returns the number of lines
   // written between the header and the trailer.
   size_t write_history(std::ostream& o, const std::string& node) const;
@@ -88,6 +100,9 @@ class ShardExecutor {
   std::vector<ExecEvent> history_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> deps_;   // declare_deps, sorted ids
   std::unordered_map<uint64_t, std::vector<uint64_t>> votes_;  // declare_vote, sorted ids
+  std::unordered_map<uint64_t, uint64_t> vote_marks_;           // declare_vote: history_.size() then
+  std::unordered_map<uint64_t, std::vector<uint64_t>> quorums_;  // declare_quorum, sorted replica indexes
+  std::unordered_map<uint64_t, std::vector<uint64_t>> accepted_; // declare_quorum's acceptances (slow path)
 };
 
 // The variables piece `p` executes with: its args, plus its inputs' values from `known`. When the piece has no

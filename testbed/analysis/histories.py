@@ -88,6 +88,11 @@ class RunData:
     order_keys: dict = field(default_factory=dict)    # replica node -> {event index: (domain, hi, lo)}
     deps: dict = field(default_factory=dict)          # replica node -> {txn: frozenset of the txns it declared}
     votes: dict = field(default_factory=dict)         # replica node -> {txn: frozenset of the txns it voted for}
+    quorums: dict = field(default_factory=dict)       # replica node -> {txn: frozenset of the replica indexes whose
+                                                      # votes its decision counted (`q=`; absent: every replica's)}
+    vote_marks: dict = field(default_factory=dict)    # replica node -> {txn: events executed there when it voted}
+    accepted: dict = field(default_factory=dict)      # replica node -> {txn: frozenset of the replicas whose
+                                                      # acceptance its decision held (`a=`; absent: the fast path)}
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
     _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
@@ -120,6 +125,16 @@ def _order_key(text: str, where: str) -> tuple[int, int, int]:
     raise Unreadable(f"{where}: bad order key {text!r} (k=<domain>:<hi>.<lo>)")
 
 
+def _vote(text: str, where: str) -> tuple[frozenset, int | None]:
+    """A vote "v=<ids>" or "v=<executed>/<ids>" -> (the ids, the events executed when it was cast, or None)."""
+    mark, slash, ids = text[2:].partition("/")
+    if not slash:
+        return _deps(text, where), None
+    if not mark.isdigit():
+        raise Unreadable(f"{where}: bad vote {text!r} (v=<executed>/<txn id>,...)")
+    return _deps("v=" + ids, where), int(mark)
+
+
 def _deps(text: str, where: str) -> frozenset:
     """A history line's declared dependencies "p=<id>,<id>" (or "p=": none), or its vote "v=...", -> the ids."""
     ids = text[2:].split(",") if len(text) > 2 else []
@@ -130,11 +145,15 @@ def _deps(text: str, where: str) -> frozenset:
 
 
 def read_history(path: Path, events: int | None = None, keys: dict | None = None,
-                 deps: dict | None = None, votes: dict | None = None) -> list[tuple[int, int, bool]]:
+                 deps: dict | None = None, votes: dict | None = None,
+                 quorums: dict | None = None, accepted: dict | None = None,
+                 vote_marks: dict | None = None) -> list[tuple[int, int, bool]]:
     """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated. keys: filled
     with event index -> (domain, hi, lo) for the events whose line carries the protocol's order key; deps: with
     txn -> the transactions the protocol declared it depends on (a line's `p=`); votes: with txn -> those this
-    replica voted for (`v=`)."""
+    replica voted for (`v=`); quorums: with txn -> the replicas whose votes its decision counted (`q=`); accepted:
+    with txn -> those whose acceptance it held (`a=`); vote_marks: with txn -> how many events had executed here when
+    it voted (`v=<n>/<ids>`)."""
     name = path.name
     try:
         lines = path.read_text().splitlines()
@@ -149,16 +168,26 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
         dep = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("p=") else None
-        vote = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("v=") else None
+        vote, mark = _vote(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("v=") else (None, None)
+        acc = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("a=") else None
+        quorum = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("q=") else None
+        if acc is not None and quorum is None:
+            raise Unreadable(f"{name}:{n}: 'a=' without 'q=' in {line!r}")
         key = _order_key(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("k=") else None
         if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
-            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [v=<ids>] "
-                             f"[p=<ids>]', got {line!r}")
+            raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [q=<replicas> "
+                             f"[a=<replicas>]] [v=<ids>] [p=<ids>]', got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
         if dep is not None and deps is not None:
             deps[t] = deps.get(t, frozenset()) | dep
         if vote is not None and votes is not None:
             votes[t] = votes.get(t, frozenset()) | vote
+        if mark is not None and vote_marks is not None:
+            vote_marks.setdefault(t, mark)
+        if quorum is not None and quorums is not None:
+            quorums[t] = quorums.get(t, frozenset()) | quorum
+        if acc is not None and accepted is not None:
+            accepted[t] = accepted.get(t, frozenset()) | acc
         ids = _ids(f[1], f"{name}:{n}")
         if key is not None and keys is not None:
             keys.update((i, key) for i in range(len(out), len(out) + len(ids)))
@@ -251,9 +280,12 @@ def load_run(run_dir, replica_dumps: list[dict], binary=None) -> RunData:
         dumps = dict(zip(logs, pool.map(lambda log: dump_txn_log(log, binary), logs)))
     for d in sorted(named, key=lambda d: d["node"]):
         h = d["execution_history"]
-        data.order_keys[d["node"]], data.deps[d["node"]], data.votes[d["node"]] = {}, {}, {}
-        data.histories[d["node"]] = read_history(servers / h["file"], int(h["events"]), data.order_keys[d["node"]],
-                                                 data.deps[d["node"]], data.votes[d["node"]])
+        node = d["node"]
+        data.order_keys[node], data.deps[node], data.votes[node] = {}, {}, {}
+        data.quorums[node], data.accepted[node], data.vote_marks[node] = {}, {}, {}
+        data.histories[node] = read_history(servers / h["file"], int(h["events"]), data.order_keys[node],
+                                            data.deps[node], data.votes[node], data.quorums[node],
+                                            data.accepted[node], data.vote_marks[node])
         data.replicas.setdefault(int(d["shard"]), []).append(d["node"])
     starts, rel_times = {}, {}   # client -> (run start on CLOCK_MONOTONIC, on the wall clock); its records' times
     for s in summaries:
@@ -799,17 +831,96 @@ def check_protocol_order(data: RunData) -> list[str]:
     for node, votes in sorted(data.votes.items()):
         if votes:
             _votes_held(data, node, votes, out)
+            _votes_name_pending(data, node, votes, keys_of, comm, out)
+    _quorums_agree(data, out)
     return out.result()
+
+
+def _votes_name_pending(data: RunData, node: str, votes: dict, keys_of: dict, comm: set, out: _Collector) -> None:
+    """Where votes carry when they were cast (`v=<executed>/<ids>`): two transactions that conflict at this replica
+    (a key both access, one writing it) and that had neither executed here when the other's vote was cast were
+    pending at once, so the later one's vote names the earlier (Janus: a decision on a majority's votes relies on
+    it, docs/protocols/janus.md). The later to execute here, U, voted when `mark` events had executed; every
+    conflicting T executed before U but at or after that mark was then still to execute."""
+    marks = data.vote_marks.get(node) or {}
+    if not marks:
+        return
+    hist = data.histories.get(node) or []
+    last = {}
+    for i, (t, _, _) in enumerate(hist):
+        last[t] = i
+    per_key: dict = defaultdict(dict)   # key -> {txn: writes it}
+    for t, p, deferred in hist:
+        keys = keys_of.get((t, p))
+        if keys is None or deferred or (t, p) in comm:
+            continue
+        for k in keys[0]:
+            per_key[k][t] = True
+        for k in keys[1]:
+            per_key[k].setdefault(t, False)
+    reported = set()
+    for key, acc in sorted(per_key.items()):
+        order = sorted(acc, key=lambda x: last[x])
+        for j, u in enumerate(order):
+            if u not in marks:
+                continue
+            for t in reversed(order[:j]):
+                if last[t] < marks[u]:
+                    break   # it had executed here before U voted (and so had every one before it)
+                if (acc[t] or acc[u]) and t not in votes.get(u, ()) and u not in votes.get(t, ()) \
+                        and (t, u) not in reported:
+                    reported.add((t, u))
+                    out.add(f"{node}: {_describe(data, t)} and {_describe(data, u)} conflict on {key} and neither had "
+                            "executed here when the other voted, yet neither vote names the other")
+
+
+REPLICAS = 3   # replicas per shard (the only count the testbed supports): a decision's quorum needs 2
+
+
+def _replica_index(node: str) -> int | None:
+    tail = node.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _quorums_agree(data: RunData, out: _Collector) -> None:
+    """A decision that names the replicas whose votes it counted (`q=`) counted a majority's; taken without an
+    Accept round (no `a=`), every replica's (the fast quorum: a decision no majority accepted would not survive its
+    coordinator); taken by one, accepted by a majority (`a=`); and every replica of the shard that executed the
+    transaction names the same decision."""
+    majority = REPLICAS // 2 + 1
+    for shard, nodes in sorted(data.replicas.items()):
+        seen: dict = {}
+        for node in nodes:
+            acc = data.accepted.get(node) or {}
+            for t, q in sorted((data.quorums.get(node) or {}).items()):
+                a = acc.get(t)
+                if len(q) < majority or any(r >= REPLICAS for r in q):
+                    out.add(f"{node}: {_describe(data, t)} was decided on the votes of replicas "
+                            f"{sorted(q)} of shard {shard}: not a majority of its {REPLICAS}")
+                elif a is None and len(q) < REPLICAS:
+                    out.add(f"{node}: {_describe(data, t)} was decided on the fast path on the votes of replicas "
+                            f"{sorted(q)} of shard {shard}: the fast quorum is all {REPLICAS}, fewer need an "
+                            "Accept round")
+                elif a is not None and (len(a) < majority or any(r >= REPLICAS for r in a)):
+                    out.add(f"{node}: {_describe(data, t)} was decided with the acceptance of replicas {sorted(a)} "
+                            f"of shard {shard}: not a majority of its {REPLICAS}")
+                if t in seen and seen[t][1:] != (q, a):
+                    out.add(f"{node} and {seen[t][0]} name different decisions of {_describe(data, t)} on shard "
+                            f"{shard}")
+                seen.setdefault(t, (node, q, a))
 
 
 def _votes_held(data: RunData, node: str, votes: dict, out: _Collector) -> None:
     """At one replica, every transaction it voted for and executed was decided with dependencies that hold its
-    whole vote: a protocol whose decision must hear every replica (our Janus: a replica's latest access per key is
-    the only link it may know of between two conflicting transactions) left none out."""
+    whole vote, where the decision counted it (`q=`; without one, every replica's vote counts): a protocol whose
+    decision must hold the votes it heard (our Janus: a replica's latest access per key may be the only link it
+    knows of between two conflicting transactions) left none out."""
     deps = data.deps.get(node) or {}
+    quorums = data.quorums.get(node) or {}
+    me = _replica_index(node)
     executed = {t for t, _, _ in data.histories.get(node, ())}
     for t, vote in sorted(votes.items()):
-        if t not in executed:
+        if t not in executed or (t in quorums and me not in quorums[t]):
             continue
         if t not in deps:
             out.add(f"{node}: executed {_describe(data, t)}, which it voted for, without declaring the dependencies "

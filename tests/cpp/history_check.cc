@@ -725,16 +725,89 @@ void check_dependencies_first(const Run& run, Collector& out) {
   }
 }
 
+// (f), votes cast with a mark (how many pieces had executed): two transactions that conflict at the replica and had
+// neither executed there when the other voted were pending at once, so the later one's vote names the earlier.
+void check_votes_name_pending(const Run& run, const ReplicaRun& rep, Collector& out) {
+  if (rep.vote_marks.empty()) return;
+  std::unordered_map<uint64_t, size_t> last;   // txn -> index of its last piece here
+  for (size_t i = 0; i < rep.history.size(); ++i) last[rep.history[i].txn] = i;
+  std::map<std::string, std::map<uint64_t, bool>> per_key;   // key -> txn -> writes it
+  for (const auto& e : rep.history) {
+    if (e.deferred || run.commutes(e.txn, e.piece)) continue;
+    const Piece* piece = run.piece(e.txn, e.piece);
+    if (!piece) continue;
+    for (const auto& k : piece->write_keys()) per_key[k][e.txn] = true;
+    for (const auto& k : piece->read_keys()) per_key[k].try_emplace(e.txn, false);
+  }
+  const auto names = [&rep](uint64_t voter, uint64_t x) {
+    auto v = rep.votes.find(voter);
+    return v != rep.votes.end() && std::find(v->second.begin(), v->second.end(), x) != v->second.end();
+  };
+  std::set<std::pair<uint64_t, uint64_t>> reported;
+  for (const auto& [key, acc] : per_key) {
+    std::vector<uint64_t> order;
+    for (const auto& [t, w] : acc) order.push_back(t);
+    std::sort(order.begin(), order.end(), [&last](uint64_t a, uint64_t b) { return last.at(a) < last.at(b); });
+    for (size_t j = 0; j < order.size(); ++j) {
+      const uint64_t u = order[j];
+      auto m = rep.vote_marks.find(u);
+      if (m == rep.vote_marks.end()) continue;
+      for (size_t i = j; i-- > 0;) {
+        const uint64_t t = order[i];
+        if (last.at(t) < m->second) break;   // it had executed here before u voted (and so had every one before it)
+        if ((acc.at(t) || acc.at(u)) && !names(u, t) && !names(t, u) && reported.insert({t, u}).second)
+          out.add(rep.node + " (shard " + std::to_string(rep.shard) + "): " + run.describe(t) + " and " +
+                  run.describe(u) + " conflict on " + key +
+                  " and neither had executed here when the other voted, yet neither vote names the other");
+      }
+    }
+  }
+}
+
 // (f), votes: at each replica, a transaction it voted for and executed was decided with dependencies that hold
-// every one of its vote (the decision must hear every replica's vote: one left out may be the only link between two
-// conflicting transactions).
+// every one of its vote, where the decision counted it (its quorum names this replica; without one, every vote
+// counts: one left out may be the only link between two conflicting transactions). A named quorum is a majority of
+// the shard's 3 replicas, the same at every replica of the shard, and either every replica's (the fast quorum) or
+// accepted by a majority (the Accept round).
 void check_votes(const Run& run, Collector& out) {
+  using Decision = std::pair<std::vector<uint64_t>, std::vector<uint64_t>>;   // votes counted, acceptances
+  std::map<std::pair<uint32_t, uint64_t>, std::pair<std::string, Decision>> decided;
+  const auto list = [](const std::vector<uint64_t>& v) {
+    std::string s;
+    for (uint64_t r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
+    return "[" + s + "]";
+  };
+  const auto beyond = [](const std::vector<uint64_t>& v) {
+    return std::any_of(v.begin(), v.end(), [](uint64_t r) { return r >= 3; });
+  };
   for (const auto& rep : run.replicas()) {
+    for (const auto& [t, q] : rep.quorums) {
+      const auto a = rep.accepted.find(t);
+      const std::string where = " of shard " + std::to_string(rep.shard);
+      if (q.size() < 2 || beyond(q))
+        out.add(rep.node + ": " + run.describe(t) + " was decided on the votes of replicas " + list(q) + where +
+                ": not a majority of its 3");
+      else if (a == rep.accepted.end() && q.size() < 3)
+        out.add(rep.node + ": " + run.describe(t) + " was decided on the fast path on the votes of replicas " +
+                list(q) + where + ": the fast quorum is all 3, fewer need an Accept round");
+      else if (a != rep.accepted.end() && (a->second.size() < 2 || beyond(a->second)))
+        out.add(rep.node + ": " + run.describe(t) + " was decided with the acceptance of replicas " +
+                list(a->second) + where + ": not a majority of its 3");
+      const Decision dec{q, a == rep.accepted.end() ? std::vector<uint64_t>{~0ull} : a->second};
+      auto [it, fresh] = decided.try_emplace({rep.shard, t}, rep.node, dec);
+      if (!fresh && it->second.second != dec)
+        out.add(rep.node + " and " + it->second.first + " name different decisions of " + run.describe(t) +
+                " on shard " + std::to_string(rep.shard));
+    }
     if (rep.votes.empty()) continue;
+    const size_t dot = rep.node.rfind('.');
+    const uint64_t me = dot == std::string::npos ? ~0ull : std::stoull(rep.node.substr(dot + 1));
     std::unordered_set<uint64_t> executed;
     for (const auto& e : rep.history) executed.insert(e.txn);
     for (const auto& [t, vote] : rep.votes) {
       if (!executed.count(t)) continue;
+      if (auto q = rep.quorums.find(t); q != rep.quorums.end() && std::find(q->second.begin(), q->second.end(), me) == q->second.end())
+        continue;   // the decision did not count this replica's vote
       auto d = rep.deps.find(t);
       if (d == rep.deps.end()) {
         out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") executed " + run.describe(t) +
@@ -749,6 +822,7 @@ void check_votes(const Run& run, Collector& out) {
         out.add(rep.node + " (shard " + std::to_string(rep.shard) + ") voted for dependencies of " + run.describe(t) +
                 " that its decision left out: " + missing);
     }
+    check_votes_name_pending(run, rep, out);
   }
 }
 

@@ -68,6 +68,12 @@ struct ReplicaRun {
   std::unordered_map<uint64_t, std::vector<uint64_t>> deps;
   // The dependencies it voted for per transaction before the decision (ShardExecutor::votes(); empty: none).
   std::unordered_map<uint64_t, std::vector<uint64_t>> votes;
+  // The replicas whose votes each decision counted, where it named them (ShardExecutor::quorums(); absent: all).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> quorums;
+  // Those whose acceptance a decision taken by an Accept round held (ShardExecutor::acceptances(); absent: fast).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> accepted;
+  // Per voted transaction, how many pieces had executed here when the vote was cast (ShardExecutor::vote_marks()).
+  std::unordered_map<uint64_t, uint64_t> vote_marks;
 };
 
 // One transaction as a client finished it.

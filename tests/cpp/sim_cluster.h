@@ -103,7 +103,8 @@ inline RunHistory history_of(const SimCluster& c) {
     for (uint32_t r = 0; r < c.d.replicas; ++r) {
       const ReplicaNode* rep = c.replica(s, r);
       h.replicas.push_back({c.d.node(c.d.replica_id(s, r)).name, s, rep->executor().history(), rep->store().digest(),
-                            rep->executor().deps(), rep->executor().votes()});
+                            rep->executor().deps(), rep->executor().votes(), rep->executor().quorums(),
+                            rep->executor().acceptances(), rep->executor().vote_marks()});
     }
   for (size_t k = 0; k < c.clients.size(); ++k) {
     const std::string& name = c.d.node(c.client_ids[k]).name;

@@ -15,6 +15,20 @@
 
 namespace txn::test {
 
+// `node` hears nothing for the first `for_us` of the load: every message to it is `for_us` late (it answers late,
+// as a paused process does, and then catches up from what it was sent).
+inline void silence(Deployment& d, NodeId node, TimeUs for_us) {
+  LinkFault f;
+  f.id = "silent";
+  f.kind = LinkFault::Kind::Spike;
+  for (uint32_t r = 0; r < d.regions; ++r) f.links.push_back({r, d.node(node).region});
+  f.amount_us = for_us;
+  f.w = {0, for_us};
+  f.to_nodes = {d.node(node).name};
+  f.to_ids = {node};
+  d.faults.links.push_back(f);
+}
+
 // The first transaction the workload generates for `home` that is (not) a CRT and passes `extra`.
 inline TxnRequest find_txn(const Workload& w, uint32_t home, bool crt, std::mt19937_64& rng,
                            const std::function<bool(const TxnRequest&)>& extra = nullptr) {

@@ -167,10 +167,14 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   ex.declare_vote(31, {9, 4});
   ex.declare_vote(31, {7});           // likewise the first vote
   ex.declare_vote(33, {2});           // a vote without declared dependencies
+  const std::vector<uint32_t> accepted{0, 1};
+  ex.declare_quorum(31, {2, 0}, &accepted);   // decided on replicas 0 and 2's votes, accepted by 0 and 1
+  ex.declare_quorum(31, {0, 1, 2}, nullptr);  // the first decision stands
   run(31, 0, order_key(1, 2, 3));
   run(31, 1);                         // the key changes: a second line, without the dependencies
   ex.declare_deps(32, {});
   run(32, 0);
+  ex.declare_vote(34, {31});          // voted with 3 pieces executed here
   run(33, 0);                         // none declared: no suffix
   run(31, 2);                         // the transaction again, later: written once only
   EXPECT_EQ(ex.deps().at(31), (std::vector<uint64_t>{4, 9}));
@@ -178,8 +182,10 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   std::ostringstream o;
   EXPECT_EQ(ex.write_history(o, "s0.0.0"), 5u);
   EXPECT_EQ(lines(o.str()), (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0",
-                                                      "31 0 k=1:2.3 v=4,9 p=4,9", "31 1", "32 0 p=", "33 0 v=2",
-                                                      "31 2", "# end events=5 lines=5"}));
+                                                      "31 0 k=1:2.3 q=0,2 a=0,1 v=0/4,9 p=4,9", "31 1", "32 0 p=",
+                                                      "33 0 v=0/2", "31 2", "# end events=5 lines=5"}));
+  EXPECT_EQ(ex.vote_marks().at(34), 3u);
+  EXPECT_EQ(ex.quorums().at(31), (std::vector<uint64_t>{0, 2}));
 }
 
 TEST(Executor, OutputsDigestIsOrderFreeAndSeesNamesTypesAndValues) {

@@ -282,16 +282,7 @@ SilentFollower silent_follower(int64_t prepare_timeout_ms) {
   d.client.duration_s = 4;
   d.client.retry_limit = 1000;
   d.protocols["tapir"]["prepare_timeout_ms"] = prepare_timeout_ms;
-  const NodeId follower = d.replica_id(0, 1);
-  LinkFault f;
-  f.id = "silent";
-  f.kind = LinkFault::Kind::Spike;
-  for (uint32_t r = 0; r < d.regions; ++r) f.links.push_back({r, d.node(follower).region});
-  f.amount_us = 2'000'000;
-  f.w = {0, 2'000'000};
-  f.to_nodes = {d.node(follower).name};
-  f.to_ids = {follower};
-  d.faults.links.push_back(f);
+  txn::test::silence(d, d.replica_id(0, 1), 2'000'000);
   SimCluster c(std::move(d), sim_options(5, 0), true);
   txn::test::run_and_check(c);
   SilentFollower out;

@@ -261,6 +261,63 @@ def test_protocol_order_holds_each_decision_to_every_vote():
         "r1: executed txn 3 (?, c), which it voted for, without declaring the dependencies it was decided with"]
 
 
+def test_a_decision_on_fewer_than_every_vote_names_a_majority_and_its_accept_round():
+    """Janus after its PreAccept timeout (docs/checker.md, "Votes"): `q=` the replicas whose votes a decision
+    counted, `a=` those that accepted it (absent: the fast path)."""
+    P = histories.Piece
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, (), ("x",))}, frozenset()) for t in (1, 2)}
+    run = [(1, 0, False), (2, 0, False)]
+    nodes = ["s0.0.0", "s0.0.1", "s0.0.2"]
+    data = histories.RunData(txns=txns, replicas={0: nodes}, histories={n: list(run) for n in nodes},
+                             deps={n: {1: frozenset(), 2: frozenset({1})} for n in nodes},
+                             votes={"s0.0.0": {2: frozenset({1})}, "s0.0.1": {2: frozenset({1})},
+                                    "s0.0.2": {2: frozenset({1, 7})}},   # its vote holds 7: left out, not counted
+                             quorums={n: {2: frozenset({0, 1})} for n in nodes},
+                             accepted={n: {2: frozenset({0, 2})} for n in nodes})
+    assert histories.check_protocol_order(data) == []
+    data.quorums["s0.0.2"][2] = frozenset({0, 2})   # now counted: its vote must be held, and the decisions differ
+    assert histories.check_protocol_order(data) == [
+        "s0.0.2: voted for dependencies of txn 2 (?, c) that its decision left out: txn 7 (in no client's log)",
+        "s0.0.2 and s0.0.0 name different decisions of txn 2 (?, c) on shard 0"]
+    for n in nodes:
+        data.quorums[n][2] = frozenset({0})          # a minority's votes
+    assert "decided on the votes of replicas [0] of shard 0: not a majority of its 3" in \
+        histories.check_protocol_order(data)[0]
+    for n in nodes:
+        data.quorums[n][2], data.accepted[n] = frozenset({0, 1}), {}   # 2 of 3 without an Accept round
+    assert "decided on the fast path on the votes of replicas [0, 1] of shard 0: the fast quorum is all 3" in \
+        histories.check_protocol_order(data)[0]
+    for n in nodes:
+        data.accepted[n] = {2: frozenset({1})}       # accepted by one replica only
+    assert "with the acceptance of replicas [1] of shard 0: not a majority of its 3" in \
+        histories.check_protocol_order(data)[0]
+    for n in nodes:
+        data.quorums[n][2], data.accepted[n] = frozenset({0, 1, 2}), {}   # the fast path on every vote: held to all
+    assert histories.check_protocol_order(data) == [
+        "s0.0.2: voted for dependencies of txn 2 (?, c) that its decision left out: txn 7 (in no client's log)"]
+
+
+def test_votes_cast_together_name_each_other():
+    """A vote carries how many pieces had executed when it was cast (`v=<n>/<ids>`): transactions that conflict and
+    were pending at once at a replica are named by the later one's vote (Janus's pending ones)."""
+    P = histories.Piece
+    keys = {1: ((), ("x",)), 2: ((), ("x",)), 3: ((), ("x",)), 4: (("x",), ()), 5: (("x",), ())}
+    txns = {t: histories.Txn(t, "c", True, "", {0: P(0, *rw)}, frozenset()) for t, rw in keys.items()}
+    run = [(t, 0, False) for t in (1, 2, 3, 4, 5)]
+    votes = {1: frozenset(), 2: frozenset({1}), 3: frozenset({1, 2}), 4: frozenset({3}), 5: frozenset({3})}
+    data = histories.RunData(txns=txns, replicas={0: ["s0.0.1"]}, histories={"s0.0.1": run},
+                             deps={"s0.0.1": dict(votes)}, votes={"s0.0.1": dict(votes)},
+                             vote_marks={"s0.0.1": {1: 0, 2: 0, 3: 0, 4: 2, 5: 4}})
+    # 4 voted once 1 and 2 had executed, 5 once 1-4 had (two reads need not name each other)
+    assert histories.check_protocol_order(data) == []
+    data.votes["s0.0.1"][3] = frozenset({2})   # the direct predecessor only: 1 was pending too
+    assert histories.check_protocol_order(data) == [
+        "s0.0.1: txn 1 (?, c) and txn 3 (?, c) conflict on x and neither had executed here when the other voted, yet "
+        "neither vote names the other"]
+    data.vote_marks["s0.0.1"][3] = 1           # 1 had executed when 3 voted: nothing to name
+    assert histories.check_protocol_order(data) == []
+
+
 def test_history_lines_carry_order_keys(tmp_path):
     f = tmp_path / "r.history.txt"
     f.write_text("# txn-history v1 node=r shard=0\n5 0-2 k=3:17.4\n6 1 d k=0:2.0\n7 0\n# end events=5 lines=3\n")
@@ -284,7 +341,14 @@ def test_history_lines_carry_order_keys(tmp_path):
     deps, votes = {}, {}
     assert histories.read_history(f, 2, None, deps, votes) == [(5, 0, False), (6, 0, False)]
     assert deps == {5: frozenset({3, 4})} and votes == {5: frozenset({3}), 6: frozenset()}
-    for bad, what in (("5 0 v=3,y", "bad vote"), ("5 0 p=3 v=3", "expected")):   # v= after p=: not the format
+    # the replicas whose votes the decision counted and those that accepted it, before the vote
+    f.write_text("# txn-history v1 node=r shard=0\n5 0 q=0,2 a=0,1 v=7/3 p=3\n6 0 q=0,1,2 v=\n# end events=2 lines=2\n")
+    quorums, accepted, votes, marks = {}, {}, {}, {}
+    histories.read_history(f, 2, None, None, votes, quorums, accepted, marks)
+    assert quorums == {5: frozenset({0, 2}), 6: frozenset({0, 1, 2})} and accepted == {5: frozenset({0, 1})}
+    assert votes == {5: frozenset({3}), 6: frozenset()} and marks == {5: 7}
+    for bad, what in (("5 0 v=3,y", "bad vote"), ("5 0 p=3 v=3", "expected"), ("5 0 a=1 v=3", "'a=' without 'q='"),
+                      ("5 0 v=3 q=1", "expected"), ("5 0 v=x/3", "bad vote")):   # v= after p=, q= after v=: not the format
         f.write_text(f"# txn-history v1 node=r shard=0\n{bad}\n# end events=1 lines=1\n")
         with pytest.raises(histories.Unreadable, match=what):
             histories.read_history(f)

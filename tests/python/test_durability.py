@@ -3,8 +3,6 @@ one real TAPIR run whose follower of region 1 is killed at t = 3 s, then copies 
 protocol that loses a committed transaction, or a runner that lies about a crash, would leave it."""
 import json
 import os
-import shutil
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +11,7 @@ from testbed.core import deploy
 from testbed.runs.local import LocalRunner
 
 from conftest import procs_mentioning
-from test_checker_history import BINARIES, BUILD, history_lines, load, run_cli, write_history
+from test_checker_history import BINARIES, BUILD, copy_run as _copy, history_lines, load, run_cli, write_history
 
 needs_build = pytest.mark.skipif(not all(os.access(b, os.X_OK) for b in BINARIES), reason="binaries not built")
 VICTIM = "s1.0.1"   # shard 1's follower 1
@@ -28,13 +26,6 @@ def crash_run(tmp_path_factory):
                                 processes="node", faults=f"crash:{VICTIM}@3")
     d["runtime"]["connect_timeout_s"] = 2   # its peers give it up at t = 5 s, mid-run: that must not end them
     return LocalRunner(build_dir=BUILD, progress=False).run(d, "crash", out_root=tmp_path_factory.mktemp("runs"))
-
-
-def _copy(crash_run, tmp_path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(crash_run.run_dir, dst)
-    (dst / "check.json").unlink()
-    return dst
 
 
 def _events(run) -> list[dict]:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/handler_driver.h"
+#include "deadline_timer.h"
 #include "protocol.h"
 #include "role.h"
 #include "self_queue.h"
@@ -24,6 +25,7 @@ using Scc = std::shared_ptr<const std::vector<TxnId>>;  // a decided component, 
 struct Options {
   explicit Options(const Deployment& d);
   bool fast_path;  // commit on identical PreAccept replies; false: always take the Accept round
+  TimeUs preaccept_timeout_us;  // then a shard is decided on a majority's PreAccept replies (slow path)
 };
 
 // A Janus replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it orders
@@ -62,12 +64,14 @@ class Site : public RoleContext {
     bool local = false;            // touches this shard
     bool inquired = false;
   };
+  struct KeyState;
   // A local transaction until it has executed here.
   struct Local {
     TxnRequest txn;
     NodeId coordinator = 0;
     std::set<uint32_t> done;  // executed piece ids
     uint64_t explored_at = 0; // graph version of its last unsuccessful walk (0: never walked)
+    std::vector<KeyState*> write_keys, read_keys;   // its keys' states here (pending until it executes)
   };
 
   Vertex& vertex(TxnId id);
@@ -87,7 +91,14 @@ class Site : public RoleContext {
   struct KeyState {
     TxnId writer = 0;
     std::vector<TxnId> readers;
+    // Every transaction of this shard that accessed the key and has not executed here, in arrival order: a
+    // decision on a majority's replies must hold each of them (the direct predecessors alone are enough only
+    // when every replica's reply is heard; see replica.cc).
+    std::vector<TxnId> pending_writers, pending_readers;
   };
+  // The keys of t's pieces at this shard, each once: those it writes, and those it only reads.
+  void keys_here(const TxnRequest& t, std::vector<const std::string*>* writes,
+                 std::vector<const std::string*>* reads) const;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<TxnId, Vertex> graph_;
   std::unordered_map<TxnId, Local> locals_;
@@ -106,13 +117,16 @@ class Coordinator : public RoleContext {
   void on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m);
   void on_accept_reply(Env& env, const ::janus::AcceptReply& m);
   void on_piece_result(Env& env, const ::janus::PieceResult& m);
+  void on_timer(Env& env, uint64_t id);
   bool idle() const { return coords_.empty(); }
   void add_counters(std::map<std::string, int64_t>& c) const;
+  static constexpr uint64_t kPreAcceptTimer = 1;
 
  private:
   // A transaction's phase at its coordinator (set_phase checks the transitions):
   //   PreAccepting --every replica of every shard replied, the same deps per shard (fast path)--> Committed
-  //   PreAccepting --the replies differ (or fast_path off)--> Accepting --a majority of every shard--> Committed
+  //   PreAccepting --the replies differ (or fast_path off), or the timeout passed with a majority of every shard's
+  //                  replies in--> Accepting --a majority of every shard--> Committed
   // Committed, the outputs are collected; answered, the Coord is erased.
   enum class Phase { PreAccepting, Accepting, Committed };
   struct Coord {
@@ -121,7 +135,10 @@ class Coordinator : public RoleContext {
     std::vector<uint32_t> shards;
     Phase phase = Phase::PreAccepting;
     std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> replies;  // shard -> replica -> deps
-    std::map<uint32_t, uint32_t> accept_oks;                                    // shard -> AcceptOKs
+    std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> pending;  // ... -> its pending ones
+    TimeUs deadline = 0;     // PreAccept timeout: then a majority's replies per shard decide (slow path)
+    bool timed_out = false;
+    std::map<uint32_t, uint32_t> accept_oks;   // shard -> the replicas whose AcceptOK came (bit i: replica i)
     std::vector<::janus::Dep> deps;  // the union of the replies: committed (fast) or accepted (slow)
     std::set<uint32_t> results;  // shards whose output replica reported
     Vars outputs;
@@ -133,13 +150,19 @@ class Coordinator : public RoleContext {
 
   const Options& opts_;
   std::unordered_map<TxnId, Coord> coords_;
-  int64_t n_fast_ = 0, n_slow_ = 0;
+  DeadlineTimer preaccept_timer_{kPreAcceptTimer};   // one timer for every PreAccept round in flight
+  int64_t n_fast_ = 0, n_slow_ = 0, n_timeouts_ = 0;
 };
 
 class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
  public:
   using TwoRoleReplica::TwoRoleReplica;
-  // fast_commits / slow_commits (coordinator), inquiries (sent), largest_scc_max
+  void on_timer(Env& env, uint64_t id) override {
+    coord_.on_timer(env, id);
+    self_q_.drain(env, [&](Envelope& m) { route(env, m); });
+  }
+  // fast_commits / slow_commits (coordinator), preaccept_timeouts (transactions decided on a majority's replies
+  // after the timeout), inquiries (sent), largest_scc_max
   // (the largest component decided here; summed as a maximum over the run).
 
  private:

@@ -51,4 +51,27 @@ constexpr bool kReplyOnFirstResult = true;  // the coordinator answers on the fi
 constexpr bool kReplyOnFirstResult = false;
 #endif
 
+// Added for issue 49 (a replica down is not an outage). slow_path_on_minority: after the PreAccept timeout a shard
+// is decided on 1 reply, not a majority's. no_pending_deps: replicas reply with their direct predecessors only, so a
+// decision on a majority may miss the only link between two conflicting transactions (docs/protocols/janus.md).
+#ifdef JANUS_MUTANT_SLOW_PATH_ON_MINORITY
+constexpr bool kSlowPathOnMinority = true;
+#else
+constexpr bool kSlowPathOnMinority = false;
+#endif
+
+// timeout_skips_accept: after the PreAccept timeout a majority's replies are committed at once, without the Accept
+// round (a decision no majority accepted, which a recovering coordinator could not find).
+#ifdef JANUS_MUTANT_TIMEOUT_SKIPS_ACCEPT
+constexpr bool kTimeoutSkipsAccept = true;
+#else
+constexpr bool kTimeoutSkipsAccept = false;
+#endif
+
+#ifdef JANUS_MUTANT_NO_PENDING_DEPS
+constexpr bool kNoPendingDeps = true;
+#else
+constexpr bool kNoPendingDeps = false;
+#endif
+
 }  // namespace txn::janus::mutant

@@ -15,6 +15,27 @@
 // two transactions that conflict at a shard are joined by a path of that
 // shard's transactions.
 //
+// A replica down (docs/fault-tolerance.md): after `preaccept_timeout_ms` the
+// coordinator decides a shard on the replies of a majority (the slow path: an
+// Accept round, then Commit), as the paper's "a majority of each server replica
+// alive" asks. The chains alone are then not enough: a replica left out of one
+// decision may hold the only chain link between two conflicting transactions
+// (T3 decided without C, whose chain ran T2 -> T3 -> T1, leaves T1 unordered
+// against T2 and T3). So each reply also carries the replica's pending
+// conflicting transactions (every one of this shard that accessed a common key
+// and has not executed here), and a decision holds every counted reply's deps
+// and pending ones. Two conflicting committed transactions T (first) and U then
+// meet at a replica X of both majorities: if T had not executed at X when U
+// arrived, U's reply from X holds T; if it had, U holds X's last executed
+// access, which X executed after T and so (by induction on commit time) follows
+// T in the graph. Where every replica replies, the pending ones add only edges
+// already implied by the chains: the components and the execution order are
+// those of the chains alone. The fast path still needs every replica's reply
+// (3 of 3, the authors' fast quorum) and compares the chains. The Commit names
+// the replies it holds per shard (`quorum`); each replica writes it into its
+// history (`q=`), and the checker holds the decision to be a majority's and to
+// hold each counted vote.
+//
 // Execution. The committed graph orders transactions: components (SCCs) in
 // topological order, members of a component by id. A replica executes a
 // committed transaction T of its shard once it knows T's component, every
@@ -36,7 +57,8 @@
 // here (its component was decided then). An ancestor that does not touch this
 // shard and is not committed here is asked about with an Inquire to a replica
 // of a shard it touches (this region's if any), which answers once it has the
-// transaction's final dependencies.
+// transaction's final dependencies. (Replica 0 of that shard is asked: a
+// follower may be down, replica 0 is not.)
 #include <algorithm>
 #include <stdexcept>
 
@@ -77,6 +99,7 @@ Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, co
 void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c["fast_commits"] = n_fast_;
   c["slow_commits"] = n_slow_;
+  c["preaccept_timeouts"] = n_timeouts_;
 }
 
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
@@ -149,6 +172,8 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   c.txn_id = in.txn_id();   // the coordinator keeps its id; the request goes out, the last PreAccept takes it
   c.client = from;
   c.shards = shards;
+  c.deadline = env.mono_us() + opts_.preaccept_timeout_us;
+  preaccept_timer_.arm(env, c.deadline);
   size_t left = 0;
   for (uint32_t s : shards) left += d_.replicas_of(s).size();
   for (uint32_t s : shards)
@@ -170,23 +195,47 @@ void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m
                      str(m.replica()) + ", which it does not touch");
   if (c.phase != Phase::PreAccepting) return;
   c.replies[m.shard()][m.replica()] = {m.deps().begin(), m.deps().end()};
+  c.pending[m.shard()][m.replica()] = {m.pending().begin(), m.pending().end()};
   maybe_decide(env, c);
 }
 
-// Decided once every replica of every touched shard has replied (see the
-// header comment: the per-key chains need every replica's view). Fast path:
-// the replies of each shard are the same. Slow path otherwise (or with the
-// option off): Accept the union.
+// The PreAccept rounds whose timeout passed are decided on the replies in, where they are a majority's per shard
+// (else on the next reply that makes one). The timer is armed for the next deadline.
+void Coordinator::on_timer(Env& env, uint64_t id) {
+  if (id != kPreAcceptTimer) return;
+  const auto due = preaccept_timer_.fire(env, coords_, [](const Coord& c) {
+    return c.phase == Phase::PreAccepting && !c.timed_out ? c.deadline : TimeUs{0};
+  });
+  for (TxnId txn : due) {
+    Coord& c = coords_.at(txn);
+    c.timed_out = true;
+    maybe_decide(env, c);
+  }
+}
+
+// Decided once every replica of every touched shard has replied, or, after the
+// timeout, a majority of each (see the header comment). Fast path: every
+// replica replied and the replies of each shard name the same direct
+// predecessors. Slow path otherwise (or with the option off): Accept the union
+// of the counted replies' deps and pending ones.
 void Coordinator::maybe_decide(Env& env, Coord& c) {
+  const size_t all = d_.replicas, majority = d_.replicas / 2 + 1;
+  const size_t need = c.timed_out ? (mutant::kSlowPathOnMinority ? 1 : majority)
+                                  : mutant::kMajorityReplies ? majority : all;
   bool agree = opts_.fast_path;
   for (uint32_t s : c.shards) {
     const auto& got = c.replies[s];
-    if (got.size() < (mutant::kMajorityReplies ? d_.replicas / 2 + 1 : d_.replicas)) return;
+    if (got.size() < need) return;
+    if (got.size() < all && !mutant::kMajorityReplies) agree = false;   // 3 of 3 is the fast quorum
     for (const auto& [r, deps] : got)
       if (!same_ids(deps, got.begin()->second)) agree = false;
   }
+  if (c.timed_out) ++n_timeouts_;
+  if (c.timed_out && mutant::kTimeoutSkipsAccept) agree = true;
   std::map<TxnId, ::janus::Dep> u;
   for (const auto& [s, got] : c.replies)
+    for (const auto& [r, deps] : got) merge(u, deps);
+  for (const auto& [s, got] : c.pending)
     for (const auto& [r, deps] : got) merge(u, deps);
   c.deps.clear();
   for (auto& [id, d] : u) c.deps.push_back(d);
@@ -212,9 +261,12 @@ void Coordinator::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
   Coord& c = it->second;
   if (c.phase != Phase::Accepting) throw BadMessage("AcceptReply for txn " + str(m.txn_id()) + ", which is not accepting");
   if (!m.ok()) throw BadMessage("Accept of txn " + str(m.txn_id()) + " refused (no recovery: one ballot)");
-  ++c.accept_oks[m.shard()];
+  if (m.replica() >= d_.replicas || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()))
+    throw BadMessage("AcceptReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " replica " +
+                     str(m.replica()) + ", which it does not touch");
+  c.accept_oks[m.shard()] |= 1u << m.replica();
   for (uint32_t s : c.shards)
-    if (c.accept_oks[s] < d_.replicas / 2 + 1) return;
+    if (static_cast<uint32_t>(__builtin_popcount(c.accept_oks[s])) < d_.replicas / 2 + 1) return;
   ++n_slow_;
   commit(env, c);
 }
@@ -227,14 +279,21 @@ void Coordinator::set_phase(Coord& c, Phase to) {
 
 void Coordinator::commit(Env& env, Coord& c) {
   set_phase(c, Phase::Committed);
+  std::map<uint32_t, uint32_t> quorum;   // shard -> the replicas whose replies the decision holds
+  for (const auto& [s, got] : c.replies)
+    for (const auto& [r, deps] : got) quorum[s] |= 1u << r;
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
       auto* m = e.mutable_janus()->mutable_commit();
       m->set_txn_id(c.txn_id);
       for (const auto& d : c.deps) *m->add_deps() = d;
+      m->set_quorum(quorum[s]);
+      if (auto a = c.accept_oks.find(s); a != c.accept_oks.end()) m->set_accepted(a->second);
       post(env, r, std::move(e));
     }
+  c.replies.clear();   // decided: what the replies said is in c.deps
+  c.pending.clear();
 }
 
 void Coordinator::on_piece_result(Env& env, const ::janus::PieceResult& m) {
@@ -270,45 +329,49 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   check_inputs_produced(t, me_.shard);
   const TxnId id = t.txn_id();
   // Dependencies at this shard, then this transaction becomes the keys' latest access: each key of its pieces here
-  // once (a key it writes as a write), looked up once.
-  std::set<TxnId> deps;
+  // once (a key it writes as a write), looked up once. Beside the direct predecessors, every conflicting access not
+  // executed here yet (pending).
+  std::set<TxnId> deps, pending;
   std::vector<const std::string*> writes, reads;
-  for (const auto& p : t.pieces()) {
-    if (p.shard() != me_.shard) continue;
-    for (const auto& k : p.write_keys()) writes.push_back(&k);
-    if (!mutant::kWritesOnly)
-      for (const auto& k : p.read_keys()) reads.push_back(&k);
-  }
-  const auto less = [](const std::string* a, const std::string* b) { return *a < *b; };
-  const auto same = [](const std::string* a, const std::string* b) { return *a == *b; };
-  std::sort(writes.begin(), writes.end(), less);
-  writes.erase(std::unique(writes.begin(), writes.end(), same), writes.end());
-  std::sort(reads.begin(), reads.end(), less);
-  reads.erase(std::unique(reads.begin(), reads.end(), same), reads.end());
+  keys_here(t, &writes, &reads);
+  std::vector<KeyState*> wks, rks;   // kept until it executes here (the map's values do not move)
   for (const std::string* k : writes) {   // after every earlier writer and reader; then its only writer
     KeyState& ks = keys_[*k];
+    wks.push_back(&ks);
     if (ks.writer) deps.insert(ks.writer);
     deps.insert(ks.readers.begin(), ks.readers.end());
+    pending.insert(ks.pending_writers.begin(), ks.pending_writers.end());
+    pending.insert(ks.pending_readers.begin(), ks.pending_readers.end());
     ks.writer = id;
     ks.readers.clear();
+    ks.pending_writers.push_back(id);
   }
   for (const std::string* k : reads) {    // after the last writer; then one of its readers
-    if (std::binary_search(writes.begin(), writes.end(), k, less)) continue;
     KeyState& ks = keys_[*k];
+    rks.push_back(&ks);
     if (ks.writer) deps.insert(ks.writer);
+    pending.insert(ks.pending_writers.begin(), ks.pending_writers.end());
     ks.readers.push_back(id);
+    ks.pending_readers.push_back(id);
   }
   deps.erase(id);
+  pending.erase(id);
+  for (TxnId x : deps) pending.erase(x);
+  if (mutant::kNoPendingDeps) pending.clear();
 
   Vertex& v = vertex(id);
   set_status(id, v, Status::PreAccepted);
   v.shards = shards;
   v.local = true;
   v.deps.assign(deps.begin(), deps.end());
-  exec_.declare_vote(id, v.deps);   // the decision must hold it: the checker sees one that left it out
+  std::vector<TxnId> vote(v.deps);
+  vote.insert(vote.end(), pending.begin(), pending.end());
+  exec_.declare_vote(id, vote);   // a decision that counts this reply must hold it: the checker sees one that did not
   Local& l = locals_[id];
   l.txn = std::move(*m.mutable_txn());  // t is moved-from below this line
   l.coordinator = from;
+  l.write_keys = std::move(wks);
+  l.read_keys = std::move(rks);
 
   Envelope e;
   auto* r = e.mutable_janus()->mutable_pre_accept_reply();
@@ -316,7 +379,28 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   r->set_shard(me_.shard);
   r->set_replica(me_.replica);
   for (TxnId x : deps) fill_dep(x, r->add_deps());
+  for (TxnId x : pending) fill_dep(x, r->add_pending());
   post(env, from, std::move(e));
+}
+
+void Site::keys_here(const TxnRequest& t, std::vector<const std::string*>* writes,
+                     std::vector<const std::string*>* reads) const {
+  for (const auto& p : t.pieces()) {
+    if (p.shard() != me_.shard) continue;
+    for (const auto& k : p.write_keys()) writes->push_back(&k);
+    if (!mutant::kWritesOnly)
+      for (const auto& k : p.read_keys()) reads->push_back(&k);
+  }
+  const auto less = [](const std::string* a, const std::string* b) { return *a < *b; };
+  const auto same = [](const std::string* a, const std::string* b) { return *a == *b; };
+  std::sort(writes->begin(), writes->end(), less);
+  writes->erase(std::unique(writes->begin(), writes->end(), same), writes->end());
+  std::sort(reads->begin(), reads->end(), less);
+  reads->erase(std::unique(reads->begin(), reads->end(), same), reads->end());
+  // a key it writes is a write only
+  reads->erase(std::remove_if(reads->begin(), reads->end(),
+                              [&](const std::string* k) { return std::binary_search(writes->begin(), writes->end(), k, less); }),
+               reads->end());
 }
 
 void Site::on_accept(Env& env, NodeId from, const ::janus::Accept& m) {
@@ -356,6 +440,16 @@ void Site::on_commit(Env& env, const ::janus::Commit& m) {
   }
   Vertex& w = vertex(id);  // learn() may have grown the graph
   w.deps = std::move(deps);
+  if (m.quorum() != 0) {   // whose votes the decision holds, and whose AcceptOKs (history `q=`, `a=`: the checker's)
+    const auto bits = [](uint32_t mask) {
+      std::vector<uint32_t> out;
+      for (uint32_t r = 0; r < 32; ++r)
+        if (mask >> r & 1u) out.push_back(r);
+      return out;
+    };
+    const std::vector<uint32_t> accepted = bits(m.accepted());
+    exec_.declare_quorum(id, bits(m.quorum()), m.accepted() ? &accepted : nullptr);
+  }
   set_status(id, w, Status::Committed);
   ++version_;
   committed_.insert(id);
@@ -446,9 +540,10 @@ bool Site::decide_scc(Env& env, TxnId t) {
         uint32_t target = v.shards.front();
         for (uint32_t s : v.shards)
           if (d_.region_of_shard(s) == me_.region) { target = s; break; }
+        // to that shard's replica 0: a follower may be down, and replica 0 is never (its failover is not built)
         Envelope e;
         e.mutable_janus()->mutable_inquire()->set_txn_id(x);
-        post(env, d_.replica_id(target, me_.replica), std::move(e));
+        post(env, d_.replica_id(target, 0), std::move(e));
       }
       continue;
     }
@@ -564,6 +659,11 @@ void Site::executed(Env& env, TxnId t) {
   Local& l = locals_.at(t);
   Vertex& v = vertex(t);
   set_status(t, v, Status::Executed);
+  const auto drop = [t](std::vector<TxnId>& ids) {   // no longer pending at its keys
+    if (auto it = std::find(ids.begin(), ids.end(), t); it != ids.end()) ids.erase(it);
+  };
+  for (KeyState* ks : l.write_keys) drop(ks->pending_writers);
+  for (KeyState* ks : l.read_keys) drop(ks->pending_readers);
   ++version_;
   if (me_.replica == 0) {
     Envelope e;
@@ -592,6 +692,7 @@ void Site::on_send_output(Env& env, const ::janus::SendOutput& m) {
 Options::Options(const Deployment& d) {
   const ProtocolOptions o = protocol_options(d);
   fast_path = o.flag("fast_path");
+  preaccept_timeout_us = static_cast<TimeUs>(o.integer("preaccept_timeout_ms")) * 1000;
 }
 
 ProtocolSpec spec() {
@@ -606,6 +707,10 @@ ProtocolSpec spec() {
       OptionSpec::flag("fast_path", true,
                        "commit on identical PreAccept replies from every replica of every touched shard "
                        "(false: always take the Accept round)"),
+      OptionSpec::integer("preaccept_timeout_ms", 500, 1, 600000,
+                          "a shard whose replicas have not all answered PreAccept by then is decided on a "
+                          "majority's replies, by the Accept round (ours: the authors' code has no timeout; "
+                          "TAPIR's IR uses 500 ms)"),
   };
   p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
     return std::make_unique<Replica>(d, id, w);

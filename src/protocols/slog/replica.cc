@@ -265,13 +265,17 @@ bool Site::run_pieces(Env& env, Pending& pend) {
       progress = true;
       if (out.empty()) continue;
       for (const auto& [k, v] : out) known[k] = v;
-      for (uint32_t s : consumer_shards(t, me_.shard, out)) {
-        Envelope e;
-        auto* so = e.mutable_slog()->mutable_send_output();
-        so->set_txn_id(t.txn_id());
-        *so->mutable_vars() = out;
-        post(env, d_.replica_id(s, me_.replica), std::move(e));
-      }
+      // Replica 0 sends the values to every replica of a shard that needs them: a follower may be down (before
+      // issue 49 each replica sent to its own index there, and a crashed follower left its index waiting forever)
+      if (me_.replica == 0)
+        for (uint32_t s : consumer_shards(t, me_.shard, out))
+          for (NodeId r : d_.replicas_of(s)) {
+            Envelope e;
+            auto* so = e.mutable_slog()->mutable_send_output();
+            so->set_txn_id(t.txn_id());
+            *so->mutable_vars() = out;
+            post(env, r, std::move(e));
+          }
     }
   }
   return all;

@@ -141,7 +141,7 @@ void Coordinator::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
   }
   set_phase(c, Phase::Preparing);
   c.prepare_deadline = env.mono_us() + opts_.prepare_timeout_us;
-  arm_prepare_timer(env, c.prepare_deadline);
+  prepare_timer_.arm(env, c.prepare_deadline);
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
@@ -198,28 +198,13 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
   }
 }
 
-void Coordinator::arm_prepare_timer(Env& env, TimeUs deadline) {
-  if (timer_at_ != 0 && timer_at_ <= deadline) return;  // armed for no later: it re-arms for the rest then
-  // (an earlier deadline than the armed timer's, which one timeout per run never makes, arms another)
-  const TimeUs now = env.mono_us();
-  timer_at_ = deadline;
-  env.set_timer(kPrepareTimer, deadline > now ? deadline - now : 0);
-}
-
 // The Prepare rounds whose timeout passed: each shard still undecided is decided on the results in (if they are a
-// majority's; else it waits on, as IR's client resends). Then the timer is armed for the next deadline.
+// majority's; else it waits on, as IR's client resends). The timer is armed for the next deadline.
 void Coordinator::on_timer(Env& env, uint64_t id) {
   if (id != kPrepareTimer) return;
-  const TimeUs now = env.mono_us();
-  timer_at_ = 0;  // (a timer that fires a little early finds nothing due and is armed again for the rest)
-  std::vector<TxnId> due;
-  TimeUs next = 0;
-  for (auto& [txn, c] : coords_) {
-    if (c.phase != Phase::Preparing || c.timed_out) continue;
-    if (c.prepare_deadline <= now) due.push_back(txn);
-    else if (next == 0 || c.prepare_deadline < next) next = c.prepare_deadline;
-  }
-  std::sort(due.begin(), due.end());  // the same order at every run of the simulator
+  const auto due = prepare_timer_.fire(env, coords_, [](const Coord& c) {
+    return c.phase == Phase::Preparing && !c.timed_out ? c.prepare_deadline : TimeUs{0};
+  });
   for (TxnId txn : due) {
     auto it = coords_.find(txn);
     if (it == coords_.end()) continue;
@@ -230,7 +215,6 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
       if (!c.decided.count(s) && c.results.count(s)) decide_shard(env, c, s);
     }
   }
-  if (next != 0) arm_prepare_timer(env, next);
 }
 
 void Coordinator::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/handler_driver.h"
+#include "deadline_timer.h"
 #include "protocol.h"
 #include "role.h"
 #include "self_queue.h"
@@ -117,13 +118,10 @@ class Coordinator : public RoleContext {
   void decide_shard(Env& env, Coord& c, uint32_t shard);
   void maybe_finish(Env& env, Coord& c);
   void finish(Env& env, Coord& c, bool commit);
-  void arm_prepare_timer(Env& env, TimeUs deadline);
 
   const Options& opts_;
   std::unordered_map<TxnId, Coord> coords_;
-  // One timer for every Prepare round in flight (the earliest deadline), not one per transaction: a failure-free
-  // run, whose rounds end long before it, wakes for it about once per timeout, not once per transaction.
-  TimeUs timer_at_ = 0;  // when the armed timer fires (0: none armed)
+  DeadlineTimer prepare_timer_{kPrepareTimer};   // one timer for every Prepare round in flight
   int64_t n_fast_ = 0, n_slow_ = 0, n_abort_irt_ = 0, n_abort_crt_ = 0, n_stale_ = 0, n_conflict_ = 0;
   int64_t n_timeouts_ = 0;  // shards decided on a majority's results after the timeout (a replica had not answered)
 };
