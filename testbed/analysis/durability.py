@@ -64,7 +64,10 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
                      + ", ".join(f"{n} crashed at t={crashed[n]:g}s" if n in crashed else f"{n} without a history"
                                  for n in names if n not in live[s]) + "): no majority holds its transactions")
     executed = {node: {t for t, _, _ in events} for node, events in data.histories.items()}
-    appends = _committed_appends(data)
+    append = any(d.get("workload") == "append" for d in dumps)
+    appends = _committed_appends(data) if append else {}
+    final = {node: {k: set(v) for k, v in (((d.get("append") or {}).get("lists")) or {}).items()}
+             for node, d in by_node.items()} if append else {}
     n_shards = len(deployed)
     lost, copies, committed = set(), 0, 0
     for t in sorted(data.txns.values(), key=lambda x: x.id):
@@ -79,13 +82,13 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
                     v.append(f"{t.label()}, committed to its client, is missing from the history of {node} "
                              f"(shard {s}, live): lost")
                     continue
-                lists = ((by_node.get(node) or {}).get("append") or {}).get("lists")
+                lists = final.get(node)
                 if lists is None:
                     continue
                 for key, values in sorted(appends.get(t.id, {}).items()):
                     if int(key[1:]) % n_shards != s:
                         continue
-                    gone = [x for x in values if x not in set(lists.get(key, ()))]
+                    gone = [x for x in values if x not in lists.get(key, ())]
                     if gone:
                         lost.add(t.id)
                         v.append(f"{t.label()}, committed to its client, appended {gone} to {key}, missing from "
@@ -98,9 +101,7 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
 
 
 def _committed_appends(data: RunData) -> dict:
-    """txn -> {key: [values]} of the committed append transactions ({} for another workload)."""
-    if not data.txns or not any('"ops"' in t.line for t in data.txns.values()):
-        return {}
+    """txn -> {key: [values]} of the committed transactions of an append run."""
     appends, *_ = listappend._transactions(data, listappend._Lines())
     return {t: a for t, a in appends.items() if data.txns[t].committed}
 
