@@ -416,7 +416,7 @@ class Runner(ABC):
 
     def _crashed(self) -> set[str]:
         """The server processes the nemesis killed (crash faults) so far."""
-        return set(self._nemesis.crashed) if self._nemesis is not None else set()
+        return self._nemesis.crashed_processes() if self._nemesis is not None else set()
 
     def _poll_round(self, stop) -> None:
         stop.check()

@@ -57,6 +57,11 @@ class Nemesis:
         self.crashed: dict[str, dict] = {}   # process -> the crash entry that killed it (the signal was sent)
         self.lead_s = 0.0
 
+    def crashed_processes(self) -> set[str]:
+        """The processes crashed so far (a copy: the nemesis thread adds to them)."""
+        with self._lock:
+            return set(self.crashed)
+
     @property
     def active(self) -> bool:
         return bool(self.entries)
