@@ -196,31 +196,12 @@ TEST(JanusSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {
 
 namespace {
 
-struct SlowReplica {
-  TimeUs worst_irt_us = 0;   // the slowest IRT that started while the follower was silent, start to answer
-  int64_t timeouts = 0;
-  uint64_t committed = 0;    // transactions answered while the follower was silent
-};
-
-// One follower of shard 0 hears nothing for the first 2 s of the load (every message to it +2 s: it answers late,
-// as a paused process does, then catches up from what it was sent); checked as every run.
-SlowReplica silent_follower(int64_t timeout_ms) {
+// One follower of shard 0 hears nothing for the first 2 s of the load (txn::test::silent_follower_cost).
+txn::test::SilenceCost silent_follower(int64_t timeout_ms) {
   Deployment d = txn::test::small_deployment("janus", "tpca");   // little contention: the timeout's own cost
   d.client.duration_s = 4;
   d.protocols["janus"]["preaccept_timeout_ms"] = timeout_ms;
-  txn::test::silence(d, d.replica_id(0, 1), 2'000'000);
-  SimCluster c(std::move(d), sim_options(5, 0), true);
-  txn::test::run_and_check(c);
-  SlowReplica out;
-  for (auto* cl : c.clients)
-    for (const auto& r : cl->records()) {
-      if (!r.committed) continue;
-      if (!r.crt && r.start_us >= 500'000 && r.start_us < 1'500'000)
-        out.worst_irt_us = std::max(out.worst_irt_us, r.latency_us);
-      if (r.start_us + r.latency_us < 2'000'000) ++out.committed;
-    }
-  out.timeouts = txn::test::sum_counters(c.replicas).at("preaccept_timeouts");
-  return out;
+  return txn::test::silent_follower_cost(std::move(d), "preaccept_timeouts");
 }
 
 }  // namespace
@@ -230,13 +211,13 @@ SlowReplica silent_follower(int64_t timeout_ms) {
 // (the history checker, which also holds every decision to a majority's votes). Without the timeout (60 s, longer
 // than the run) every transaction touching its shard waits until it answers.
 TEST(JanusSim, ASilentFollowerCostsThePreAcceptTimeoutNotAnOutage) {
-  const SlowReplica with = silent_follower(500), without = silent_follower(60'000);
-  std::cout << "silent follower of shard 0 for 2 s: " << with.committed << " answered during the silence with the "
-            << "500 ms timeout (" << with.timeouts << " timeouts; worst IRT started in [0.5, 1.5) s "
-            << with.worst_irt_us / 1000.0 << " ms), " << without.committed << " without\n";
+  const auto with = silent_follower(500), without = silent_follower(60'000);
+  std::cout << "silent follower of shard 0 for 2 s: " << with.answered_during << " answered during the silence with "
+            << "the 500 ms timeout (" << with.timeouts << " timeouts; worst IRT started in [0.5, 1.5) s "
+            << with.worst_irt_us / 1000.0 << " ms), " << without.answered_during << " without\n";
   EXPECT_GT(with.timeouts, 0);
   EXPECT_EQ(without.timeouts, 0);
-  EXPECT_GT(with.committed, 2 * without.committed + 20);   // without: only what was answered before the first stall
+  EXPECT_GT(with.answered_during, 2 * without.answered_during + 20);   // without: only what was answered before the first stall
   EXPECT_GT(with.worst_irt_us, 0);
   EXPECT_LT(with.worst_irt_us, 1'000'000);      // the timeout and an Accept round, never the silence
 }

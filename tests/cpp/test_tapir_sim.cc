@@ -269,31 +269,13 @@ TEST(TapirSim, WithoutTheFastPathEveryShardIsFinalized) {
 
 namespace {
 
-struct SilentFollower {
-  TimeUs worst_irt_us = 0;   // the slowest IRT that started while the follower was silent, start to answer
-  int64_t timeouts = 0;
-  uint64_t committed = 0;
-};
-
-// One follower of shard 0 hears nothing for the first 2 s of the load (every message to it +2 s: it answers late,
-// as a paused process does, and then catches up from what it was sent); checked as every run.
-SilentFollower silent_follower(int64_t prepare_timeout_ms) {
+// One follower of shard 0 hears nothing for the first 2 s of the load (txn::test::silent_follower_cost).
+txn::test::SilenceCost silent_follower(int64_t prepare_timeout_ms) {
   Deployment d = txn::test::small_deployment("tapir", "tpca");   // little contention: the timeout's own cost
   d.client.duration_s = 4;
   d.client.retry_limit = 1000;
   d.protocols["tapir"]["prepare_timeout_ms"] = prepare_timeout_ms;
-  txn::test::silence(d, d.replica_id(0, 1), 2'000'000);
-  SimCluster c(std::move(d), sim_options(5, 0), true);
-  txn::test::run_and_check(c);
-  SilentFollower out;
-  for (auto* cl : c.clients)
-    for (const auto& r : cl->records())
-      if (!r.crt && r.committed && r.start_us >= 500'000 && r.start_us < 1'500'000)
-        out.worst_irt_us = std::max(out.worst_irt_us, r.latency_us);
-  out.timeouts = txn::test::sum_counters(c.replicas).at("prepare_timeouts");
-  const auto n = txn::test::count_records(c);
-  out.committed = n.irt + n.crt;
-  return out;
+  return txn::test::silent_follower_cost(std::move(d), "prepare_timeouts");
 }
 
 }  // namespace
@@ -303,7 +285,7 @@ SilentFollower silent_follower(int64_t prepare_timeout_ms) {
 // on them; the follower applies everything in the decided order when it hears again (the history checker). Without
 // the timeout (60 s, longer than the run) every transaction touching its shard waits until it answers.
 TEST(TapirSim, ASilentFollowerCostsThePrepareTimeoutNotAnOutage) {
-  const SilentFollower with = silent_follower(500), without = silent_follower(60'000);
+  const auto with = silent_follower(500), without = silent_follower(60'000);
   std::cout << "silent follower of shard 0 for 2 s: worst IRT started in [0.5, 1.5) s " << with.worst_irt_us / 1000.0
             << " ms with the 500 ms timeout (" << with.timeouts << " timeouts, " << with.committed
             << " committed), " << without.worst_irt_us / 1000.0 << " ms without (" << without.committed << ")\n";
