@@ -35,7 +35,10 @@ MUTANTS = [
     ("dast.one_ack", "an IRT commits on one stored copy per shard instead of 2 of 3", "durability"),
     ("dast.crt_at_proposal", "a replica executes a CRT at its own proposal, not at the decision", "safety"),
     ("dast.no_counter_proposal", "a T_r at or below the replica's clock is accepted as it is", "safety"),
-    ("dast.decide_on_majority", "the coordinator decides on 2 of 3 proposals per shard", "safety"),
+    ("dast.decide_without_leader", "the coordinator decides on any 2 of 3 proposals per shard, the leader's or not",
+     "safety"),
+    ("dast.follower_skips_unstored", "a follower passes over a transaction of its leader's order it has not stored yet",
+     "safety"),
     ("dast.pass_undecided", "the first decided entry of the queue executes past undecided CRTs below it", "safety"),
     ("dast.reply_on_home_result", "the coordinator answers once the home shard's result is in, not every shard's",
      "safety"),
@@ -81,9 +84,8 @@ MUTANTS = [
 OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*"}
 # The stress profile's protocol options: DAST without anticipation (its CRTs decided after their T_r).
 STRESS_OPTIONS = {"dast": {"anticipation_margin_ms": -300}}
-# Protocols that go on with a follower crashed for good (docs/fault-tolerance.md): their stress nemesis crashes one
-# (DAST would stall: its CRTs wait for every replica's proposal).
-CRASH_TOLERANT = ("janus", "tapir", "slog")
+# Protocols that go on with a follower crashed for good (docs/fault-tolerance.md): their stress nemesis crashes one.
+CRASH_TOLERANT = ("dast", "janus", "tapir", "slog")
 
 
 def protocol_of(name: str) -> str:

@@ -87,14 +87,15 @@ std::map<std::string, int64_t> sum_counters(const Replicas& replicas) {
 
 // What one follower of shard 0 silent for the first 2 s of the load (silence()) costs a run of `d`, checked as every
 // run: the slowest IRT started in [0.5, 1.5) s (start to answer), the transactions answered during the silence and
-// in all, and the protocol's counter `timeouts` summed over the replicas.
+// in all, and the protocol's counter `timeouts` summed over the replicas (none if empty). `silent` false: the same
+// run with nobody silent, to compare with.
 struct SilenceCost {
   TimeUs worst_irt_us = 0;
   uint64_t answered_during = 0, committed = 0;
   int64_t timeouts = 0;
 };
-inline SilenceCost silent_follower_cost(Deployment d, const std::string& timeouts) {
-  silence(d, d.replica_id(0, 1), 2'000'000);
+inline SilenceCost silent_follower_cost(Deployment d, const std::string& timeouts, bool silent = true) {
+  if (silent) silence(d, d.replica_id(0, 1), 2'000'000);
   SimCluster c(std::move(d), sim_options(5, 0), true);
   run_and_check(c);
   SilenceCost out;
@@ -105,7 +106,7 @@ inline SilenceCost silent_follower_cost(Deployment d, const std::string& timeout
         out.worst_irt_us = std::max(out.worst_irt_us, r.latency_us);
       if (r.start_us + r.latency_us < 2'000'000) ++out.answered_during;
     }
-  out.timeouts = sum_counters(c.replicas).at(timeouts);
+  if (!timeouts.empty()) out.timeouts = sum_counters(c.replicas).at(timeouts);
   const auto n = count_records(c);
   out.committed = n.irt + n.crt;
   return out;

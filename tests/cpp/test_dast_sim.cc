@@ -139,7 +139,7 @@ TEST(DastSim, IrtDoesNotWaitForPendingCrtInItsRegion) {
   NodeId handler = c.d.replica_id(0, 0);
   c.net->send(client, handler, submit(crt, 1));
   c.net->run_until(160'000);  // CRT is now pending in region 0 (T_r queued, undecided)
-  EXPECT_GT(c.replica(0, 1)->clock().n_pending(), 0u);
+  EXPECT_GT(c.replica(0, 0)->clock().n_pending(), 0u);
   EXPECT_TRUE(pc->replies.empty());
   c.net->send(client, handler, submit(irt, 2));
   ASSERT_TRUE(c.net->run_until([&] { return pc->replies.size() == 2; }, 2'000'000));
@@ -465,7 +465,7 @@ TEST(DastSim, ASecondDecisionIsRejected) {
   NodeId client = c.d.clients().front();
   ProbeClient* pc = c.attach_probe(client);
   std::vector<Envelope> seen;
-  Gate* g = gate(c, c.d.replica_id(0, 1), [&](const Envelope& m) {
+  Gate* g = gate(c, c.d.replica_id(0, 0), [&](const Envelope& m) {   // the leader: followers get no DistExe
     if (!m.has_dast() || !m.dast().has_dist_exe()) return false;
     seen.push_back(m);
     return true;
@@ -506,8 +506,8 @@ TEST(DastSim, StretchOrdersAnIrtBeforeACrtWhoseTimestampHasPassed) {
   NodeId handler = c.d.replica_id(0, 0);
   c.net->send(client, handler, submit(crt, 1));
   c.net->run_until(170'000);
-  // T_r is pending at the shard's replicas and already in the past.
-  const auto* pending = c.replica(0, 1)->clock().min_pending();
+  // T_r is pending at the shard's leader and already in the past.
+  const auto* pending = c.replica(0, 0)->clock().min_pending();
   ASSERT_NE(pending, nullptr);
   ASSERT_LT(pending->t, 170'000) << "T_r has not passed yet: this test would not need the stretch";
   ASSERT_TRUE(pc->replies.empty()) << "the CRT is decided already";
@@ -600,9 +600,10 @@ TEST(DastSim, CounterProposalsUnderStress) {
       EXPECT_EQ(r->clock().n_pending(), 0u);
       proposals += r->counters().at("counter_proposals");
     }
-    // Measured 27-41 per seed: a stretched clock stays below the pending CRTs, so
-    // mostly the first CRT after a quiet spell is counter-proposed.
-    EXPECT_GE(proposals, 20) << "counter-proposals were rare, the test shows nothing";
+    // Measured 11-14 per seed at the leaders (27-41 when followers proposed too): a stretched clock stays below
+    // the pending CRTs, so mostly the first CRT after a quiet spell is counter-proposed. Followers propose T_r as
+    // it is: they execute in their leader's order.
+    EXPECT_GE(proposals, 8) << "counter-proposals were rare, the test shows nothing";
     expect_serializable_and_identical(c);
   }
 }
@@ -639,4 +640,45 @@ TEST(DastSim, IrtCommitsOnTwoOfThreeReplicasOfEveryShard) {
     for (Gate* g : {r1, r2})
       EXPECT_EQ(executed_ids(*static_cast<txn::dast::Replica*>(g->inner())), std::vector<uint64_t>{1});
   }
+}
+
+// ---- a replica down is not an outage (issue 49; docs/protocols/dast.md, "A replica down") ----------------------
+
+// A CRT is decided on each touched shard's leader and a majority of its replicas: with one follower of the home
+// shard holding back every StoreCRT, the CRT commits without its proposal, and the follower, given it later,
+// executes it where the leader did (the leader's order and timestamp, not its own proposal).
+TEST(DastSim, ACrtIsDecidedWithoutOneFollowersProposal) {
+  DastCluster c(small_deployment("tpca"), {}, false);
+  Gate* g = gate(c, c.d.replica_id(0, 1), [](const Envelope& m) { return m.has_dast() && m.dast().has_store_crt(); });
+  NodeId client = c.d.clients().front();
+  ProbeClient* pc = c.attach_probe(client);
+  c.net->start();
+  c.net->run_until(50'000);
+  std::mt19937_64 rng(5);
+  TxnRequest crt = find_txn(*c.w, 0, true, rng);
+  c.net->send(client, c.d.replica_id(0, 0), submit(crt, 1));
+  ASSERT_TRUE(c.net->run_until([&] { return pc->replies.size() == 1; }, 1'000'000)) << "the follower's proposal was needed";
+  EXPECT_EQ(g->held(), 1u);
+  auto* follower = static_cast<txn::dast::Replica*>(g->inner());
+  EXPECT_TRUE(executed_ids(*follower).empty()) << "executed what it never stored";
+  g->open();
+  ASSERT_TRUE(c.net->run_until([&] { return follower->executed() == 1; }, 100'000));
+  EXPECT_EQ(follower->exec_log().at(0).ts, c.replica(0, 0)->exec_log().at(0).ts);
+  EXPECT_EQ(follower->store().digest(), c.replica(0, 0)->store().digest());
+}
+
+// One follower of shard 0 hears nothing for the first 2 s of the load (txn::test::silent_follower_cost): no
+// transaction waits for it (IRTs commit on 2 of 3 copies, CRTs are decided without it, nobody needs its clock or
+// its outputs), and it executes everything in its leader's order when it hears again (the history checker, the
+// replicas identical). Before issue 49 every CRT into its shard waited for its proposal.
+TEST(DastSim, ASilentFollowerHoldsUpNobody) {
+  Deployment d = small_deployment("tpca");
+  d.client.duration_s = 4;
+  const auto silent = txn::test::silent_follower_cost(d, ""), none = txn::test::silent_follower_cost(d, "", false);
+  std::cout << "silent follower of shard 0 for 2 s: " << silent.answered_during << " answered during the silence ("
+            << none.answered_during << " with nobody silent), worst IRT started in [0.5, 1.5) s "
+            << silent.worst_irt_us / 1000.0 << " ms (" << none.worst_irt_us / 1000.0 << ")\n";
+  EXPECT_GE(silent.answered_during * 10, none.answered_during * 9);
+  EXPECT_LE(silent.worst_irt_us, none.worst_irt_us + 5'000);
+  EXPECT_GE(silent.committed * 10, none.committed * 9);
 }

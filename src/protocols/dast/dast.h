@@ -66,7 +66,12 @@ struct Role : RoleContext {
   std::vector<NodeId> region_handlers_;  // other timestamp issuers (replica 0 of each shard)
 };
 
-// The executor role: the shard's timestamp-ordered queue, the site's clock, and the region's clocks it knows.
+// The executor role. At the shard's leader (replica 0): the shard's timestamp-ordered queue, the site's clock, and
+// the region's clocks it knows; it executes by the safety rule (try_execute) and sends its followers what it
+// executed, in its order (Executed). At a follower: it stores what it is sent (acks, proposals) and executes in the
+// leader's order, with the leader's timestamps (a CRT's at its decision), each transaction once it has it; its own
+// clock orders nothing. So a CRT is decided on its shards' leaders' proposals and a majority of each shard's copies
+// (docs/protocols/dast.md, "A replica down"), and a slow, paused or crashed follower holds up nobody.
 class Site : public Role {
  public:
   // A transaction's phase at this replica. The only transitions (set_phase checks them):
@@ -87,6 +92,7 @@ class Site : public Role {
   void on_send_output(Env& env, const ::dast::SendOutput& m);
   void on_sync(Env& env, NodeId from, const ::dast::IRSync& m);
   void on_clock_want(Env& env, NodeId from, const ::dast::ClockWant& m);
+  void on_executed(Env& env, NodeId from, const ::dast::Executed& m);
 
   // For this replica's own coordinator: an IRT it timestamped, stored here as it is at the shard's other
   // replicas; the region's other handlers were asked to send their clocks past `ts` (ClockWant).
@@ -97,7 +103,8 @@ class Site : public Role {
   StretchClock& clock() { return clock_; }
   const StretchClock& clock() const { return clock_; }
 
-  bool idle() const { return entries_.empty(); }
+  bool idle() const { return entries_.empty() && follow_.empty(); }
+  bool leader() const { return me_.replica == 0; }
   const ShardExecutor& executor() const { return exec_; }
   std::map<std::string, int64_t> counters() const;
   const std::vector<ExecRecord>& exec_log() const { return exec_log_; }
@@ -133,6 +140,9 @@ class Site : public Role {
   bool local_pieces_done(const Entry& e) const;
   bool holding_input_missing(const Entry& e) const;
   void leave_slot(Env& env, Entry& e);
+  void run_queue(Env& env);      // the leader: execute by the safety rule
+  void follow(Env& env);         // a follower: execute in the leader's order
+  void send_order(Env& env);     // the leader: tell the followers what it executed since the last time
   void complete(Env& env, Entry& e);
   void inputs_arrived(Env& env, Entry& e);
 
@@ -151,6 +161,10 @@ class Site : public Role {
   std::unordered_map<uint64_t, Entry> entries_;
   std::unordered_map<uint64_t, Vars> early_vars_;    // outputs that arrived before their entry
   std::unordered_map<uint64_t, TimeUs> released_;    // release notices seen before DistExe
+  std::vector<NodeId> followers_;                    // the leader's: the shard's other replicas
+  std::vector<std::pair<uint64_t, Ts>> order_out_;   // the leader's: executed, not yet sent to the followers
+  std::deque<std::pair<uint64_t, Ts>> follow_;       // a follower's: the leader's order, not yet executed here
+  std::set<uint64_t> skipped_;                       // mutant follower_skips_unstored only
   bool keep_log_ = false;
   std::vector<ExecRecord> exec_log_;
   uint64_t n_executed_ = 0;
@@ -172,9 +186,9 @@ class Coordinator : public Role {
  private:
   // A transaction's phase at its coordinator (set_phase checks the one transition): an Irt is stored at its
   // shards (acks counted) and answered once 2 of 3 copies per shard are stored and its outputs are in; a CRT is
-  // Preparing (proposals counted) until every replica of every touched shard proposed, then Decided (D = the
-  // largest proposal, handed to the regions' managers) and answered once its outputs are in. Answered, the
-  // Coord is erased.
+  // Preparing (proposals counted) until every touched shard's leader and a majority of its replicas proposed,
+  // then Decided (D = the largest proposal, handed to the regions' managers) and answered once its outputs are in.
+  // Answered, the Coord is erased.
   enum class Phase { Irt, Preparing, Decided };
   struct Coord {
     uint64_t txn_id = 0;
@@ -210,7 +224,7 @@ class Replica : public ReplicaNode {
   // irts: IRTs queued at this replica as their output replica (one per IRT and
   // touched shard); irts_behind_undecided_crt: those queued above a CRT whose
   // decision had not arrived (they wait for it); counter_proposals: StoreCRTs
-  // answered above T_r.
+  // a leader answered above T_r.
   std::map<std::string, int64_t> counters() const override { return site_.counters(); }
 
   // Introspection for tests.
@@ -242,8 +256,8 @@ class Manager : public Node {
  private:
   struct Live {
     Ts tr;
-    std::vector<NodeId> touched;     // replicas of the touched shards in this region
-    std::vector<NodeId> untouched;   // the region's other sites
+    std::vector<NodeId> touched;     // leaders of the touched shards in this region
+    std::vector<NodeId> untouched;   // the region's other shards' leaders
     bool decided = false;            // the decision was handed out
     bool released = false;           // a cross-region input wait was released before the decision came
   };

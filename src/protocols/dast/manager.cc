@@ -33,6 +33,7 @@ void Manager::on_message(Env& env, Envelope& msg) {
       uint32_t shard = region_ * d_.shards_per_region + k;
       for (NodeId r : d_.replicas_of(shard)) {
         Envelope e;
+        const bool leads = d_.node(r).replica == 0;   // only a shard's leader orders by clocks
         if (touched.count(shard)) {
           auto* s = e.mutable_dast()->mutable_store_crt();
           if (--copies) *s->mutable_txn() = p.txn();
@@ -41,8 +42,9 @@ void Manager::on_message(Env& env, Envelope& msg) {
           s->set_coordinator(p.coordinator());
           s->set_output_replica(p.output_replica());
           s->set_region(region_);
-          live.touched.push_back(r);
+          if (leads) live.touched.push_back(r);
         } else {
+          if (!leads) continue;
           auto* n = e.mutable_dast()->mutable_noti_crt();
           n->set_txn_id(id);
           *n->mutable_tr() = to_proto(tr);
@@ -59,6 +61,7 @@ void Manager::on_message(Env& env, Envelope& msg) {
     if (w.release()) {
       // A shard got its cross-region inputs: every site may pass D again.
       for (NodeId s : d_.sites_of_region(region_)) {
+        if (d_.node(s).replica != 0) continue;   // followers execute in their leader's order
         Envelope e;
         auto* n = e.mutable_dast()->mutable_noti_commit();
         n->set_txn_id(w.txn_id());

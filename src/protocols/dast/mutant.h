@@ -36,10 +36,18 @@ constexpr bool kNoCounterProposal = true;   // a T_r at or below the replica's c
 constexpr bool kNoCounterProposal = false;
 #endif
 
-#ifdef DAST_MUTANT_DECIDE_ON_MAJORITY
-constexpr bool kDecideOnMajority = true;    // the coordinator decides on 2 of 3 proposals per shard (the artifact's way)
+// Added for issue 49 (a replica down): the leader's proposal is the shard's, and a follower executes the leader's
+// order, each transaction once it has it.
+#ifdef DAST_MUTANT_DECIDE_WITHOUT_LEADER
+constexpr bool kDecideWithoutLeader = true; // the coordinator decides on any 2 of 3 proposals per shard, the leader's or not
 #else
-constexpr bool kDecideOnMajority = false;
+constexpr bool kDecideWithoutLeader = false;
+#endif
+
+#ifdef DAST_MUTANT_FOLLOWER_SKIPS_UNSTORED
+constexpr bool kFollowerSkipsUnstored = true; // a follower passes over a transaction of the leader's order it has not stored yet
+#else
+constexpr bool kFollowerSkipsUnstored = false;
 #endif
 
 // Added for issue 30 (tests/mutants/README.md, "New mutants"). pass_undecided: a race every replica makes alike

@@ -78,7 +78,11 @@ Role::Role(const Deployment& d, NodeId self, const Workload& w, const Options& o
 }
 
 Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
-    : Role(d, self, w, o, q), exec_(w, d.node(self).shard), clock_(self) {}
+    : Role(d, self, w, o, q), exec_(w, d.node(self).shard), clock_(self) {
+  if (leader())
+    for (NodeId r : d.replicas_of(me_.shard))
+      if (r != self) followers_.push_back(r);
+}
 
 Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q,
                          Site& site)
@@ -209,6 +213,7 @@ void Replica::dispatch(Env& env, Envelope& msg) {
     case ::dast::Msg::kPieceResult: return coord_.on_piece_result(env, from, m.piece_result());
     case ::dast::Msg::kIrSync: return site_.on_sync(env, from, m.ir_sync());
     case ::dast::Msg::kClockWant: return site_.on_clock_want(env, from, m.clock_want());
+    case ::dast::Msg::kExecuted: return site_.on_executed(env, from, m.executed());
     default: throw BadMessage("DAST message without a body or not for a replica");
   }
 }
@@ -318,9 +323,8 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
       auto* w = e.mutable_dast()->mutable_clock_want();
       *w->mutable_t() = to_proto(ts);
       *w->mutable_clock() = to_proto(after);
-      for (uint32_t s : shape.shards)
-        for (NodeId r : d_.replicas_of(s))
-          if (r != h) w->add_notify(r);
+      for (uint32_t s : shape.shards)   // the shards' leaders: only they execute by clocks
+        if (handler_of(d_, s) != h) w->add_notify(handler_of(d_, s));
       post(env, h, std::move(e));
     }
     if (own) site_.store_own_irt(std::move(txn), std::move(shape), ts);
@@ -364,7 +368,7 @@ double Coordinator::anticipate_us(const Coord& c, uint32_t region) const {
 }
 
 void Coordinator::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRTAck& m) {
-  site_.observe(env, from, from_proto(m.clock()));
+  if (m.has_clock()) site_.observe(env, from, from_proto(m.clock()));
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;  // already answered
   it->second.acks[m.shard()]++;
@@ -373,7 +377,7 @@ void Coordinator::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRT
 
 void Coordinator::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) {
   auto it = coords_.find(m.txn_id());
-  if (it == coords_.end()) throw BadMessage("RemotePrepared for unknown txn " + str(m.txn_id()));
+  if (it == coords_.end()) return;        // a late proposal: decided and answered without it
   Coord& c = it->second;
   if (c.phase == Phase::Decided) return;  // a late proposal
   if (c.phase != Phase::Preparing) throw BadMessage("RemotePrepared for txn " + str(m.txn_id()) + ", an IRT");
@@ -383,10 +387,14 @@ void Coordinator::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) 
     c.prepare_sent.erase(sent);
   }
   c.proposals[m.shard()][m.replica()] = from_proto(m.proposal());
-  const size_t needed = mutant::kDecideOnMajority ? d_.replicas / 2 + 1 : d_.replicas;
-  for (uint32_t s : c.shape.shards)
-    if (c.proposals[s].size() < needed) return;
-  // Every replica of every touched shard has the CRT queued: decide D = max.
+  // Each touched shard's leader (replica 0) has the CRT queued at its proposal, and a majority of the shard's
+  // replicas stored it: decide D = max. The leader's proposal is the shard's: only the leader orders, the followers
+  // execute in its order (Site), so a follower's clock binds nothing and a follower left out costs nothing.
+  const size_t majority = d_.replicas / 2 + 1;
+  for (uint32_t s : c.shape.shards) {
+    const auto& got = c.proposals[s];
+    if (got.size() < majority || (!got.count(0) && !mutant::kDecideWithoutLeader)) return;
+  }
   Ts decision{};
   for (auto& [s, reps] : c.proposals)
     for (auto& [r, p] : reps) decision = std::max(decision, p);
@@ -449,24 +457,28 @@ void Site::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
     if (h != from) asked_[h].insert(ts);
   const uint64_t id = m.txn().txn_id();
   TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
-  add_entry(std::move(*m.mutable_txn()), std::move(shape), ts, Phase::Queued, m.handler(), m.output_replica());
+  if (!(mutant::kFollowerSkipsUnstored && skipped_.erase(id)))
+    add_entry(std::move(*m.mutable_txn()), std::move(shape), ts, Phase::Queued, m.handler(), m.output_replica());
   Envelope e;
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(id);
   a->set_shard(me_.shard);
-  *a->mutable_clock() = to_proto(clock_.fresh(env.now_us()));
+  // A leader's clock tells the handler where this region's order stands; a follower's orders nothing (it does not
+  // stretch below pending CRTs either: taken in, it would move the handler's clock past them).
+  if (leader()) *a->mutable_clock() = to_proto(clock_.fresh(env.now_us()));
   post(env, m.handler(), std::move(e));
   try_execute(env);
 }
 
 void Site::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   Ts p = from_proto(m.tr());
-  // Never accept a slot at or below what this site may already have ordered:
-  // counter-propose just above the clock, with room below it for the IRT
-  // timestamps this site keeps issuing while the proposal is pending (they order
+  // The leader never accepts a slot at or below what it may already have ordered:
+  // it counter-proposes just above the clock, with room below it for the IRT
+  // timestamps it keeps issuing while the proposal is pending (they order
   // before the CRT). Not (last.t + 1, 0): under a stretch that lands on the
   // pending timestamp's own microsecond, which frozen clocks (t - 1, c) never pass.
-  if ((p <= clock_.last() || p <= last_proposal_) && !mutant::kNoCounterProposal) {
+  // A follower stores it and says so: where it goes in the order is the leader's to say (follow()).
+  if (leader() && (p <= clock_.last() || p <= last_proposal_) && !mutant::kNoCounterProposal) {
     const Ts& base = std::max(clock_.last(), last_proposal_);
     p = Ts{base.t, base.c + kProposalGap, self_};
     last_proposal_ = p;
@@ -474,8 +486,9 @@ void Site::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   }
   const uint64_t id = m.txn().txn_id();
   TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
-  add_entry(std::move(*m.mutable_txn()), std::move(shape), p, Phase::Undecided, m.coordinator(), m.output_replica());
-  clock_.add_pending(id, p);
+  if (!(mutant::kFollowerSkipsUnstored && skipped_.erase(id)))
+    add_entry(std::move(*m.mutable_txn()), std::move(shape), p, Phase::Undecided, m.coordinator(), m.output_replica());
+  if (leader()) clock_.add_pending(id, p);
   Envelope e;
   auto* rp = e.mutable_dast()->mutable_remote_prepared();
   rp->set_txn_id(id);
@@ -483,9 +496,11 @@ void Site::on_store_crt(Env& env, NodeId from, ::dast::StoreCRT& m) {
   rp->set_replica(me_.replica);
   *rp->mutable_proposal() = to_proto(p);
   post(env, m.coordinator(), std::move(e));
+  if (!leader()) try_execute(env);   // the leader's order may already name it
 }
 
 void Site::on_noti_crt(Env& env, const ::dast::NotiCRT& m) {
+  if (!leader()) return;   // only leaders' clocks order anything
   if (!released_.count(m.txn_id())) clock_.add_pending(m.txn_id(), from_proto(m.tr()));
 }
 
@@ -504,6 +519,7 @@ bool Site::holding_input_missing(const Entry& e) const {
 }
 
 void Site::on_dist_exe(Env& env, const ::dast::DistExe& m) {
+  if (!leader()) throw BadMessage("DistExe for txn " + str(m.txn_id()) + " sent to a follower");
   auto it = entries_.find(m.txn_id());
   if (it == entries_.end()) throw BadMessage("DistExe for unknown txn " + str(m.txn_id()));
   Entry& e = it->second;
@@ -542,6 +558,7 @@ void Site::inputs_arrived(Env& env, Entry& e) {
 }
 
 void Site::on_noti_commit(Env& env, const ::dast::NotiCommit& m) {
+  if (!leader()) return;   // only leaders' clocks order anything
   auto it = entries_.find(m.txn_id());
   bool own_wait = it != entries_.end() && it->second.holds_input_wait;
   if (m.release()) {
@@ -617,6 +634,12 @@ void Site::ask_clocks(Env& env, const Ts& t) {
 // (handlers_past) and this site's clock is moved past it (fresh() issues a timestamp above it, so none at or
 // below it is issued here afterwards, whatever CRT is pending later).
 void Site::try_execute(Env& env) {
+  if (!leader()) return follow(env);
+  run_queue(env);
+  send_order(env);
+}
+
+void Site::run_queue(Env& env) {
   serve_wants(env);  // a released pending timestamp may let our clock pass what peers wait for
   while (!queue_.empty()) {
     auto head = queue_.begin();
@@ -641,6 +664,56 @@ void Site::try_execute(Env& env) {
     leave_slot(env, e);
     if (local_pieces_done(e)) complete(env, e);
     else set_phase(e, Phase::Deferred);  // its deferrable pieces run when their inputs arrive
+  }
+}
+
+void Site::send_order(Env& env) {
+  if (order_out_.empty()) return;
+  Envelope e;
+  auto* ex = e.mutable_dast()->mutable_executed();
+  for (const auto& [id, ts] : order_out_) {
+    auto* q = ex->add_order();
+    q->set_txn_id(id);
+    *q->mutable_ts() = to_proto(ts);
+  }
+  order_out_.clear();
+  for (size_t i = 0; i < followers_.size(); ++i) post(env, followers_[i], i + 1 < followers_.size() ? e : std::move(e));
+}
+
+void Site::on_executed(Env& env, NodeId from, const ::dast::Executed& m) {
+  if (leader() || from != handler_of(d_, me_.shard))
+    throw BadMessage("Executed from " + d_.node(from).name + ", not the leader of " + me_.name + "'s shard");
+  for (const auto& q : m.order()) follow_.emplace_back(q.txn_id(), from_proto(q.ts()));
+  follow(env);
+}
+
+// A follower executes the leader's order, each transaction once it is stored here (its StoreIRT or StoreCRT may come
+// after the leader's word on another channel) and its pieces' inputs are here, at the leader's timestamp (a CRT's
+// decision, whatever this replica proposed). Its state is then the leader's, one message later.
+void Site::follow(Env& env) {
+  while (!follow_.empty()) {
+    const auto& [id, ts] = follow_.front();
+    auto it = entries_.find(id);
+    if (it == entries_.end()) {
+      if (!mutant::kFollowerSkipsUnstored) return;   // still on its way
+      skipped_.insert(id);
+      follow_.pop_front();
+      continue;
+    }
+    Entry& e = it->second;
+    if (e.phase == Phase::Undecided) {
+      undecided_.erase({e.ts, id});
+      rekey(e, ts);
+      set_phase(e, Phase::Queued);
+    } else if (e.phase != Phase::Queued || !(e.ts == ts)) {
+      throw BadMessage("the leader ordered txn " + str(id) + " at " + str(ts.t) + "." + str(ts.c) + ", not where " +
+                       me_.name + " holds it");
+    }
+    if (!run_pieces(env, e)) return;   // an input from another shard is still on its way
+    leave_slot(env, e);
+    follow_.pop_front();
+    if (local_pieces_done(e)) complete(env, e);
+    else set_phase(e, Phase::Deferred);
   }
 }
 
@@ -703,14 +776,19 @@ void Site::leave_slot(Env& env, Entry& e) {
     for (const auto& v : p.inputs())
       if (auto it = produced.find(v); it != produced.end()) needs[p.shard()][v] = it->second;
   }
-  for (auto& [shard, vars] : needs) {
-    Envelope o;
-    auto* so = o.mutable_dast()->mutable_send_output();
-    so->set_txn_id(id);
-    so->set_from_shard(me_.shard);
-    *so->mutable_vars() = vars;
-    post(env, d_.replica_id(shard, me_.replica), std::move(o));
-  }
+  // The output replica sends them to every replica of the shards that need them (a follower's copy would wait
+  // for that follower).
+  if (me_.replica == e.output_replica)
+    for (auto& [shard, vars] : needs)
+      for (NodeId r : d_.replicas_of(shard)) {
+        Envelope o;
+        auto* so = o.mutable_dast()->mutable_send_output();
+        so->set_txn_id(id);
+        so->set_from_shard(me_.shard);
+        *so->mutable_vars() = vars;
+        post(env, r, std::move(o));
+      }
+  if (leader() && !followers_.empty()) order_out_.emplace_back(id, e.ts);
   if (keep_log_) exec_log_.push_back(ExecRecord{e.ts, e.txn});
   ++n_executed_;
   if (e.holds_input_wait) clock_.remove_pending(id);
