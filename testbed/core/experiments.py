@@ -19,7 +19,7 @@ from testbed.core.config import ExpConfig, validate
 QUICK_DURATION_S, QUICK_WARMUP_S, QUICK_COOLDOWN_S = 14, 3, 1
 QUICK_MAX_POINTS = 3
 QUICK_FAULT_AT_S, QUICK_FAULT_FOR_S, QUICK_FAULT_AFTER_S = 5, 3, 5   # exp 6 --quick: 13 s runs ...
-QUICK_FAULT_KINDS = ("partition", "pause")   # ... of the two kinds that stall a baseline outright (make main-all's budget)
+QUICK_FAULT_KINDS = ("partition", "pause", "crash")   # ... of the kinds a replicated shard or a region must survive
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,7 @@ def fault_schedule(kind: str, cfg: ExpConfig) -> str:
     return {"none": "",
             "partition": f"partition:r{r}@{at}+{length}",
             "pause": f"pause:follower-r{r}@{at}+{length}",
+            "crash": f"crash:follower-r{r}@{at}",   # for good: a restart is not available yet
             "clock": f"clock:r{r}{_num(cfg.fault_clock_skew_ms):+}ms@{at}+{length}",
             "spike": f"spike:r{r}-*+{_num(cfg.fault_spike_ms)}ms@{at}+{length}"}[kind]
 
@@ -141,11 +142,12 @@ def _exp6(cfg: ExpConfig) -> list[Point]:
     # each fault kind at exp 2-5's fixed load, in runs long enough for before, during and after
     at, length = float(cfg.fault_at_s), float(cfg.fault_for_s)
     meta = dict(fault_window_s=[at, at + length], fault_region=fault_region(cfg))
-    # a pause stops an engine process: with one per container (the default) that is a whole shard, its 3 replicas
-    # and clients; one process per node pauses the one follower the fault names (about 3x the CPU per transaction)
+    # a pause or crash stops an engine process: with one per container (the default) that is a whole shard, its 3
+    # replicas and clients; one process per node stops the one follower the fault names (about 3x the CPU per
+    # transaction). A crash has no end: the window is its first FAULT_FOR_S, "after" the rest with the follower gone
     return [Point(x=i, knobs=dict(workload="tpcc", payment_crt_rate=-1, **_fixed_load(cfg),
                                   duration=at + length + float(cfg.fault_after_s), faults=fault_schedule(k, cfg),
-                                  **(dict(processes="node") if k == "pause" else {})),
+                                  **(dict(processes="node") if k in ("pause", "crash") else {})),
                   label=k, meta=dict(meta, fault_kind=k)) for i, k in enumerate(cfg.fault_kinds)]
 
 
@@ -186,8 +188,8 @@ def _thin(values, n=QUICK_MAX_POINTS) -> tuple:
 
 def quick_config(cfg: ExpConfig, exp: Experiment | None = None) -> ExpConfig:
     """The --quick preset for a 2-core machine: every sweep thinned to at most 3 points (first, middle, last),
-    one client-process count, 14 s runs (3 s warm-up, 1 s cool-down), 1 repeat; exp 6 its partition and pause only,
-    in 13 s runs (the fault in [5, 8) s). Exp 4 with fewer than two
+    one client-process count, 14 s runs (3 s warm-up, 1 s cool-down), 1 repeat; exp 6 its partition, pause and
+    crash only, in 13 s runs (the fault in [5, 8) s). Exp 4 with fewer than two
     configured region counts sweeps 2..MAX_REGIONS instead (SLOG is skipped below 3 regions)."""
     q = dataclasses.replace(
         cfg, duration_s=QUICK_DURATION_S, warmup_s=QUICK_WARMUP_S, cooldown_s=QUICK_COOLDOWN_S, n_repeat=1,

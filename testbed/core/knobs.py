@@ -25,7 +25,7 @@ TRANSPORTS = ("tcp", "grpc")  # ENGINE_TRANSPORT / --transport (docs/efficiency.
 SHAPINGS = ("auto", "netem", "app")               # SHAPING
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")  # JITTER_DISTRIBUTION
 MECHANISMS = ("app", "netem", "none")             # a single run's link delays: the transport's, tc's, none
-FAULT_KIND_WORDS = ("none", "partition", "pause", "clock", "spike")   # FAULT_KINDS: exp 6's points
+FAULT_KIND_WORDS = ("none", "partition", "pause", "crash", "clock", "spike")   # FAULT_KINDS: exp 6's points
 RATE_PER = ("total", "region")                    # OPEN_LOOP_RATE_PER / --rate-per: what an open-loop rate counts
 
 

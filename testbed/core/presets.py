@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from testbed.core.config import KNOBS, ExpConfig, validate
-from testbed.core.experiments import QUICK_FAULT_KINDS
+SMOKE_FAULT_KINDS = ("partition", "pause")   # exp 6 in `make smoke`: a region's and a follower's fault
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ PRESETS = {p.name: p for p in [
         SCALABILITY_N_REGIONS=lambda c: tuple(dict.fromkeys((c.scalability_n_regions[0],
                                                               c.scalability_n_regions[-1]))),
         ROBUST_RTT_VAR=lambda c: c.robust_rtt_var[-1:],
-        FAULT_KINDS=lambda c: tuple(k for k in c.fault_kinds if k in QUICK_FAULT_KINDS) or c.fault_kinds[:1],
+        FAULT_KINDS=lambda c: tuple(k for k in c.fault_kinds if k in SMOKE_FAULT_KINDS) or c.fault_kinds[:1],
         FAULT_AT_S=3, FAULT_FOR_S=2, FAULT_AFTER_S=3,            # exp 6: 8 s runs, the fault in [3, 5) s
     )),
 ]}

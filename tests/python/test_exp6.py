@@ -16,24 +16,25 @@ def cfg(**kw):
 def test_every_kind_is_a_point_with_its_schedule_window_and_region():
     c = cfg()
     pts = experiments.get("exp6").points(c)
-    assert [p.label for p in pts] == ["none", "partition", "pause", "clock", "spike"]
-    assert [p.x for p in pts] == [0, 1, 2, 3, 4]
+    assert [p.label for p in pts] == ["none", "partition", "pause", "crash", "clock", "spike"]
+    assert [p.x for p in pts] == [0, 1, 2, 3, 4, 5]
     for p in pts:
         assert p.knobs["duration"] == 30 and p.meta["fault_window_s"] == [10.0, 15.0] and p.meta["fault_region"] == 2
         # a deployment the engine would take: the schedule parses and fits the run, its targets exist
         dep = deploy.build_deployment(mode="dast", **{**base_knobs(c), **p.knobs})
         assert bool(dep.get("faults")) == (p.label != "none"), p.label
     assert [p.knobs["faults"] for p in pts] == ["", "partition:r2@10+5", "pause:follower-r2@10+5",
-                                              "clock:r2+50ms@10+5", "spike:r2-*+100ms@10+5"]
-    assert pts[2].knobs["processes"] == "node" and "processes" not in pts[1].knobs
-    assert experiments.get("exp6").points(cfg(fault_region=1, fault_clock_skew_ms=-20))[3].knobs["faults"] == \
+                                              "crash:follower-r2@10", "clock:r2+50ms@10+5", "spike:r2-*+100ms@10+5"]
+    # a pause or a crash stops one follower's process: a process per node
+    assert pts[2].knobs["processes"] == pts[3].knobs["processes"] == "node" and "processes" not in pts[1].knobs
+    assert experiments.get("exp6").points(cfg(fault_region=1, fault_clock_skew_ms=-20))[4].knobs["faults"] == \
         "clock:r0-20ms@10+5"
 
 
-def test_quick_runs_a_partition_and_a_pause_in_13_s():
+def test_quick_runs_a_partition_a_pause_and_a_crash_in_13_s():
     q = experiments.quick_config(cfg(), experiments.get("faults"))
     pts = experiments.get("faults").points(q)
-    assert [p.label for p in pts] == ["partition", "pause"]
+    assert [p.label for p in pts] == ["partition", "pause", "crash"]
     assert all(p.knobs["duration"] == 13 and p.meta["fault_window_s"] == [5.0, 8.0] for p in pts)
     assert experiments.quick_config(cfg(fault_kinds=("clock", "spike"))).fault_kinds == ("clock", "spike")
 
