@@ -72,6 +72,8 @@ MUTANTS = [
      "safety"),
     ("tapir.timeout_on_minority", "after the Prepare timeout a shard is decided on 1 result of 3, not a majority's",
      "safety"),
+    ("tapir.finalize_on_one", "a shard decided on the slow path counts once 1 replica confirmed its Finalize, not a "
+     "majority", "recovery"),
     ("slog.none", "the protocol as built", "-"),
     ("slog.no_conflict_wait", "an entry runs past earlier unfinished entries that hold its keys", "latency"),
     ("slog.reversed_batches", "replica 1 of every shard appends each batch in reverse", "safety"),

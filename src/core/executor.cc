@@ -32,8 +32,8 @@ void declare_ids(std::unordered_map<uint64_t, std::vector<uint64_t>>& into, uint
 
 void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps) { declare_ids(deps_, txn_id, deps); }
 
-void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps) {
-  vote_marks_.try_emplace(txn_id, history_.size());
+void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked) {
+  if (marked && !votes_.count(txn_id)) vote_marks_.try_emplace(txn_id, history_.size());
   declare_ids(votes_, txn_id, deps);
 }
 
@@ -42,6 +42,17 @@ void ShardExecutor::declare_quorum(uint64_t txn_id, const std::vector<uint32_t>&
   if (quorums_.count(txn_id)) return;
   declare_ids(quorums_, txn_id, std::vector<uint64_t>(replicas.begin(), replicas.end()));
   if (accepted) declare_ids(accepted_, txn_id, std::vector<uint64_t>(accepted->begin(), accepted->end()));
+}
+
+void ShardExecutor::declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uint32_t accepted) {
+  const auto bits = [](uint32_t mask) {
+    std::vector<uint32_t> out;
+    for (uint32_t r = 0; r < 32; ++r)
+      if (mask >> r & 1u) out.push_back(r);
+    return out;
+  };
+  const std::vector<uint32_t> acc = bits(accepted);
+  declare_quorum(txn_id, bits(replicas), accepted ? &acc : nullptr);
 }
 
 bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
@@ -134,8 +145,10 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
       ids_out(" q=", q->second);
       if (auto a = accepted_.find(first.txn); a != accepted_.end()) ids_out(" a=", a->second);
     }
-    if (auto v = votes_.find(first.txn); v != votes_.end() && voted.insert(first.txn).second)
-      ids_out((" v=" + std::to_string(vote_marks_.at(first.txn)) + "/").c_str(), v->second);
+    if (auto v = votes_.find(first.txn); v != votes_.end() && voted.insert(first.txn).second) {
+      auto m = vote_marks_.find(first.txn);
+      ids_out(m == vote_marks_.end() ? " v=" : (" v=" + std::to_string(m->second) + "/").c_str(), v->second);
+    }
     if (auto d = deps_.find(first.txn); d != deps_.end() && declared.insert(first.txn).second) ids_out(" p=", d->second);
     o << '\n';
     ++lines;

@@ -76,8 +76,10 @@ class ShardExecutor {
   // requires them to be among the dependencies the transaction was then declared with here (docs/checker.md,
   // "Votes"). The first declaration stands. The vote is taken now: the history records how many pieces had
   // executed here then (" v=<executed>/<ids>"), so that the checker can tell which conflicting transactions were
-  // still to execute here (a vote that must name them, or be named by theirs: Janus's pending ones).
-  void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps);
+  // still to execute here (a vote that must name them, or be named by theirs: Janus's pending ones). `marked`
+  // false: no such mark (" v=<ids>"), where a vote need not name what is pending (TAPIR's Prepare OK: a replica
+  // refuses a transaction that conflicts with one it holds, so its votes name applied transactions only).
+  void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked = true);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& votes() const { return votes_; }
   const std::unordered_map<uint64_t, uint64_t>& vote_marks() const { return vote_marks_; }
   // The replicas (indexes in the shard) whose votes the decision of `txn_id` counted, where it may count fewer
@@ -87,6 +89,8 @@ class ShardExecutor {
   // replica of the shard, on a majority's votes, and either on every replica's (the fast quorum) or accepted by a
   // majority. Without it every vote counts. The first declaration stands.
   void declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas, const std::vector<uint32_t>* accepted);
+  // The same from masks as messages carry them (bit r: replica r); `accepted` 0: a fast-path decision.
+  void declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uint32_t accepted);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& quorums() const { return quorums_; }
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& acceptances() const { return accepted_; }
   // The history file (format in docs/checker.md); returns the number of lines

@@ -177,14 +177,18 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   ex.declare_vote(34, {31});          // voted with 3 pieces executed here
   run(33, 0);                         // none declared: no suffix
   run(31, 2);                         // the transaction again, later: written once only
+  ex.declare_vote(35, {31}, false);   // a vote without the mark (TAPIR's)
+  run(35, 0);
   EXPECT_EQ(ex.deps().at(31), (std::vector<uint64_t>{4, 9}));
   EXPECT_EQ(ex.votes().at(31), (std::vector<uint64_t>{4, 9}));
   std::ostringstream o;
-  EXPECT_EQ(ex.write_history(o, "s0.0.0"), 5u);
+  EXPECT_EQ(ex.write_history(o, "s0.0.0"), 6u);
   EXPECT_EQ(lines(o.str()), (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0",
                                                       "31 0 k=1:2.3 q=0,2 a=0,1 v=0/4,9 p=4,9", "31 1", "32 0 p=",
-                                                      "33 0 v=0/2", "31 2", "# end events=5 lines=5"}));
+                                                      "33 0 v=0/2", "31 2", "35 0 v=31",
+                                                      "# end events=6 lines=6"}));
   EXPECT_EQ(ex.vote_marks().at(34), 3u);
+  EXPECT_FALSE(ex.vote_marks().count(35));
   EXPECT_EQ(ex.quorums().at(31), (std::vector<uint64_t>{0, 2}));
 }
 

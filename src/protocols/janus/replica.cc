@@ -441,14 +441,7 @@ void Site::on_commit(Env& env, const ::janus::Commit& m) {
   Vertex& w = vertex(id);  // learn() may have grown the graph
   w.deps = std::move(deps);
   if (m.quorum() != 0) {   // whose votes the decision holds, and whose AcceptOKs (history `q=`, `a=`: the checker's)
-    const auto bits = [](uint32_t mask) {
-      std::vector<uint32_t> out;
-      for (uint32_t r = 0; r < 32; ++r)
-        if (mask >> r & 1u) out.push_back(r);
-      return out;
-    };
-    const std::vector<uint32_t> accepted = bits(m.accepted());
-    exec_.declare_quorum(id, bits(m.quorum()), m.accepted() ? &accepted : nullptr);
+    exec_.declare_quorum_masks(id, m.quorum(), m.accepted());
   }
   set_status(id, w, Status::Committed);
   ++version_;

@@ -55,4 +55,11 @@ constexpr bool kTimeoutOnMinority = true;  // after the timeout a shard is decid
 constexpr bool kTimeoutOnMinority = false;
 #endif
 
+// Added for issue 49 (decisions in the histories, q= and a=): a slow-path decision holds once a majority has it.
+#ifdef TAPIR_MUTANT_FINALIZE_ON_ONE
+constexpr bool kFinalizeOnOne = true;   // a shard decided on the slow path counts once 1 replica confirmed its Finalize
+#else
+constexpr bool kFinalizeOnOne = false;
+#endif
+
 }  // namespace txn::tapir::mutant

@@ -220,8 +220,15 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
 void Coordinator::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;
-  ++it->second.finalized[m.shard()];
+  if (m.replica() >= d_.replicas) throw BadMessage("FinalizeReply from replica " + str(m.replica()));
+  it->second.finalized[m.shard()] |= 1u << m.replica();
   maybe_finish(env, it->second);
+}
+
+bool Coordinator::fast(const Coord& c, uint32_t shard) const {
+  const auto& got = c.results.at(shard);
+  return opts_.fast_path && got.size() == d_.replicas &&
+         std::all_of(got.begin(), got.end(), [](const auto& x) { return x.second == ::tapir::OK; });
 }
 
 void Coordinator::maybe_finish(Env& env, Coord& c) {
@@ -229,10 +236,8 @@ void Coordinator::maybe_finish(Env& env, Coord& c) {
     auto d = c.decided.find(s);
     if (d == c.decided.end()) return;
     // a shard decided on the slow path counts once a majority confirmed its Finalize
-    const auto& got = c.results[s];
-    bool fast = opts_.fast_path && got.size() == d_.replicas &&
-                std::all_of(got.begin(), got.end(), [](const auto& x) { return x.second == ::tapir::OK; });
-    if (!fast && c.finalized[s] < d_.replicas / 2 + 1) return;
+    const uint32_t needed = mutant::kFinalizeOnOne ? 1 : d_.replicas / 2 + 1;
+    if (!fast(c, s) && static_cast<uint32_t>(__builtin_popcount(c.finalized[s])) < needed) return;
   }
   finish(env, c, true);
 }
@@ -247,6 +252,9 @@ void Coordinator::finish(Env& env, Coord& c, bool commit) {
         m->set_txn_id(id);
         for (TxnId x : c.deps[s]) m->add_deps(x);
         *m->mutable_vars() = c.vars;
+        // whose votes the decision counted, and who confirmed its Finalize (history q=, a=: the checker's)
+        for (const auto& [r, res] : c.results[s]) m->set_quorum(m->quorum() | 1u << r);
+        if (!fast(c, s)) m->set_finalized(c.finalized[s]);
       } else {
         e.mutable_tapir()->mutable_abort()->set_txn_id(id);
       }
@@ -376,6 +384,9 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
       }
     for (const auto& k : l.writes) deps.insert(keys_[k].readers.begin(), keys_[k].readers.end());
     for (TxnId x : deps) r->add_deps(x);
+    // the decision must hold this vote where it counts it (history v=; a vote names applied transactions only, a
+    // conflicting held one being refused above, so it carries no mark of what was pending)
+    exec_.declare_vote(id, std::vector<TxnId>(deps.begin(), deps.end()), false);
     set_phase(id, l, Phase::Prepared);
     hold(id, l);
   }
@@ -408,6 +419,7 @@ void Site::on_commit(Env& env, const ::tapir::Commit& m) {
   set_phase(m.txn_id(), l, Phase::Committed);
   l.deps.assign(m.deps().begin(), m.deps().end());
   l.vars = m.vars();
+  exec_.declare_quorum_masks(m.txn_id(), m.quorum(), m.finalized());
   waiting_.insert(m.txn_id());
   try_apply(env);
 }

@@ -107,7 +107,7 @@ class Coordinator : public RoleContext {
     Vars vars;
     std::map<uint32_t, std::map<uint32_t, ::tapir::Result>> results;  // shard -> replica -> result
     std::map<uint32_t, ::tapir::Result> decided;                      // shard -> its decided result
-    std::map<uint32_t, uint32_t> finalized;                           // shard -> FinalizeReplies
+    std::map<uint32_t, uint32_t> finalized;                           // shard -> replicas that confirmed (bit r)
     std::map<uint32_t, std::set<TxnId>> deps;  // shard -> the union of its OK replies' dependencies
     bool slow = false;
     TimeUs prepare_deadline = 0;  // Preparing: when the shards still undecided are decided on a majority's results
@@ -117,6 +117,7 @@ class Coordinator : public RoleContext {
   void send_reads(Env& env, Coord& c);
   void decide_shard(Env& env, Coord& c, uint32_t shard);
   void maybe_finish(Env& env, Coord& c);
+  bool fast(const Coord& c, uint32_t shard) const;   // the shard was decided on the fast path (3 OKs)
   void finish(Env& env, Coord& c, bool commit);
 
   const Options& opts_;
