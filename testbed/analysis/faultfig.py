@@ -161,6 +161,10 @@ def build(rows: list[dict], systems: list, title: str, caption_text: str):
                 st = STYLES.get(r["system"], dict(label=r["system"], color="black", linestyle="-", marker="o"))
                 ax.plot(r["ts"].t_s + 0.5, r["ts"][col], color=st["color"], linestyle=st["linestyle"],
                         linewidth=1.6, marker=st["marker"], markersize=3)
+            if window and kind == "crash":   # no heal: the follower stays down after the window (no restart yet)
+                xlim = ax.get_xlim()
+                ax.axvspan(window[1], xlim[1], color="0.94", zorder=0)
+                ax.set_xlim(xlim)
             if col == "throughput_tps":
                 said = [_outcome(r) for r in mine if r["status"] == "ok" and r["effect"] and not r["repeat"]]
                 if said:
@@ -189,8 +193,10 @@ def build(rows: list[dict], systems: list, title: str, caption_text: str):
         handles.append(Line2D([], [], linewidth=2, alpha=1.0 if s in ran else 0.35, **st))
     fig.legend(handles=handles, loc="upper right", ncol=len(handles), frameon=False)
     fig.suptitle(title, fontsize=13, fontweight="bold", x=0.02, ha="left")
-    fig.text(0.5, 0.005, "\n".join(textwrap.wrap(caption_text, 180)), ha="center", va="bottom", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    lines = textwrap.wrap(caption_text, 180)
+    fig.text(0.5, 0.005, "\n".join(lines), ha="center", va="bottom", fontsize=8.5)
+    # the caption's height (8.5 pt lines, 1.2 spacing) below the panels, whatever the figure's height
+    fig.tight_layout(rect=(0, min(0.5, (0.142 * len(lines) + 0.08) / fig.get_figheight()), 1, 0.95))
     return fig
 
 
@@ -201,6 +207,9 @@ def caption(rows: list[dict], systems: list) -> str:
              "throughput of the commits completed in it, of the clients in the regions the fault did not touch "
              "(all regions for a fault that names none); recovery = from the heal until a 3 s "
              "window is back within 10 % of the throughput and IRT p99 before the fault (data-faults.csv)."]
+    if any(r["fault"] == "crash" for r in rows):
+        parts.append("Crash: the follower killed at the window's start stays down to the end (no restart; lighter "
+                     "shade); its recovery counts from the window's end, with the follower still gone.")
     n_failed = sum(r["status"] != "ok" for r in rows)
     if n_failed:
         parts.append(f"{n_failed} run(s) failed, named in their panels.")
