@@ -452,9 +452,11 @@ void Site::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
     throw BadMessage("StoreIRT from " + d_.node(from).name + ", not a handler of this region");
   observe(env, from, ts);
   if (m.has_clock()) observe(env, from, from_proto(m.clock()));
-  // The handler asked the other handlers to send us their clocks for ts.
-  for (NodeId h : region_handlers_)
-    if (h != from) asked_[h].insert(ts);
+  // The handler asked the other handlers to send us their clocks for ts (a leader's: followers ask for none, and
+  // their record would only grow).
+  if (leader())
+    for (NodeId h : region_handlers_)
+      if (h != from) asked_[h].insert(ts);
   const uint64_t id = m.txn().txn_id();
   TxnShape shape = analyze(d_, opts_, m.txn(), &w_);
   if (!(mutant::kFollowerSkipsUnstored && skipped_.erase(id)))
