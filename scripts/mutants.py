@@ -81,9 +81,16 @@ MUTANTS = [
     ("slog.multi_home_jumps_log", "a multi-home entry waits for no earlier entry of the local log (the global log "
      "ordered it already)", "safety"),
     ("slog.reply_on_first_result", "the handler answers on the first shard's result, not on every shard's", "safety"),
+    # a restarted replica's catch-up (src/core/recovery.h), protocol-neutral: run k under CRASH_TOLERANT[k % 4]
+    ("recovery.none", "the catch-up as built", "-"),
+    ("recovery.skips_event", "replica 0's catch-up leaves out the event each part after the first starts at: the "
+     "restarted replica skips a piece of a decided transaction", "safety"),
+    ("recovery.stops_when_caught_up", "the restarted replica stops following replica 0 once it has caught up",
+     "safety"),
 ]
 # Each protocol's own simulator suites, beside the protocol-neutral one.
-OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*"}
+OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*",
+              "recovery": "Recovery.*:Registered/RestartSim.*"}
 # The stress profile's protocol options: DAST without anticipation (its CRTs decided after their T_r).
 STRESS_OPTIONS = {"dast": {"anticipation_margin_ms": -300}}
 # Protocols that go on with a follower crashed for good (docs/fault-tolerance.md): their stress nemesis crashes one.
@@ -94,9 +101,18 @@ def protocol_of(name: str) -> str:
     return name.split(".", 1)[0]
 
 
+def mode_of(name: str, attempt: int) -> str:
+    """The protocol a mutant's end-to-end run `attempt` runs: its own, or for the protocol-neutral catch-up's (recovery)
+    each crash-tolerant protocol in turn."""
+    p = protocol_of(name)
+    return CRASH_TOLERANT[attempt % len(CRASH_TOLERANT)] if p == "recovery" else p
+
+
 def sim_filter(protocol: str) -> str:
     own = OWN_SUITES.get(protocol)
-    return (own + ":" if own else "") + f"Registered/ProtocolSim.*/{protocol}"
+    if protocol == "recovery":
+        return own
+    return (own + ":" if own else "") + f"Registered/ProtocolSim.*/{protocol}:Registered/RestartSim.*/{protocol}"
 
 
 def sh(cmd, log: Path, timeout: float) -> int:
@@ -177,7 +193,8 @@ def stress_faults(duration: float, crash: bool = False) -> str:
     transaction, a transaction of the region that depends on it is decided, and its Commit, sent inside the region,
     reaches that follower before the cross-region one's own messages do). With `crash`, a follower (the seed's
     choice) is killed for good after the last pause has ended: what a replica decided on the others' votes must
-    hold without it, and nothing its peers saw committed may be lost (the durability check)."""
+    hold without it, and nothing its peers saw committed may be lost (the durability check); it is restarted
+    empty a moment later and must catch up from replica 0 of its shard and end as its peers (docs/nemesis.md)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
@@ -185,7 +202,8 @@ def stress_faults(duration: float, crash: bool = False) -> str:
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
                       *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",
                       *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
-                      *([f"crash:follower@{round(t(0.8) + min(1.0, t(0.05)) + 0.1, 2)}"] if crash else [])])
+                      *([f"crash:follower@{round(t(0.8) + min(1.0, t(0.05)) + 0.1, 2)}+{min(1.0, t(0.05))}"]
+                        if crash else [])])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
@@ -193,7 +211,7 @@ def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: floa
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     os.environ[protocols.BINARY_ENV] = str(build_dir / "txn-server")   # the registry of the build under test
     try:
-        dep = e2e_deployment(protocol_of(name), profile, duration, base_port, attempt, workload)
+        dep = e2e_deployment(mode_of(name, attempt), profile, duration, base_port, attempt, workload)
         res = LocalRunner(build_dir=build_dir, progress=False).run(dep, f"mutant-{name}-{profile}-{attempt + 1}",
                                                                    out_root=out_root)
     except Interrupted:

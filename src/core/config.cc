@@ -206,7 +206,7 @@ void check_faults(const Deployment& d) {
   for (size_t i = 0; i < f.clocks.size(); ++i) {
     const auto& c = f.clocks[i];
     const std::string key = "faults[clock " + std::to_string(i) + (c.id.empty() ? "" : " " + c.id) + "]";
-    check_window(key, FaultWindow{c.start_us, c.end_us}, d, false);
+    check_window(key, FaultWindow{c.start_us, c.end_us}, d, c.end_us != kNoTime);
     if (c.end_us != kNoTime) check_window(key, FaultWindow{c.start_us, c.end_us}, d, true);
     if (c.ids.empty()) fail(key + ".nodes", "must name at least one node");
     for (NodeId id : c.ids)
@@ -244,7 +244,9 @@ void check_faults(const Deployment& d) {
   for (size_t i = 0; i < f.crashes.size(); ++i) {
     const auto& c = f.crashes[i];
     const std::string key = "faults[crash " + std::to_string(i) + (c.id.empty() ? "" : " " + c.id) + "]";
-    check_window(key, FaultWindow{c.start_us, kNoTime}, d, false);
+    check_window(key, FaultWindow{c.start_us, c.end_us}, d, c.end_us != kNoTime);
+    if (c.end_us != kNoTime && d.runtime.transport == "grpc")
+      fail(key + ".end_s", "a restart needs transport tcp (the grpc transport does not take a given-up peer back)");
     const NodeInfo* n = &d.node(c.node_id);
     if (n->kind != NodeKind::Replica)
       fail(key + ".node", "'" + c.node + "' is not a replica: only a follower replica may crash");
@@ -371,7 +373,7 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       p.w = window(true);
       d.faults.pauses.push_back(std::move(p));
     } else if (kind == "crash") {
-      check_keys(y, key, {"id", "spec", "kind", "node", "start_s"});
+      check_keys(y, key, {"id", "spec", "kind", "node", "start_s", "end_s"});
       CrashFault c;
       c.id = id;
       if (!y["node"]) fail(key + ".node", "missing");
@@ -381,6 +383,7 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       c.node_id = node->id;
       if (!y["start_s"]) fail(key + ".start_s", "missing");
       c.start_us = seconds_us(y["start_s"], key + ".start_s");
+      if (y["end_s"]) c.end_us = seconds_us(y["end_s"], key + ".end_s");   // restarted then
       d.faults.crashes.push_back(std::move(c));
     } else {
       fail(key + ".kind", "'" + kind + "' unknown (expected partition|spike|jitter|clock|pause|crash)");

@@ -15,7 +15,26 @@ ShardExecutor::ShardExecutor(const Workload& w, uint32_t shard) : w_(w), shard_(
 void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred,
                             const OrderKey& key) {
   history_.push_back(ExecEvent{txn_id, p.id(), deferred, key});
+  if (retain_) {
+    recovery::Event& e = retained_.emplace_back();
+    e.set_txn(txn_id);
+    *e.mutable_piece() = p;
+    *e.mutable_in() = in;
+    e.set_deferred(deferred);
+    if (key.set) {
+      e.set_key_set(true);
+      e.set_key_domain(key.domain);
+      e.set_key_hi(key.hi);
+      e.set_key_lo(key.lo);
+    }
+  }
   w_.execute(*store_, p, in, out);
+}
+
+void ShardExecutor::retain() {
+  if (!retain_ && !history_.empty())
+    throw std::logic_error("ShardExecutor::retain after " + std::to_string(history_.size()) + " events");
+  retain_ = true;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "recovery.pb.h"
 #include "workload.h"
 
 namespace txn {
@@ -96,6 +97,12 @@ class ShardExecutor {
   // The history file (format in docs/checker.md); returns the number of lines
   // written between the header and the trailer.
   size_t write_history(std::ostream& o, const std::string& node) const;
+  // Keep, from now on, every executed piece with the variables it ran with (recovery::Event, one per history
+  // event): what a restarted replica of the shard executes again to catch up (src/core/recovery.h). Off unless a
+  // restart of a replica of this shard is planned (it costs a copy of every piece).
+  void retain();
+  bool retaining() const { return retain_; }
+  const std::vector<recovery::Event>& retained() const { return retained_; }
 
  private:
   const Workload& w_;
@@ -107,6 +114,8 @@ class ShardExecutor {
   std::unordered_map<uint64_t, uint64_t> vote_marks_;           // declare_vote: history_.size() then
   std::unordered_map<uint64_t, std::vector<uint64_t>> quorums_;  // declare_quorum, sorted replica indexes
   std::unordered_map<uint64_t, std::vector<uint64_t>> accepted_; // declare_quorum's acceptances (slow path)
+  bool retain_ = false;
+  std::vector<recovery::Event> retained_;   // retain(): from then on, one per history event
 };
 
 // The variables piece `p` executes with: its args, plus its inputs' values from `known`. When the piece has no

@@ -1,5 +1,7 @@
 #include "core/faults.h"
 
+#include "core/config.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -33,6 +35,24 @@ bool FaultPlan::may_crash(NodeId id) const {
   for (const auto& c : crashes)
     if (c.node_id == id) return true;
   return false;
+}
+
+bool FaultPlan::may_restart(NodeId id) const {
+  for (const auto& c : crashes)
+    if (c.node_id == id && c.end_us != kNoTime) return true;
+  return false;
+}
+
+std::vector<NodeId> FaultPlan::restarted_of_shard(const Deployment& d, NodeId leader) const {
+  std::vector<NodeId> out;
+  const NodeInfo& l = d.node(leader);
+  if (l.kind != NodeKind::Replica || l.replica != 0) return out;
+  for (const auto& c : crashes) {
+    if (c.end_us == kNoTime) continue;
+    const NodeInfo& n = d.node(c.node_id);
+    if (n.shard == l.shard) out.push_back(n.id);
+  }
+  return out;
 }
 
 TimeUs FaultPlan::clock_shift(NodeId id, TimeUs t) const {

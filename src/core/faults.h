@@ -10,9 +10,11 @@
 //              (to the end of the run, or to end_us, where it steps back to true time);
 //              the monotonic clock (Env::mono_us, latency) is never touched;
 //   pause      a node's process stopped (SIGSTOP) and resumed (SIGCONT) by the runner: not applied here.
-//   crash      a follower's process killed (SIGKILL) by the runner at start_us, not restarted: not applied here,
-//              but its peers know it may go: a peer of that process that stays unreachable is dropped (its
-//              messages counted as `dropped_to_crashed`), where any other unreachable server ends the process.
+//   crash      a follower's process killed (SIGKILL) by the runner at start_us: not applied here, but its peers
+//              know it may go: a peer of that process that stays unreachable is dropped (its messages counted as
+//              `dropped_to_crashed`), where any other unreachable server ends the process. With end_us, the runner
+//              starts a new, empty process for it then (`txn-server --recover`): it catches up from its shard's
+//              replica 0 (src/core/recovery.h), and its peers take it back when it answers again.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -25,6 +27,8 @@
 #include "node.h"
 
 namespace txn {
+
+struct Deployment;
 
 constexpr TimeUs kNoTime = std::numeric_limits<TimeUs>::max();
 
@@ -79,6 +83,7 @@ struct CrashFault {
   std::string node;   // a follower replica alone in its process, killed by the runner (SIGKILL) at start_us
   NodeId node_id = 0; // resolved by the loader
   TimeUs start_us = 0;
+  TimeUs end_us = kNoTime;   // restarted then (a new, empty process that recovers); kNoTime: down to the end
 };
 
 struct FaultPlan {
@@ -93,6 +98,11 @@ struct FaultPlan {
   }
   // Node `id` is planned to crash in this run (its process may vanish; docs/nemesis.md).
   bool may_crash(NodeId id) const;
+  // Node `id` is planned to crash and be restarted: its peers take it back when it answers again.
+  bool may_restart(NodeId id) const;
+  // Replica `leader` (replica 0 of its shard) serves the catch-up of a restarted replica of its shard: the nodes it
+  // serves (none: it keeps no record for anybody).
+  std::vector<NodeId> restarted_of_shard(const Deployment& d, NodeId leader) const;
   bool delays_messages() const { return !partitions.empty() || !links.empty(); }
   bool engine_side() const { return delays_messages() || !clocks.empty(); }
   // What node `id`'s protocol clock adds to the true time `t` (since load start).

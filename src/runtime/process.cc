@@ -22,6 +22,7 @@
 #include "core/json.h"
 #include "core/txn_log.h"
 #include "core/protocol.h"
+#include "core/recovery.h"
 #include "runtime/clock.h"
 #include "runtime/event_loop.h"
 #include "runtime/tcp_transport.h"
@@ -150,11 +151,11 @@ struct Hosted {
 
 int run(Role role, const char* prog, int argc, char** argv) {
   std::string usage = std::string("usage: ") + prog + " --config FILE (--name NODE | --process NAME) " +
-                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR] [--client-out DIR]") +
+                      (role == Role::Client ? "--out DIR [--probe N]" : "[--out DIR] [--client-out DIR] [--recover]") +
                       " | --config FILE --check | --list-modes [--json]";
   std::string config, name, process, out = ".", client_out;
   int probe = 0;  // txn-client --probe N: RTT self-test instead of the workload
-  bool list_modes = false, json = false, check = false;
+  bool list_modes = false, json = false, check = false, recover = false;
   static const option opts[] = {{"config", required_argument, nullptr, 'c'},
                                 {"name", required_argument, nullptr, 'n'},
                                 {"process", required_argument, nullptr, 'P'},
@@ -165,6 +166,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
                                 {"json", no_argument, nullptr, 'j'},
                                 {"probe", required_argument, nullptr, 'p'},
                                 {"check", no_argument, nullptr, 'k'},
+                                {"recover", no_argument, nullptr, 'R'},
                                 {nullptr, 0, nullptr, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "", opts, nullptr)) != -1;) {
@@ -182,6 +184,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
     } else if (c == 'l') list_modes = true;
     else if (c == 'j') json = true;
     else if (c == 'k') check = true;
+    else if (c == 'R' && role == Role::Server) recover = true;
     else throw Fatal{2, "bad argument " + std::string(argv[optind - 1]) + "\n" + usage};
   }
   if (optind < argc) throw Fatal{2, "unexpected argument " + std::string(argv[optind]) + "\n" + usage};
@@ -207,6 +210,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
   if (config.empty() || name.empty() == process.empty())
     throw Fatal{2, "--config and one of --name, --process are required\n" + usage};
   if (probe > 0 && name.empty()) throw Fatal{2, "--probe goes with --name\n" + usage};
+  if (recover && name.empty()) throw Fatal{2, "--recover goes with --name (the restarted replica)\n" + usage};
 
   Deployment d;
   TransportOptions topt;
@@ -233,6 +237,11 @@ int run(Role role, const char* prog, int argc, char** argv) {
       throw Fatal{2, "node '" + name + "' is not the first node of process '" + d.process_of(me->id) +
                          "': its messages go to that process's port"};
     ids.push_back(me->id);
+    // A restarted replica (docs/nemesis.md, crash:NODE@S+T): the deployment must plan its restart, so that its
+    // shard's replica 0 kept what it executed and its peers take it back.
+    if (recover && !(me->kind == NodeKind::Replica && d.faults.may_restart(me->id)))
+      throw Fatal{2, "--recover: '" + name + "' is not a replica the deployment's faults restart (crash:" + name +
+                         "@S+T)"};
   } else {
     ids = d.process_nodes(process);
     if (ids.empty()) throw Fatal{2, "process '" + process + "' not in " + config};
@@ -258,8 +267,18 @@ int run(Role role, const char* prog, int argc, char** argv) {
     for (size_t i = 0; i < ids.size(); ++i) {
       Hosted& h = hosted[i];
       h.info = &d.node(ids[i]);
-      if (h.info->kind == NodeKind::Replica) {
-        auto r = spec.make_replica(d, h.info->id, *w);
+      if (h.info->kind == NodeKind::Replica && recover) {   // restarted empty: catches up, then follows
+        auto l = std::make_unique<Learner>(d, h.info->id, *w);
+        l->on_caught_up([node = h.info->name](Env&, uint64_t events, TimeUs after_us) {
+          std::printf("CAUGHT_UP %s events=%llu after_us=%lld wall_us=%lld\n", node.c_str(),
+                      static_cast<unsigned long long>(events), static_cast<long long>(after_us),
+                      static_cast<long long>(wall_us()));
+          std::fflush(stdout);
+        });
+        h.replica = l.get();
+        h.node = std::move(l);
+      } else if (h.info->kind == NodeKind::Replica) {
+        auto r = serve_restarts(d, h.info->id, spec.make_replica(d, h.info->id, *w));
         h.replica = r.get();
         h.node = std::move(r);
       } else if (h.info->kind == NodeKind::Role) {
@@ -380,7 +399,8 @@ int run(Role role, const char* prog, int argc, char** argv) {
   };
   Clock::time_point drain_start, idle_since;
   bool idle_seen = false;
-  if (client_process && probe == 0) anchor_faults(loop, d, config, pname);
+  // A client process starts after the go; so does a restarted replica: each learns load start as it starts.
+  if ((client_process && probe == 0) || recover) anchor_faults(loop, d, config, pname);
   loop.run(nodes, [&] {
     if (g_go) anchor_faults(loop, d, config, pname);
     if (gated_clients && g_go && !opened) {   // the runner's go: every server is READY

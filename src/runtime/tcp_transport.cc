@@ -537,6 +537,11 @@ void TcpTransport::give_up(Peer& p) {
   p.retry_timer = 0;
   close_peer(p);
   unreachable(p.to, lost);   // fatal, unless a client's or draining
+  if (!draining_ && d_.faults.may_restart(p.to)) {   // it may come back (a restart): try it again with what comes
+    p.gone = false;
+    p.blocked_since = 0;
+    p.backoff_s = 1.0;
+  }
 }
 
 void TcpTransport::on_accept(int lfd) {

@@ -49,6 +49,11 @@ void Network::add(NodeId id, std::unique_ptr<Node> node) {
   envs_[id] = std::make_unique<SimEnv>(*this, id, o_.seed * 1000003 + id);
 }
 
+void Network::replace(NodeId id, std::unique_ptr<Node> node) {
+  add(id, std::move(node));
+  nodes_[id]->start(*envs_[id]);
+}
+
 void Network::start() {
   for (auto& [id, n] : nodes_) n->start(*envs_[id]);
 }

@@ -40,6 +40,9 @@ class Network {
   Network(const Deployment& d, Options o = {});
   ~Network();
   void add(NodeId id, std::unique_ptr<Node> node);
+  // Put `node` where node `id` ran and start it now: a crash (the old node, its memory and its timers are gone:
+  // a timer it set fires on the new node, which ignores ids it did not set) and a restart.
+  void replace(NodeId id, std::unique_ptr<Node> node);
   Node* node(NodeId id) { return nodes_.at(id).get(); }
   void start();
   TimeUs now() const { return now_; }

@@ -357,7 +357,8 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
         replicas = [d for d in dumps if d.get("kind") != "manager"]
         rep.run("replicas", lambda: check_replicas(replicas))
         rep.run("workload", lambda: check_workload(replicas))
-        rep.run("run", lambda: check_run_health(run_dir, dumps, crashed))
+        rep.run("run", lambda: check_run_health(run_dir, dumps,
+                                                crashed or durability.restarted_replicas(run_dir)))
         try:
             data = histories.load_run(run_dir, replicas, replay_bin)
         except Skip as s:
@@ -368,7 +369,8 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
             rep.run("atomicity", lambda: histories.check_atomicity(data))
             rep.stats["durability"] = {}
             rep.run("durability", lambda: durability.check(data, replicas, _deployed(run_dir, replicas), crashed,
-                                                           rep.stats["durability"]))
+                                                           rep.stats["durability"],
+                                                           durability.restarted_replicas(run_dir)))
             adj, pre = histories.conflict_graph(data)
             rep.stats.update({"histories": len(data.histories),
                          "executions": sum(len(h) for h in data.histories.values()),

@@ -1,8 +1,11 @@
 """The durability check (docs/checker.md): nothing a client saw committed is lost.
 
 A replica the nemesis crashed (faults.jsonl: a `crash` applied) left no state dump and no history: its memory died
-with it, and the checker holds it to nothing. Every other replica is live to the end, and for each transaction its
-client saw committed, every live replica of every shard it touched must hold it:
+with it, and the checker holds it to nothing. One restarted after its crash (a `crash` healed by a restart) is live
+again: a new process that caught up from replica 0 of its shard (its `caught_up` event) and wrote a dump and history
+at the end, held to everything a live replica is (the replicas check compares its final state with its peers', the
+atomicity check its history with theirs); it must have caught up. Every other replica is live to the end, and for
+each transaction its client saw committed, every live replica of every shard it touched must hold it:
   - in its history (every piece of it there ran; the atomicity check says which pieces and how often);
   - in its final state, where the state says so item by item (append: every value the transaction appended is in
     its list); elsewhere the replay check rebuilds every live replica's digest from the committed transactions.
@@ -10,7 +13,8 @@ A shard must keep a majority of its replicas live (what its protocols need to ha
 recorded as crashed must not have written a dump (the kill failed, or the folder was doctored).
 
 Counts in check.json's stats.durability: committed transactions, (transaction, live replica) copies checked, lost
-transactions, the crashed replicas with their time of death (t_s since load start).
+transactions, the crashed replicas with their time of death (t_s since load start), the restarted ones with their
+times of death, restart and catch-up and the events they executed again.
 """
 from __future__ import annotations
 
@@ -24,13 +28,12 @@ from testbed.analysis.histories import MAX_LISTED, RunData, Unreadable
 FAULTS_JSONL = "faults.jsonl"
 
 
-def crashed_replicas(run_dir) -> dict[str, float]:
-    """node -> t_s of its crash, for every node whose process the nemesis killed (faults.jsonl, `crash` applied
-    with ok); {} without a faults.jsonl."""
+def _crash_events(run_dir) -> list[dict]:
+    """faults.jsonl's crash events (apply, heal by a restart, caught_up); [] without a faults.jsonl."""
     f = Path(run_dir) / FAULTS_JSONL
     if not f.is_file():
-        return {}
-    out = {}
+        return []
+    out = []
     try:
         lines = f.read_text().splitlines()
     except OSError as e:
@@ -40,18 +43,58 @@ def crashed_replicas(run_dir) -> dict[str, float]:
             continue
         try:
             ev = json.loads(line)
-            if ev.get("kind") == "crash" and ev.get("event") == "apply" and ev.get("ok"):
-                for n in ev.get("nodes") or [ev["node"]]:
-                    out[str(n)] = float(ev["t_s"])
+            if ev.get("kind") == "crash":
+                ev["nodes"] = [str(n) for n in (ev.get("nodes") or [ev["node"]])]
+                ev["t_s"] = float(ev["t_s"]) if ev.get("t_s") is not None else None
+                out.append(ev)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unreadable(f"{FAULTS_JSONL} line {i}: {type(e).__name__} {e}") from e
     return out
 
 
+def crashed_replicas(run_dir) -> dict[str, float]:
+    """node -> t_s of its crash, for every node whose process the nemesis killed (faults.jsonl, `crash` applied
+    with ok) and did not start again (restarted_replicas); {} without a faults.jsonl."""
+    evs = _crash_events(run_dir)
+    out = {n: ev["t_s"] for ev in evs if ev.get("event") == "apply" and ev.get("ok") for n in ev["nodes"]}
+    for n in restarted_replicas(run_dir, evs):
+        out.pop(n, None)
+    return out
+
+
+def restarted_replicas(run_dir, events: list[dict] | None = None) -> dict[str, dict]:
+    """node -> {crashed_t_s, restarted_t_s, caught_up_t_s (None: never), events} for every node crashed and
+    started again (faults.jsonl: its crash applied, then healed by a restart, both ok)."""
+    evs = _crash_events(run_dir) if events is None else events
+    crashed = {n: ev["t_s"] for ev in evs if ev.get("event") == "apply" and ev.get("ok") for n in ev["nodes"]}
+    out = {}
+    for ev in evs:
+        if ev.get("event") == "heal" and ev.get("ok") and ev.get("action") == "restart":
+            for n in ev["nodes"]:
+                if n in crashed:
+                    out[n] = {"crashed_t_s": crashed[n], "restarted_t_s": ev["t_s"], "caught_up_t_s": None,
+                              "events": None}
+    for ev in evs:
+        if ev.get("event") == "caught_up" and ev.get("node") in out and out[ev["node"]]["caught_up_t_s"] is None:
+            out[ev["node"]].update(caught_up_t_s=ev["t_s"], events=ev.get("events"))
+    return out
+
+
 def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], crashed: dict[str, float],
-          stats: dict) -> list[str]:
-    """Violations; fills stats (see the module's doc). deployed: shard -> its replicas' names (deploy.yml)."""
+          stats: dict, restarted: dict[str, dict] | None = None) -> list[str]:
+    """Violations; fills stats (see the module's doc). deployed: shard -> its replicas' names (deploy.yml);
+    restarted: restarted_replicas()."""
     v = []
+    restarted = restarted or {}
+    by_node0 = {d["node"]: d for d in dumps}
+    for node, r in sorted(restarted.items()):
+        said = ((by_node0.get(node) or {}).get("counters") or {}).get("restarted")
+        if node in by_node0 and not said:
+            v.append(f"{node} is recorded restarted at t={r['restarted_t_s']:g}s but its dump is not a restarted "
+                     "process's (no `restarted` counter): the restart failed, or the run folder was changed")
+        if r["caught_up_t_s"] is None:
+            v.append(f"{node}, restarted at t={r['restarted_t_s']:g}s, never caught up with replica 0 of its shard "
+                     "(no CAUGHT_UP in its log)")
     live = {s: sorted(data.replicas.get(s, [])) for s in deployed}
     by_node = {d["node"]: d for d in dumps}
     for node, t in sorted(crashed.items()):
@@ -95,6 +138,10 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
                                  f"{node}'s final list (shard {s}, live): lost")
     stats.update(committed=committed, copies_checked=copies, lost=len(lost),
                  crashed={n: t for n, t in sorted(crashed.items())})
+    if restarted:
+        stats["restarted"] = {n: dict(r, caught_up_after_s=None if r["caught_up_t_s"] is None
+                                      else round(r["caught_up_t_s"] - r["restarted_t_s"], 3))
+                              for n, r in sorted(restarted.items())}
     if len(v) > MAX_LISTED:
         v = v[:MAX_LISTED] + [f"... and {len(v) - MAX_LISTED} more"]
     return v

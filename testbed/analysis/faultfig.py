@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from testbed.analysis import timeseries
+from testbed.analysis import durability, timeseries
+from testbed.analysis.histories import Unreadable
 from testbed.analysis.figures import MANIFEST, STYLES, SYSTEM_ORDER, NoRuns, Figure, load_runs, select
 from testbed.analysis.results import read_records
 from testbed.analysis.rundirs import read_json
@@ -30,7 +31,7 @@ PANELS = (("irt_p99_ms", "IRT p99 (ms)"), ("crt_p99_ms", "CRT p99 (ms)"), ("thro
 TABLE_COLUMNS = ["system", "fault", "status", "reason", "window_start_s", "window_end_s",
                  "tput_before", "tput_during", "tput_after", "irt_p99_before_ms", "irt_p99_during_ms",
                  "irt_p99_after_ms", "crt_p99_before_ms", "crt_p99_during_ms", "crt_p99_after_ms", "recovery_s",
-                 "stalled_s", "run_id"]
+                 "stalled_s", "caught_up_after_s", "run_id"]
 
 
 def _window(meta: dict) -> tuple[float, float] | None:
@@ -73,7 +74,14 @@ def collect(root, name: str = "faults") -> tuple[list[dict], dict | None]:
         meta = read_json(run_dir / "meta.json") or {}
         row = dict(system=r.system, fault=meta.get("point_label") or f"x={r.x:g}", x=r.x, status=r.status,
                    reason=r.reason or "", window=_window(meta), ts=None, effect=None, run_id=r.run_id,
-                   repeat=r.repeat)
+                   repeat=r.repeat, restarted=False, caught_up_after_s=None)
+        try:   # a crashed follower started again: when it caught up (faults.jsonl)
+            back = durability.restarted_replicas(run_dir)
+        except Unreadable:
+            back = {}
+        if back:
+            after = [v["caught_up_t_s"] - v["restarted_t_s"] for v in back.values() if v["caught_up_t_s"] is not None]
+            row.update(restarted=True, caught_up_after_s=round(max(after), 3) if len(after) == len(back) else None)
         if r.status == "ok":
             duration = float(r.duration or 0) or float((meta.get("knobs") or {}).get("duration_s") or 0)
             warmup = float(r.warmup or 0)
@@ -109,6 +117,8 @@ def table(rows: list[dict]) -> pd.DataFrame:
                         irt_p99_after_ms=_nan(a, "irt_p99_ms"), crt_p99_before_ms=_nan(b, "crt_p99_ms"),
                         crt_p99_during_ms=_nan(d, "crt_p99_ms"), crt_p99_after_ms=_nan(a, "crt_p99_ms"),
                         recovery_s=_nan(e, "recovery_s") if e else math.nan, stalled_s=stalled,
+                        caught_up_after_s=r.get("caught_up_after_s") if r.get("caught_up_after_s") is not None
+                        else math.nan,
                         run_id=r["run_id"]))
     return pd.DataFrame(out, columns=TABLE_COLUMNS)
 
@@ -161,8 +171,8 @@ def build(rows: list[dict], systems: list, title: str, caption_text: str):
                 st = STYLES.get(r["system"], dict(label=r["system"], color="black", linestyle="-", marker="o"))
                 ax.plot(r["ts"].t_s + 0.5, r["ts"][col], color=st["color"], linestyle=st["linestyle"],
                         linewidth=1.6, marker=st["marker"], markersize=3)
-            if window and kind == "crash":   # no heal: the follower stays down after the window (no restart yet)
-                xlim = ax.get_xlim()
+            if window and kind == "crash" and not any(r.get("restarted") for r in mine):
+                xlim = ax.get_xlim()   # no restart: the follower stays down after the window (lighter shade)
                 ax.axvspan(window[1], xlim[1], color="0.94", zorder=0)
                 ax.set_xlim(xlim)
             if col == "throughput_tps":
@@ -207,9 +217,15 @@ def caption(rows: list[dict], systems: list) -> str:
              "throughput of the commits completed in it, of the clients in the regions the fault did not touch "
              "(all regions for a fault that names none); recovery = from the heal until a 3 s "
              "window is back within 10 % of the throughput and IRT p99 before the fault (data-faults.csv)."]
-    if any(r["fault"] == "crash" for r in rows):
+    crashes = [r for r in rows if r["fault"] == "crash"]
+    if any(not r.get("restarted") for r in crashes):
         parts.append("Crash: the follower killed at the window's start stays down to the end (no restart; lighter "
                      "shade); its recovery counts from the window's end, with the follower still gone.")
+    if any(r.get("restarted") for r in crashes):
+        after = [r["caught_up_after_s"] for r in crashes if r.get("caught_up_after_s") is not None]
+        parts.append("Crash: the follower killed at the window's start is restarted empty at its end and catches "
+                     "up from replica 0 of its shard" + (f" (caught up {min(after):.2f}-{max(after):.2f} s after "
+                                                         "its restart)" if after else "") + ".")
     n_failed = sum(r["status"] != "ok" for r in rows)
     if n_failed:
         parts.append(f"{n_failed} run(s) failed, named in their panels.")

@@ -133,7 +133,7 @@ def fault_schedule(kind: str, cfg: ExpConfig) -> str:
     return {"none": "",
             "partition": f"partition:r{r}@{at}+{length}",
             "pause": f"pause:follower-r{r}@{at}+{length}",
-            "crash": f"crash:follower-r{r}@{at}",   # for good: a restart is not available yet
+            "crash": f"crash:follower-r{r}@{at}+{length}",   # killed, then restarted empty: it catches up
             "clock": f"clock:r{r}{_num(cfg.fault_clock_skew_ms):+}ms@{at}+{length}",
             "spike": f"spike:r{r}-*+{_num(cfg.fault_spike_ms)}ms@{at}+{length}"}[kind]
 
@@ -144,7 +144,7 @@ def _exp6(cfg: ExpConfig) -> list[Point]:
     meta = dict(fault_window_s=[at, at + length], fault_region=fault_region(cfg))
     # a pause or crash stops an engine process: with one per container (the default) that is a whole shard, its 3
     # replicas and clients; one process per node stops the one follower the fault names (about 3x the CPU per
-    # transaction). A crash has no end: the window is its first FAULT_FOR_S, "after" the rest with the follower gone
+    # transaction). A crash's window is the time its follower is down: it is restarted empty at the window's end
     return [Point(x=i, knobs=dict(workload="tpcc", payment_crt_rate=-1, **_fixed_load(cfg),
                                   duration=at + length + float(cfg.fault_after_s), faults=fault_schedule(k, cfg),
                                   **(dict(processes="node") if k in ("pause", "crash") else {})),

@@ -16,6 +16,10 @@ window [START, START+LENGTH); a clock fault may take `@START` alone (default 0):
     crash:NODE@S                 NODE's engine process killed (SIGKILL) at S, down for the rest of the run: a
                                  follower (not replica 0: its failover comes later) alone in its process
                                  (`processes: node`), at most one replica of a shard
+    crash:NODE@S+T               the same, and a new, empty process started for NODE at S+T: it catches up from
+                                 replica 0 of its shard (state transfer), then follows it to the end of the run
+    restart:NODE@S               the same as +T on an earlier crash item of NODE (the same text: a random NODE
+                                 names the node that item drew)
 
     REGIONS  rK (0-based, as in node names), several with `,`, or random-region
     LINKS    rA-rB (both directions), rA>rB (one), rA-* (every cross-region link of rA, both directions),
@@ -37,8 +41,7 @@ import re
 
 KINDS = ("partition", "spike", "jitter", "clock", "pause", "crash")
 DRIVER_KINDS = ("pause", "crash")   # applied by the runner; the others by every engine process itself
-NOT_YET = {"restart": "restart is not available yet: a crashed replica stays down for the rest of the run "
-                      "(its recovery by state transfer is issue 49's next step)"}
+NOT_YET: dict[str, str] = {}
 CONNECT_TIMEOUT_S = 10.0    # the engine's runtime.connect_timeout_s default: a pause must be shorter
 
 _NUM = r"\d+(?:\.\d+)?"
@@ -77,7 +80,7 @@ def _parse(i: int, item: str) -> dict:
         _fail(i, item, f"expected KIND:..., KIND one of {', '.join(KINDS)}")
     if kind in NOT_YET:
         _fail(i, item, NOT_YET[kind])
-    if kind not in KINDS:
+    if kind not in KINDS and kind != "restart":
         _fail(i, item, f"unknown kind '{kind}' (expected one of {', '.join(KINDS)})")
     rest = rest.strip()
     out = {"kind": kind, "text": item}
@@ -114,14 +117,19 @@ def _parse(i: int, item: str) -> dict:
             _fail(i, item, f"drift {drift:g} ppm: must be in [-100000, 100000]")
         out["offset_ms"], out["drift_ppm"] = offset, drift
         return out
-    if kind == "crash":
-        if not m or m.group("len") is not None:
-            _fail(i, item, "expected crash:NODE@START (seconds from the start of the load; it stays down), "
-                           "e.g. crash:follower-r2@10")
+    if kind in ("crash", "restart"):
+        if not m or (kind == "restart" and m.group("len") is not None):
+            _fail(i, item, "expected crash:NODE@START (down to the end of the run) or crash:NODE@START+LENGTH "
+                           "(restarted at START+LENGTH), e.g. crash:follower-r2@10+5" if kind == "crash" else
+                           "expected restart:NODE@START (NODE crashed by an earlier item), e.g. restart:s2.0.1@15")
         body = m.group("body").strip()
         if not body or re.search(r"\s", body):
-            _fail(i, item, "expected crash:NODE@START")
+            _fail(i, item, f"expected {kind}:NODE@START")
         out["target"], out["start"] = body, float(m.group("start"))
+        if m.group("len") is not None:
+            out["length"] = float(m.group("len"))
+            if out["length"] <= 0:
+                _fail(i, item, "LENGTH must be > 0")
         return out
     if not m or m.group("len") is None:
         _fail(i, item, "expected @START+LENGTH (seconds from the start of the load), e.g. @5+3")
@@ -243,6 +251,9 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
     out = []
     for i, item in enumerate(split_items(spec), 1):
         p = _parse(i, item)
+        if p["kind"] == "restart":
+            _restart(i, item, p, out, topo, duration)
+            continue
         e: dict = {"id": f"f{i}", "spec": item, "kind": p["kind"]}
         if p["kind"] == "partition":
             rs = [topo.region(i, item, t.strip(), rng) for t in p["target"].split(",")]
@@ -275,7 +286,7 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
         elif p["kind"] == "crash":
             n = _server(i, item, p["target"], topo, rng)
             _crashable(i, item, n, nodes)
-            e["node"], e["process"] = n["name"], _process_of(n)
+            e["node"], e["process"], e["target"] = n["name"], _process_of(n), p["target"]
         else:
             n = _server(i, item, p["target"], topo, rng)
             e["node"] = n["name"]
@@ -293,7 +304,25 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
                            f"({connect_timeout_s:g} s): its peers would take it for dead")
         _check_overlap(i, item, e, out)
         out.append(e)
+    for e in out:
+        e.pop("target", None)   # a restart item's key to its crash item, no longer needed
     return out
+
+
+def _restart(i, item, p: dict, before: list[dict], topo: _Topology, duration: float) -> None:
+    """restart:NODE@S: the earlier crash item of NODE (by its text, or by the node it names) is restarted at S."""
+    crashes = [e for e in before if e["kind"] == "crash"]
+    c = next((e for e in crashes if e["target"] == p["target"]), None) or \
+        next((e for e in crashes if e["node"] == p["target"]), None)
+    if c is None:
+        _fail(i, item, f"a restart without a crash: no earlier item crashes {p['target']}")
+    if "end_s" in c:
+        _fail(i, item, f"{c['node']} is restarted twice (item {c['id'][1:]} '{c['spec']}')")
+    if p["start"] <= c["start_s"]:
+        _fail(i, item, f"restarts {c['node']} at {p['start']:g} s, not after its crash at {c['start_s']:g} s")
+    if p["start"] >= duration:
+        _fail(i, item, f"starts at {p['start']:g} s, not before the run's end (duration {duration:g} s)")
+    c["end_s"], c["restart_spec"] = p["start"], item
 
 
 def _crashable(i, item, n: dict, nodes: list[dict]) -> None:
@@ -361,6 +390,11 @@ def deploy_entries(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k in keep or k in ENGINE_KEYS[e["kind"]]} for e in entries]
 
 
+def restarts(entries: list[dict]) -> list[dict]:
+    """The crash entries whose node is restarted (end_s: when)."""
+    return [e for e in entries if e["kind"] == "crash" and "end_s" in e]
+
+
 def describe(e: dict) -> str:
     """One line for logs: `f1 partition r1 cut [5, 8) s`."""
     w = f"[{e['start_s']:g}, {e['end_s']:g}) s" if "end_s" in e else f"from {e['start_s']:g} s"
@@ -376,7 +410,7 @@ def describe(e: dict) -> str:
         what = (f"clock {e.get('offset_ms', 0):+g} ms {e.get('drift_ppm', 0):+g} ppm on "
                 + (", ".join(e["nodes"]) if len(e["nodes"]) <= 4 else f"{len(e['nodes'])} nodes"))
     elif k == "crash":
-        what = f"process {e['process']} killed"
+        what = f"process {e['process']} killed" + (", then restarted empty" if "end_s" in e else "")
     else:
         what = f"process {e['process']} ({', '.join(e['paused_nodes'])}) paused"
     return f"{e['id']} {k}: {what}, {w}"

@@ -385,7 +385,9 @@ class Runner(ABC):
             if deploy.get("faults"):  # load start fixed now, read by every process at the go (docs/nemesis.md)
                 seed = ((self._config or {}).get("knobs") or {}).get("faults_seed")
                 self._nemesis = Nemesis(deploy, run_dir, servers, self.say,
-                                        seed=seed if seed is not None else deploy.get("seed"))
+                                        seed=seed if seed is not None else deploy.get("seed"),
+                                        restart=lambda node: self._restart(node, deploy, cfg, run_dir, servers,
+                                                                           procs))
                 self._nemesis.publish(lambda text: self.publish_load_start(run_dir, text), self.load_start_lead_s)
                 go = servers   # every server process learns load start at the go, not only those with clients
             self.signal_all(go, signal.SIGUSR1)  # their clients start now, as the client processes do
@@ -401,6 +403,7 @@ class Runner(ABC):
         self.collect(run_dir)
         self._phase("collect")
         crashed = self._crashed()   # killed by the nemesis (a crash fault): no exit code 0, no state dump
+        down = crashed - self._restarted()   # ... and not started again (a restarted node writes its dump)
         bad = [p for p in servers if p.poll() != 0 and p.name not in crashed]
         if bad:
             raise RunError(f"server {bad[0].describe_exit()}")
@@ -408,7 +411,7 @@ class Runner(ABC):
         # another child) has not started yet
         self._engine_cpu, self._machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
         missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica"
-                                    and (n.get("process") or n["name"]) not in crashed
+                                    and (n.get("process") or n["name"]) not in down
                                     and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
         if missing:
             raise RunError(f"replicas exited without a state dump: {', '.join(missing)}")
@@ -417,6 +420,19 @@ class Runner(ABC):
     def _crashed(self) -> set[str]:
         """The server processes the nemesis killed (crash faults) so far."""
         return self._nemesis.crashed_processes() if self._nemesis is not None else set()
+
+    def _restarted(self) -> set[str]:
+        """The nodes the nemesis started again after their crash (each alone in its process: its name)."""
+        return self._nemesis.restarted_nodes() if self._nemesis is not None else set()
+
+    def _restart(self, node_name: str, deploy: dict, cfg: Path, run_dir: Path, servers: list, procs: list) -> Proc:
+        """A new, empty process for a crashed replica (the nemesis's restart, on its thread): `txn-server --recover`,
+        named <node>+restart (its log beside the killed one's), watched and drained as every server process."""
+        node = next(n for n in deploy["nodes"] if n["name"] == node_name)
+        p = self.spawn(dict(node, proc_name=f"{node_name}+restart"), "server", cfg, run_dir, "servers", ["--recover"])
+        procs.append(p)
+        servers.append(p)
+        return p
 
     def _poll_round(self, stop) -> None:
         stop.check()

@@ -143,7 +143,8 @@ class LocalRunner(Runner):
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [str(self._bins[role]), "--config", str(cfg_path), *engine_target(node),
                 "--out", str(run_dir / out), *client_out(node, str(run_dir / "clients")), *extra]
-        return LocalProc(node["name"], argv, run_dir / "logs" / f"{node['name']}.log")
+        name = node.get("proc_name", node["name"])   # a restarted node's process: <node>+restart
+        return LocalProc(name, argv, run_dir / "logs" / f"{name}.log")
 
     def teardown(self, run_dir, procs):
         for p in procs:

@@ -12,8 +12,12 @@ deployment file, counted from the load start it reads (`load_start` beside the d
 the epoch on CLOCK_REALTIME); their windows are recorded as planned, plus, per process, when it read the load start
 (its `FAULTS` log line; read_at_t_s < 0: before t = 0, as the swarm's lead wants). Pauses are SIGSTOP/SIGCONT to the
 engine process that runs the node (all of its nodes pause: the record names them), recorded with the wall time the
-signal was sent and acknowledged. A crash is SIGKILL to the process of one follower (alone in it), never undone:
-`crashed` names the processes killed, whose exit and missing state dump the runner then expects.
+signal was sent and acknowledged. A crash is SIGKILL to the process of one follower (alone in it): `crashed` names
+the processes killed, whose exit and missing state dump the runner then expects. A crash with an end (`crash:NODE@S+T`)
+is restarted then: `restart(node)` (the runner's) starts a new, empty process for it (`txn-server --recover`, named
+<process>+restart), recorded as the crash's heal; it says `CAUGHT_UP` in its log when it has caught up with replica 0
+of its shard, recorded as a `caught_up` event; `restarted` names the nodes restarted, whose state dump the runner
+expects again.
 
 Records: faults.json (the plan, the seed, load start, what each process read) and faults.jsonl (one event a line:
 load_start, then apply/heal of every fault in time order, `source` plan or driver, with wall time and t_s since
@@ -34,6 +38,7 @@ from testbed.core.faults import DRIVER_KINDS
 
 FAULTS_JSON, FAULTS_JSONL, LOAD_START = "faults.json", "faults.jsonl", "load_start"
 _ANCHOR = re.compile(r"^FAULTS (\S+) load_start_us=(\d+) read_at_us=(\d+) source=(.*)$", re.M)
+_CAUGHT_UP = re.compile(r"^CAUGHT_UP (\S+) events=(\d+) after_us=(\d+) wall_us=(\d+)$", re.M)
 
 
 def _us(t: float) -> int:
@@ -41,7 +46,7 @@ def _us(t: float) -> int:
 
 
 class Nemesis:
-    def __init__(self, deploy: dict, run_dir: Path, servers: list, say=lambda m: None, seed=None):
+    def __init__(self, deploy: dict, run_dir: Path, servers: list, say=lambda m: None, seed=None, restart=None):
         self.entries = list(deploy.get("faults") or [])
         self.run_dir, self.say, self.seed = Path(run_dir), say, seed
         procs = {n: members for n, members in deploylib.processes(deploy["nodes"])}
@@ -55,6 +60,8 @@ class Nemesis:
         self._thread: threading.Thread | None = None
         self._paused: dict[str, dict] = {}   # process -> the pause entry holding it
         self.crashed: dict[str, dict] = {}   # process -> the crash entry that killed it (the signal was sent)
+        self.restarted: dict[str, str] = {}  # node -> the process started for it again (restart(node) returned)
+        self.restart = restart                # node name -> its new process (a Proc); None: restarts fail
         self.lead_s = 0.0
 
     def crashed_processes(self) -> set[str]:
@@ -106,8 +113,47 @@ class Nemesis:
             if self._stop.wait(max(0.0, self.t0 + at - time.time())):
                 return
             self._signal(e, what, at)
+        if self.restarted_nodes():
+            # a restarted process dies with the thread that started it (the local backend's PR_SET_PDEATHSIG is
+            # per thread): this one lives until stop()
+            self._stop.wait()
+
+    def restarted_nodes(self) -> set[str]:
+        """The nodes restarted so far (a copy)."""
+        with self._lock:
+            return set(self.restarted)
+
+    def _restart(self, e: dict, planned: float) -> None:
+        """The crash entry's heal: a new, empty process for its node (the runner's restart())."""
+        old = self.process_of.get(e["node"], e["node"])
+        sent, ok, err, name = time.time(), False, None, None
+        if old not in self.crashed_processes():
+            err = f"{old} was not crashed"
+        elif self.restart is None:
+            err = "this runner cannot restart a process"
+        else:
+            try:
+                p = self.restart(e["node"])
+                name, ok = p.name, True
+            except Exception as x:  # noqa: BLE001 -- recorded; the run goes on (and fails its dump check)
+                err = f"{type(x).__name__}: {x}".splitlines()[0]
+        done = time.time()
+        if ok:
+            with self._lock:
+                self.restarted[e["node"]] = name
+        ev = {"id": e["id"], "kind": "crash", "event": "heal", "action": "restart", "source": "driver",
+              "applied_by": "driver", "node": e["node"], "process": name or old, "nodes": [e["node"]],
+              "planned_t_s": float(planned), "t_s": round(sent - self.t0, 6), "wall_unix_us": _us(sent),
+              "took_ms": round((done - sent) * 1e3, 3), "ok": ok, "spec": e.get("restart_spec") or e.get("spec")}
+        if err:
+            ev["error"] = err
+        self._record(ev)
+        self.say(f"nemesis: t={sent - self.t0:.2f}s {e['id']} restart: {e['node']} "
+                 + (f"started again as {name}" if ok else f"FAILED ({err})"))
 
     def _signal(self, e: dict, what: str, planned: float, early: bool = False) -> None:
+        if e["kind"] == "crash" and what == "heal":
+            return self._restart(e, planned)
         proc_name = self.process_of.get(e["node"], e["node"])
         p = self.servers.get(proc_name)
         crash = e["kind"] == "crash"
@@ -153,7 +199,8 @@ class Nemesis:
         with self._lock:
             held = list(self._paused.values())
         for e in held:
-            self._signal(e, "heal", e["end_s"], early=True)
+            if e["kind"] == "pause":
+                self._signal(e, "heal", e["end_s"], early=True)
         if self.t0 is not None or self.entries:
             self._write()
 
@@ -171,6 +218,25 @@ class Nemesis:
                 out.append({"process": m.group(1), "load_start_unix_us": zero, "read_at_unix_us": read,
                             "read_at_t_s": round((read - _us(self.t0)) / 1e6, 6) if self.t0 else None,
                             "agrees": self.t0 is not None and zero == _us(self.t0), "source": m.group(4).strip()})
+        return out
+
+    def caught_up(self) -> list[dict]:
+        """A `caught_up` event per restarted process that said `CAUGHT_UP` in its log (the time it said it, the
+        events it had executed again, its time from start to caught up)."""
+        out = []
+        by_node = {e["node"]: e for e in self.entries if e["kind"] == "crash" and "end_s" in e}
+        for log in sorted((self.run_dir / "logs").glob("*+restart.log")):
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                continue
+            for m in _CAUGHT_UP.finditer(text):
+                node, e = m.group(1), by_node.get(m.group(1))
+                wall = int(m.group(4))
+                out.append({"id": e["id"] if e else None, "kind": "crash", "event": "caught_up", "source": "engine",
+                            "node": node, "process": log.stem, "events": int(m.group(2)),
+                            "after_start_s": round(int(m.group(3)) / 1e6, 6), "wall_unix_us": wall,
+                            "t_s": round((wall - _us(self.t0)) / 1e6, 6) if self.t0 else None})
         return out
 
     def _write(self) -> None:
@@ -192,7 +258,8 @@ class Nemesis:
                                            default=None)}
         (self.run_dir / FAULTS_JSON).write_text(json.dumps(doc, indent=1) + "\n")
         with self._lock:
-            evs = sorted(self.events, key=lambda v: (v["t_s"], v["event"] != "load_start"))
+            evs = sorted(self.events + self.caught_up(),
+                         key=lambda v: (v["t_s"] if v["t_s"] is not None else 0.0, v["event"] != "load_start"))
         with open(self.run_dir / FAULTS_JSONL, "w") as f:
             for ev in evs:
                 f.write(json.dumps(ev, sort_keys=True) + "\n")

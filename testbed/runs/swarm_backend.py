@@ -437,8 +437,8 @@ class SwarmRunner(Runner):
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [f"txn-{role}", "--config", f"{self.rdir}/deploy.yml", *engine_target(node),
                 "--out", f"{self.rdir}/{out}", *client_out(node, f"{self.rdir}/clients"), *extra]
-        return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]), node["name"],
-                          argv, self.rdir, self._life_s)
+        return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]),
+                          node.get("proc_name", node["name"]), argv, self.rdir, self._life_s)
 
     def spawn_many(self, items, cfg_path, run_dir, started, check) -> list:
         """The containers in parallel, each one's processes in order (one SSH command each: one after the other, 100

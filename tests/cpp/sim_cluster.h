@@ -13,6 +13,7 @@
 
 #include "client/client_node.h"
 #include "core/protocol.h"
+#include "core/recovery.h"
 #include "history_check.h"
 #include "sim/sim.h"
 
@@ -50,7 +51,7 @@ struct SimCluster {
     net = std::make_unique<sim::Network>(d, std::move(o));
     for (const auto& n : d.nodes) {
       if (n.kind == NodeKind::Replica) {
-        auto r = spec.make_replica(d, n.id, *w);
+        auto r = serve_restarts(d, n.id, spec.make_replica(d, n.id, *w));   // as the engine builds it
         replicas.push_back(r.get());
         net->add(n.id, std::move(r));
       } else if (n.kind == NodeKind::Role) {

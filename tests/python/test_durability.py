@@ -138,3 +138,91 @@ def test_drops_to_a_peer_planned_to_crash_need_a_crash(tmp_path):
     v = checker.check_run_health(tmp_path, dumps, crashed={})
     assert v == ["s0.0.0: dropped 4 message(s) to a peer planned to crash, but no crash was applied (faults.jsonl)"]
     assert checker.check_run_health(tmp_path, dumps, crashed={"s0.0.1": 3.0}) == []
+
+
+# ---- a crashed follower restarted empty (crash:NODE@S+T): it catches up from replica 0 of its shard
+
+
+@pytest.fixture(scope="module")
+def restart_run(tmp_path_factory):
+    if not all(os.access(b, os.X_OK) for b in BINARIES):
+        pytest.skip("binaries not built")
+    d = deploy.build_deployment(mode="dast", workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=2, duration=8, warmup=1, cooldown=1, base_port=27850,
+                                processes="node", faults=f"crash:{VICTIM}@2+1.5")
+    return LocalRunner(build_dir=BUILD, progress=False).run(d, "restart", out_root=tmp_path_factory.mktemp("runs"))
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_restarted_follower_catches_up_and_ends_as_its_peers(restart_run):
+    assert restart_run.ok and restart_run.check["verdict"] == "CONSISTENT", (restart_run.reason,
+                                                                             restart_run.check["violations"][:3])
+    run = restart_run.run_dir
+    stats = restart_run.check["stats"]["durability"]
+    assert stats["lost"] == 0 and stats["crashed"] == {}
+    back = stats["restarted"][VICTIM]
+    assert 1.9 < back["crashed_t_s"] < 2.5 and 3.4 < back["restarted_t_s"] < 4.0 and back["events"] > 0
+    assert 0 <= back["caught_up_after_s"] < 5
+    # live again: its dump and history are there, and its history is replica 0's, event by event
+    data = load(run)
+    want = sum(3 for t in data.txns.values() if t.committed for s in t.shards())
+    assert stats["copies_checked"] == want
+    assert history_lines(run, VICTIM)[1] == history_lines(run, "s1.0.0")[1]
+    dump = json.loads((run / "servers" / f"{VICTIM}.state.json").read_text())
+    assert dump["counters"]["restarted"] == 1 and dump["counters"]["ignored_protocol_messages"] > 0
+    assert dump["append"]["lists"] == json.loads((run / "servers" / "s1.0.0.state.json").read_text())["append"]["lists"]
+    events = [e for e in _events(run) if e.get("kind") == "crash"]
+    assert [(e["event"], e.get("action"), e["process"]) for e in events] == [
+        ("apply", None, VICTIM), ("heal", "restart", f"{VICTIM}+restart"), ("caught_up", None, f"{VICTIM}+restart")]
+    assert "CAUGHT_UP" in (run / "logs" / f"{VICTIM}+restart.log").read_text()
+    assert validate.validate_run(run) == []
+    assert procs_mentioning(str(run)) == []
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_restarted_replica_missing_a_committed_transaction_is_flagged(restart_run, tmp_path):
+    run = _copy(restart_run, tmp_path)
+    header, body = history_lines(run, VICTIM)
+    data = load(run)
+    txn = next(int(x.split()[0]) for x in body if data.txns.get(int(x.split()[0]))
+               and data.txns[int(x.split()[0])].committed)
+    write_history(run, VICTIM, header, [x for x in body if int(x.split()[0]) != txn])
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[durability]"))
+    assert f"txn {txn} " in line and f"missing from the history of {VICTIM}" in line, line
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_restarted_replicas_final_state_missing_an_append_is_flagged(restart_run, tmp_path):
+    run = _copy(restart_run, tmp_path)
+    f = run / "servers" / f"{VICTIM}.state.json"
+    dump = json.loads(f.read_text())
+    key, values = next((k, v) for k, v in sorted(dump["append"]["lists"].items()) if v)
+    dump["append"]["lists"][key] = values[:-1]
+    f.write_text(json.dumps(dump))
+    p = run_cli(run)
+    assert p.returncode == 1
+    assert any(x.startswith("[durability]") and f"missing from {VICTIM}'s final list" in x
+               for x in p.stdout.splitlines()), p.stdout
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_restart_that_never_caught_up_or_wrote_anothers_dump_is_flagged(restart_run, tmp_path):
+    run = _copy(restart_run, tmp_path)
+    events = _events(run)
+    _write_events(run, [e for e in events if e.get("event") != "caught_up"])
+    p = run_cli(run)
+    assert p.returncode == 1 and f"[durability] {VICTIM}, restarted at t=" in p.stdout \
+        and "never caught up" in p.stdout, p.stdout
+    _write_events(run, events)
+    f = run / "servers" / f"{VICTIM}.state.json"
+    dump = json.loads(f.read_text())
+    del dump["counters"]["restarted"]   # as if the first process had written it: its kill failed
+    f.write_text(json.dumps(dump))
+    p = run_cli(run)
+    assert p.returncode == 1 and "its dump is not a restarted process's" in p.stdout, p.stdout

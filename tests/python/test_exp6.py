@@ -24,7 +24,7 @@ def test_every_kind_is_a_point_with_its_schedule_window_and_region():
         dep = deploy.build_deployment(mode="dast", **{**base_knobs(c), **p.knobs})
         assert bool(dep.get("faults")) == (p.label != "none"), p.label
     assert [p.knobs["faults"] for p in pts] == ["", "partition:r2@10+5", "pause:follower-r2@10+5",
-                                              "crash:follower-r2@10", "clock:r2+50ms@10+5", "spike:r2-*+100ms@10+5"]
+                                              "crash:follower-r2@10+5", "clock:r2+50ms@10+5", "spike:r2-*+100ms@10+5"]
     # a pause or a crash stops one follower's process: a process per node
     assert pts[2].knobs["processes"] == pts[3].knobs["processes"] == "node" and "processes" not in pts[1].knobs
     assert experiments.get("exp6").points(cfg(fault_region=1, fault_clock_skew_ms=-20))[4].knobs["faults"] == \

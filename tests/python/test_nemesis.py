@@ -99,7 +99,7 @@ def test_random_targets_follow_the_seed():
     ("pause:s0.0.0@1+2; pause:s0.0.2@2+2", "the same process shard0.0 paused twice"),
     ("pause:follower-r5@1+1", "region r5 is not in this deployment"),
     ("crash:follower@1", "shares process shard"),     # the default layout: a process per shard container
-    ("restart:s0.0.1@2", "restart is not available yet"),
+    ("restart:s0.0.1@2", "a restart without a crash: no earlier item crashes s0.0.1"),
 ])
 def test_a_bad_schedule_is_one_line_naming_the_item(spec, says):
     with pytest.raises(ValueError) as e:
@@ -123,13 +123,34 @@ def test_a_crash_kills_one_follower_for_good():
     assert len(_node_plan("pause:s0.0.1@1+2; crash:s0.0.1@4; crash:s1.0.2@5")) == 3
 
 
+def test_a_crash_with_a_restart_names_its_end():
+    """crash:NODE@S+T and crash:NODE@S; restart:NODE@S+T are one entry, its end the restart; a random NODE in the
+    restart names the node its crash item drew."""
+    (a,) = _node_plan("crash:follower-r2@10+5")
+    (b,) = _node_plan("crash:follower-r2@10; restart:follower-r2@15")
+    assert a["node"] == b["node"] and a["start_s"] == b["start_s"] == 10 and a["end_s"] == b["end_s"] == 15
+    assert b["restart_spec"] == "restart:follower-r2@15" and "target" not in b
+    assert faults.deploy_entries([a]) == [{"id": "f1", "spec": "crash:follower-r2@10+5", "kind": "crash",
+                                           "node": a["node"], "start_s": 10.0, "end_s": 15.0}]
+    assert faults.restarts([a]) == [a] and "then restarted empty, [10, 15) s" in faults.describe(a)
+    (c,) = _node_plan(f"crash:{a['node']}@3; restart:{a['node']}@4.5")
+    assert c["end_s"] == 4.5
+
+
 @pytest.mark.parametrize("spec, says", [
     ("crash:s0.0.0@1", "replica 0 of its shard (its leader or coordinator)"),
     ("crash:leader@1", "replica 0 of its shard"),
     ("crash:m0@1", "'m0' is not a replica"),
     ("crash:c0.0.0@1", "'c0.0.0' is a client"),
-    ("crash:s0.0.1@1+3", "expected crash:NODE@START"),
+    ("crash:s0.0.1@1+0", "LENGTH must be > 0"),
+    ("crash:s0.0.1@10+12", "ends at 22 s, past the run's end"),
     ("crash:s0.0.1", "expected crash:NODE@START"),
+    ("restart:s0.0.1@5", "a restart without a crash"),
+    ("crash:s0.0.1@2; restart:s0.0.2@5", "a restart without a crash: no earlier item crashes s0.0.2"),
+    ("crash:s0.0.1@5; restart:s0.0.1@4", "restarts s0.0.1 at 4 s, not after its crash at 5 s"),
+    ("crash:s0.0.1@5+1; restart:s0.0.1@8", "s0.0.1 is restarted twice"),
+    ("crash:s0.0.1@5; restart:s0.0.1@20", "not before the run's end"),
+    ("restart:s0.0.1@5+2", "expected restart:NODE@START"),
     ("crash:s0.0.1@20", "not before the run's end"),
     ("crash:s0.0.1@2; crash:s0.0.2@5", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard"),
     ("crash:s0.0.1@2; crash:s0.0.1@5", "s0.0.1 crashed twice"),
@@ -137,6 +158,7 @@ def test_a_crash_kills_one_follower_for_good():
     ("crash:s0.0.1@2; pause:s0.0.1@3+1", "s0.0.1 is paused past its crash"),
 ])
 def test_a_crash_that_cannot_be_is_refused_in_one_line(spec, says):
+    """Also what a restart cannot be: without a crash, before it, twice, past the run (docs/nemesis.md)."""
     with pytest.raises(ValueError) as e:
         deploy.build_deployment(duration=20, mode="dast", faults=spec, processes="node")
     msg = str(e.value)
@@ -147,7 +169,8 @@ def test_a_crash_that_cannot_be_is_refused_in_one_line(spec, says):
 @pytest.mark.parametrize("change, says", [
     (lambda f: f.update(node="s0.0.0"), "replica 0 of its shard"),
     (lambda f: f.update(node="m0"), "'m0' is not a replica"),
-    (lambda f: f.update(end_s=5.0), "end_s"),
+    (lambda f: f.update(end_s=1.0), "end_s: must be after start_s"),
+    (lambda f: f.update(end_s=25.0), "end_s: 25 s is past the run's end"),
     (lambda f: f.update(start_s=30.0), "not before the run's end"),
 ])
 def test_the_engine_refuses_a_doctored_crash(tmp_path, change, says):
@@ -185,6 +208,57 @@ def test_the_runner_kills_on_time_and_expects_the_death(tmp_path):
     assert [(e["event"], e["signal"], e["ok"], e["nodes"]) for e in crash] == [("apply", "SIGKILL", True, ["s1.0.2"])]
     planned = json.loads((tmp_path / "faults.json").read_text())["planned"]
     assert planned[0]["applied_by"] == "driver" and planned[0]["crashed_nodes"] == ["s1.0.2"]
+
+
+def test_the_runner_restarts_on_time_and_records_the_catch_up(tmp_path):
+    d = deploy.build_deployment(duration=5, warmup=1, cooldown=1, mode="tapir", faults="crash:s1.0.2@0.1+0.3",
+                                processes="node")
+    procs = [_Proc(name) for name, _ in deploy.processes(d["nodes"])]
+    started = []
+
+    def restart(node):
+        started.append((node, time.time()))
+        return _Proc(f"{node}+restart")
+    nem = Nemesis(d, tmp_path, procs, seed=7, restart=restart)
+    t0 = nem.publish(lambda text: None)
+    nem.start()
+    time.sleep(0.6)
+    assert nem.restarted_nodes() == {"s1.0.2"} and nem.crashed_processes() == {"s1.0.2"}
+    (tmp_path / "logs").mkdir()
+    wall = int((t0 + 0.45) * 1e6)
+    (tmp_path / "logs" / "s1.0.2+restart.log").write_text(
+        f"READY s1.0.2 127.0.0.1:1\nCAUGHT_UP s1.0.2 events=42 after_us=50000 wall_us={wall}\n")
+    nem.stop()
+    assert [n for n, _ in started] == ["s1.0.2"] and abs(started[0][1] - t0 - 0.4) < 0.05
+    events = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    crash = [(e["event"], e.get("action"), e.get("ok"), e["process"]) for e in events if e.get("kind") == "crash"]
+    assert crash == [("apply", None, True, "s1.0.2"), ("heal", "restart", True, "s1.0.2+restart"),
+                     ("caught_up", None, None, "s1.0.2+restart")]
+    up = [e for e in events if e["event"] == "caught_up"]
+    assert len(up) == 1 and up[0]["events"] == 42 and abs(up[0]["t_s"] - 0.45) < 1e-3 and up[0]["id"] == "f1"
+    from testbed.analysis import durability
+    assert durability.crashed_replicas(tmp_path) == {}   # live again
+    back = durability.restarted_replicas(tmp_path)["s1.0.2"]
+    assert back["events"] == 42 and abs(back["caught_up_t_s"] - 0.45) < 1e-3 and back["restarted_t_s"] > 0.35
+
+
+def test_a_failed_restart_is_recorded_and_the_node_stays_down(tmp_path):
+    d = deploy.build_deployment(duration=5, warmup=1, cooldown=1, mode="tapir", faults="crash:s1.0.2@0.1+0.2",
+                                processes="node")
+    procs = [_Proc(name) for name, _ in deploy.processes(d["nodes"])]
+
+    def restart(node):
+        raise RuntimeError("no such binary")
+    nem = Nemesis(d, tmp_path, procs, seed=7, restart=restart)
+    nem.publish(lambda text: None)
+    nem.start()
+    time.sleep(0.5)
+    nem.stop()
+    assert nem.restarted_nodes() == set()
+    heal = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines() if '"heal"' in x]
+    assert len(heal) == 1 and not heal[0]["ok"] and "no such binary" in heal[0]["error"]
+    from testbed.analysis import durability
+    assert set(durability.crashed_replicas(tmp_path)) == {"s1.0.2"} and not durability.restarted_replicas(tmp_path)
 
 
 def test_syntax_is_checked_with_the_other_knobs():
