@@ -93,6 +93,7 @@ struct SilenceCost {
   TimeUs worst_irt_us = 0;
   uint64_t answered_during = 0, committed = 0;
   int64_t timeouts = 0;
+  std::map<std::string, int64_t> counters;   // every protocol counter, summed over the replicas
 };
 inline SilenceCost silent_follower_cost(Deployment d, const std::string& timeouts, bool silent = true) {
   if (silent) silence(d, d.replica_id(0, 1), 2'000'000);
@@ -106,7 +107,8 @@ inline SilenceCost silent_follower_cost(Deployment d, const std::string& timeout
         out.worst_irt_us = std::max(out.worst_irt_us, r.latency_us);
       if (r.start_us + r.latency_us < 2'000'000) ++out.answered_during;
     }
-  if (!timeouts.empty()) out.timeouts = sum_counters(c.replicas).at(timeouts);
+  out.counters = sum_counters(c.replicas);
+  if (!timeouts.empty()) out.timeouts = out.counters.at(timeouts);
   const auto n = count_records(c);
   out.committed = n.irt + n.crt;
   return out;

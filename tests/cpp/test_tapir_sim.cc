@@ -270,11 +270,12 @@ TEST(TapirSim, WithoutTheFastPathEveryShardIsFinalized) {
 namespace {
 
 // One follower of shard 0 hears nothing for the first 2 s of the load (txn::test::silent_follower_cost).
-txn::test::SilenceCost silent_follower(int64_t prepare_timeout_ms) {
+txn::test::SilenceCost silent_follower(int64_t prepare_timeout_ms, bool suspect = false) {
   Deployment d = txn::test::small_deployment("tapir", "tpca");   // little contention: the timeout's own cost
   d.client.duration_s = 4;
   d.client.retry_limit = 1000;
   d.protocols["tapir"]["prepare_timeout_ms"] = prepare_timeout_ms;
+  d.protocols["tapir"]["suspect_on_timeout"] = suspect;
   return txn::test::silent_follower_cost(std::move(d), "prepare_timeouts");
 }
 
@@ -294,6 +295,21 @@ TEST(TapirSim, ASilentFollowerCostsThePrepareTimeoutNotAnOutage) {
   EXPECT_GE(without.worst_irt_us, 1'000'000);    // blocked until the follower answered (at 2 s)
   EXPECT_LT(with.worst_irt_us, 1'000'000);       // the timeout, a Finalize round, at most a retry: never the silence
   EXPECT_GT(with.committed, without.committed);
+}
+
+// suspect_on_timeout (off by default: the authors' IRClient waits out every round's timeout): a follower that let
+// a Prepare round time out is not waited for by later rounds until heard from again.
+TEST(TapirSim, ASuspectedFollowerIsNotWaitedForUntilHeardFrom) {
+  const auto waits = silent_follower(500, false), suspects = silent_follower(500, true);
+  std::cout << "silent follower of shard 0 for 2 s: " << suspects.answered_during << " answered during the silence "
+            << "with suspicion (" << suspects.counters.at("prepare_timeouts") << " timeouts, "
+            << suspects.counters.at("prepare_unwaited") << " decided without waiting), " << waits.answered_during
+            << " without (" << waits.counters.at("prepare_timeouts") << " timeouts)\n";
+  EXPECT_EQ(waits.counters.at("prepare_unwaited"), 0);
+  EXPECT_GT(suspects.counters.at("prepare_unwaited"), 0);
+  EXPECT_LT(suspects.counters.at("prepare_timeouts"), waits.counters.at("prepare_timeouts"));
+  EXPECT_GT(suspects.answered_during, waits.answered_during);
+  EXPECT_GT(suspects.counters.at("fast_prepares"), suspects.counters.at("slow_prepares"));
 }
 
 TEST(TapirSim, TpccWithSharedDistrictsUnderReordering) {

@@ -11,6 +11,7 @@
 
 #include "client/handler_driver.h"
 #include "deadline_timer.h"
+#include "suspects.h"
 #include "protocol.h"
 #include "role.h"
 #include "self_queue.h"
@@ -26,6 +27,7 @@ struct Options {
   explicit Options(const Deployment& d);
   bool fast_path;  // commit on identical PreAccept replies; false: always take the Accept round
   TimeUs preaccept_timeout_us;  // then a shard is decided on a majority's PreAccept replies (slow path)
+  bool suspect_on_timeout;      // a replica that let a round time out is not waited for until it is heard from
 };
 
 // A Janus replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it orders
@@ -147,11 +149,13 @@ class Coordinator : public RoleContext {
   static void set_phase(Coord& c, Phase to);
   void maybe_decide(Env& env, Coord& c);
   void commit(Env& env, Coord& c);
+  void heard(uint32_t shard, uint32_t replica);
 
   const Options& opts_;
+  Suspects suspects_;   // replicas that let a PreAccept round time out, until heard from (suspect_on_timeout)
   std::unordered_map<TxnId, Coord> coords_;
   DeadlineTimer preaccept_timer_{kPreAcceptTimer};   // one timer for every PreAccept round in flight
-  int64_t n_fast_ = 0, n_slow_ = 0, n_timeouts_ = 0;
+  int64_t n_fast_ = 0, n_slow_ = 0, n_timeouts_ = 0, n_unwaited_ = 0;
 };
 
 class Replica : public TwoRoleReplica<Options, Site, Coordinator> {

@@ -31,7 +31,10 @@
 // T in the graph. Where every replica replies, the pending ones add only edges
 // already implied by the chains: the components and the execution order are
 // those of the chains alone. The fast path still needs every replica's reply
-// (3 of 3, the authors' fast quorum) and compares the chains. The Commit names
+// (3 of 3, the authors' fast quorum) and compares the chains. A replica that let
+// a round time out is then not waited for by later rounds until the coordinator
+// hears from it again (`suspect_on_timeout`, src/core/suspects.h): they take the
+// slow path on a majority at once. The Commit names
 // the replies it holds per shard (`quorum`); each replica writes it into its
 // history (`q=`), and the checker holds the decision to be a majority's and to
 // hold each counted vote.
@@ -100,6 +103,7 @@ void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c["fast_commits"] = n_fast_;
   c["slow_commits"] = n_slow_;
   c["preaccept_timeouts"] = n_timeouts_;
+  c["preaccept_unwaited"] = n_unwaited_;
 }
 
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
@@ -193,6 +197,7 @@ void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m
   if (!std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
     throw BadMessage("PreAcceptReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " replica " +
                      str(m.replica()) + ", which it does not touch");
+  heard(m.shard(), m.replica());
   if (c.phase != Phase::PreAccepting) return;
   c.replies[m.shard()][m.replica()] = {m.deps().begin(), m.deps().end()};
   c.pending[m.shard()][m.replica()] = {m.pending().begin(), m.pending().end()};
@@ -206,11 +211,30 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
   const auto due = preaccept_timer_.fire(env, coords_, [](const Coord& c) {
     return c.phase == Phase::PreAccepting && !c.timed_out ? c.deadline : TimeUs{0};
   });
+  bool suspected = false;
   for (TxnId txn : due) {
     Coord& c = coords_.at(txn);
     c.timed_out = true;
+    if (opts_.suspect_on_timeout)   // the replicas that let it time out are not waited for until heard from
+      for (uint32_t s : c.shards)
+        for (uint32_t r = 0; r < d_.replicas; ++r)
+          if (!c.replies[s].count(r) && !suspects_.suspected(d_.replica_id(s, r))) {
+            suspects_.suspect(d_.replica_id(s, r));
+            suspected = true;
+          }
     maybe_decide(env, c);
   }
+  if (!suspected) return;
+  // the other rounds waiting only for them are decided now (in id order: the same at every run of the simulator)
+  std::vector<TxnId> waiting;
+  for (const auto& [id, c] : coords_)
+    if (c.phase == Phase::PreAccepting && !c.timed_out) waiting.push_back(id);
+  std::sort(waiting.begin(), waiting.end());
+  for (TxnId id : waiting) maybe_decide(env, coords_.at(id));
+}
+
+void Coordinator::heard(uint32_t shard, uint32_t replica) {
+  if (suspects_.size() > 0 && replica < d_.replicas) suspects_.heard(d_.replica_id(shard, replica));
 }
 
 // Decided once every replica of every touched shard has replied, or, after the
@@ -220,8 +244,22 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
 // of the counted replies' deps and pending ones.
 void Coordinator::maybe_decide(Env& env, Coord& c) {
   const size_t all = d_.replicas, majority = d_.replicas / 2 + 1;
-  const size_t need = c.timed_out ? (mutant::kSlowPathOnMinority ? 1 : majority)
-                                  : mutant::kMajorityReplies ? majority : all;
+  // Not waited for: every reply missing is a suspected replica's (suspect_on_timeout), in some shard at least.
+  bool unwaited = false;
+  if (!c.timed_out && suspects_.size() > 0) {
+    bool only_suspects = true;
+    for (uint32_t s : c.shards) {
+      const auto& got = c.replies[s];
+      if (got.size() == all) continue;
+      uint32_t mask = 0;
+      for (const auto& [r, deps] : got) mask |= 1u << r;
+      if (!suspects_.only_suspects_missing(d_.replicas_of(s), mask)) only_suspects = false;
+      else unwaited = true;
+    }
+    unwaited = unwaited && only_suspects;
+  }
+  const size_t need = c.timed_out || unwaited ? (mutant::kSlowPathOnMinority ? 1 : majority)
+                                              : mutant::kMajorityReplies ? majority : all;
   bool agree = opts_.fast_path;
   for (uint32_t s : c.shards) {
     const auto& got = c.replies[s];
@@ -231,7 +269,8 @@ void Coordinator::maybe_decide(Env& env, Coord& c) {
       if (!same_ids(deps, got.begin()->second)) agree = false;
   }
   if (c.timed_out) ++n_timeouts_;
-  if (c.timed_out && mutant::kTimeoutSkipsAccept) agree = true;
+  else if (unwaited) ++n_unwaited_;
+  if ((c.timed_out || unwaited) && mutant::kTimeoutSkipsAccept) agree = true;
   std::map<TxnId, ::janus::Dep> u;
   for (const auto& [s, got] : c.replies)
     for (const auto& [r, deps] : got) merge(u, deps);
@@ -264,6 +303,7 @@ void Coordinator::on_accept_reply(Env& env, const ::janus::AcceptReply& m) {
   if (m.replica() >= d_.replicas || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()))
     throw BadMessage("AcceptReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " replica " +
                      str(m.replica()) + ", which it does not touch");
+  heard(m.shard(), m.replica());
   c.accept_oks[m.shard()] |= 1u << m.replica();
   for (uint32_t s : c.shards)
     if (static_cast<uint32_t>(__builtin_popcount(c.accept_oks[s])) < d_.replicas / 2 + 1) return;
@@ -686,6 +726,7 @@ Options::Options(const Deployment& d) {
   const ProtocolOptions o = protocol_options(d);
   fast_path = o.flag("fast_path");
   preaccept_timeout_us = static_cast<TimeUs>(o.integer("preaccept_timeout_ms")) * 1000;
+  suspect_on_timeout = o.flag("suspect_on_timeout");
 }
 
 ProtocolSpec spec() {
@@ -704,6 +745,10 @@ ProtocolSpec spec() {
                           "a shard whose replicas have not all answered PreAccept by then is decided on a "
                           "majority's replies, by the Accept round (ours: the authors' code has no timeout; "
                           "TAPIR's IR uses 500 ms)"),
+      OptionSpec::flag("suspect_on_timeout", true,
+                       "a replica that let a PreAccept round time out is not waited for by later rounds until the "
+                       "coordinator hears from it: they are decided on a majority's replies by the Accept round at "
+                       "once (ours, as the timeout is: the authors' code waits for every reply)"),
   };
   p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
     return std::make_unique<Replica>(d, id, w);

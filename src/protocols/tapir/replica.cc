@@ -67,7 +67,7 @@ Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, co
 void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c.insert({{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
             {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_},
-            {"prepare_timeouts", n_timeouts_}});
+            {"prepare_timeouts", n_timeouts_}, {"prepare_unwaited", n_unwaited_}});
 }
 
 void Replica::route(Env& env, Envelope& m) {
@@ -158,6 +158,7 @@ void Coordinator::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
   Coord& c = it->second;
   if (c.phase != Phase::Preparing || !std::binary_search(c.shards.begin(), c.shards.end(), m.shard()) || m.replica() >= d_.replicas)
     throw BadMessage("PrepareReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
+  heard(m.shard(), m.replica());
   if (c.decided.count(m.shard())) return;
   c.results[m.shard()][m.replica()] = m.result();
   if (m.result() == ::tapir::OK) c.deps[m.shard()].insert(m.deps().begin(), m.deps().end());
@@ -179,8 +180,13 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
   }
   if (got.size() < n) {  // wait for every replica (3 identical results are the fast path) until the timeout
     const size_t quorum = mutant::kTimeoutOnMinority ? 1 : majority;
-    if (!c.timed_out || got.size() < quorum) return;
-    ++n_timeouts_;
+    uint32_t mask = 0;
+    for (const auto& [r, res] : got) mask |= 1u << r;
+    // or, with suspect_on_timeout, while only replicas that let an earlier round time out are missing
+    const bool unwaited = !c.timed_out && suspects_.size() > 0 &&
+                          suspects_.only_suspects_missing(d_.replicas_of(shard), mask);
+    if ((!c.timed_out && !unwaited) || got.size() < quorum) return;
+    ++(unwaited ? n_unwaited_ : n_timeouts_);
     if (ok < quorum) {  // a majority's results, not a majority of OKs: TAPIR's decide says RETRY
       c.decided[shard] = ::tapir::ABSTAIN;
       return finish(env, c, false);
@@ -202,6 +208,7 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
 // majority's; else it waits on, as IR's client resends). The timer is armed for the next deadline.
 void Coordinator::on_timer(Env& env, uint64_t id) {
   if (id != kPrepareTimer) return;
+  bool suspected = false;
   const auto due = prepare_timer_.fire(env, coords_, [](const Coord& c) {
     return c.phase == Phase::Preparing && !c.timed_out ? c.prepare_deadline : TimeUs{0};
   });
@@ -210,11 +217,37 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
     if (it == coords_.end()) continue;
     Coord& c = it->second;
     c.timed_out = true;
+    if (opts_.suspect_on_timeout)   // the replicas that let it time out are not waited for until heard from
+      for (uint32_t s : c.shards)
+        for (uint32_t r = 0; r < d_.replicas && !c.decided.count(s); ++r)
+          if (!c.results[s].count(r) && !suspects_.suspected(d_.replica_id(s, r))) {
+            suspects_.suspect(d_.replica_id(s, r));
+            suspected = true;
+          }
     for (uint32_t s : std::vector<uint32_t>(c.shards)) {
       if (coords_.find(txn) == coords_.end()) break;  // decided and finished by an earlier shard
       if (!c.decided.count(s) && c.results.count(s)) decide_shard(env, c, s);
     }
   }
+  if (!suspected) return;
+  // the other rounds waiting only for them are decided now (in id order: the same at every run of the simulator)
+  std::vector<TxnId> waiting;
+  for (const auto& [id, c] : coords_)
+    if (c.phase == Phase::Preparing && !c.timed_out) waiting.push_back(id);
+  std::sort(waiting.begin(), waiting.end());
+  for (TxnId id : waiting) {
+    auto first = coords_.find(id);
+    if (first == coords_.end()) continue;
+    for (uint32_t s : std::vector<uint32_t>(first->second.shards)) {
+      auto it = coords_.find(id);
+      if (it == coords_.end() || it->second.phase != Phase::Preparing) break;   // finished by an earlier shard
+      if (!it->second.decided.count(s) && it->second.results.count(s)) decide_shard(env, it->second, s);
+    }
+  }
+}
+
+void Coordinator::heard(uint32_t shard, uint32_t replica) {
+  if (suspects_.size() > 0 && replica < d_.replicas) suspects_.heard(d_.replica_id(shard, replica));
 }
 
 void Coordinator::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
@@ -485,6 +518,7 @@ Options::Options(const Deployment& d) {
   const auto o = protocol_options(d);
   fast_path = o.flag("fast_path");
   prepare_timeout_us = static_cast<TimeUs>(o.integer("prepare_timeout_ms")) * 1000;
+  suspect_on_timeout = o.flag("suspect_on_timeout");
 }
 
 ProtocolSpec spec() {
@@ -502,6 +536,10 @@ ProtocolSpec spec() {
                           "a shard whose replicas have not all answered Prepare by then is decided on the results of "
                           "a majority (slow path, Finalize), as IR's consensus timeout (500 ms in the TAPIR "
                           "authors' IRClient): a replica down is not an outage"),
+      OptionSpec::flag("suspect_on_timeout", false,
+                       "a replica that let a Prepare round time out is not waited for by later rounds until the "
+                       "coordinator hears from it: they are decided on a majority's results at once (off: the "
+                       "authors' IRClient waits out the timeout in every round)"),
   };
   p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
     return std::make_unique<Replica>(d, id, w);

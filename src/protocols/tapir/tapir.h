@@ -12,6 +12,7 @@
 
 #include "client/handler_driver.h"
 #include "deadline_timer.h"
+#include "suspects.h"
 #include "protocol.h"
 #include "role.h"
 #include "self_queue.h"
@@ -25,6 +26,7 @@ struct Options {
   explicit Options(const Deployment& d);
   bool fast_path;  // decide a shard on 3 identical Prepare results; false: always finalize
   TimeUs prepare_timeout_us;  // then a shard is decided on the results of a majority (IR's consensus timeout)
+  bool suspect_on_timeout;    // a replica that let a Prepare time out is not waited for until it is heard from
 };
 
 // A TAPIR replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it answers
@@ -124,6 +126,9 @@ class Coordinator : public RoleContext {
   std::unordered_map<TxnId, Coord> coords_;
   DeadlineTimer prepare_timer_{kPrepareTimer};   // one timer for every Prepare round in flight
   int64_t n_fast_ = 0, n_slow_ = 0, n_abort_irt_ = 0, n_abort_crt_ = 0, n_stale_ = 0, n_conflict_ = 0;
+  Suspects suspects_;   // replicas that let a Prepare round time out, until heard from (suspect_on_timeout)
+  void heard(uint32_t shard, uint32_t replica);
+  int64_t n_unwaited_ = 0;  // shards decided on a majority's results at once: only suspected replicas missing
   int64_t n_timeouts_ = 0;  // shards decided on a majority's results after the timeout (a replica had not answered)
 };
 
