@@ -28,6 +28,16 @@ def crash_run(tmp_path_factory):
     return LocalRunner(build_dir=BUILD, progress=False).run(d, "crash", out_root=tmp_path_factory.mktemp("runs"))
 
 
+def _drop_a_committed_transaction(run, node) -> int:
+    """Remove the first committed transaction of node's history from it; its id."""
+    header, body = history_lines(run, node)
+    data = load(run)
+    txn = next(int(x.split()[0]) for x in body if data.txns.get(int(x.split()[0]))
+               and data.txns[int(x.split()[0])].committed)
+    write_history(run, node, header, [x for x in body if int(x.split()[0]) != txn])
+    return txn
+
+
 def _events(run) -> list[dict]:
     return [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
 
@@ -70,11 +80,7 @@ def test_a_crashed_follower_loses_nothing_and_the_run_says_so(crash_run):
 def test_a_committed_transaction_missing_from_a_live_replica_is_lost(crash_run, tmp_path):
     run = _copy(crash_run, tmp_path)
     node = "s1.0.2"   # the crashed replica's live peer
-    header, body = history_lines(run, node)
-    data = load(run)
-    txn = next(int(x.split()[0]) for x in body if data.txns.get(int(x.split()[0]))
-               and data.txns[int(x.split()[0])].committed)
-    write_history(run, node, header, [x for x in body if int(x.split()[0]) != txn])
+    txn = _drop_a_committed_transaction(run, node)
     p = run_cli(run)
     assert p.returncode == 1, p.stdout + p.stderr
     line = next(x for x in p.stdout.splitlines() if x.startswith("[durability]"))
@@ -184,11 +190,7 @@ def test_a_restarted_follower_catches_up_and_ends_as_its_peers(restart_run):
 @pytest.mark.slow
 def test_a_restarted_replica_missing_a_committed_transaction_is_flagged(restart_run, tmp_path):
     run = _copy(restart_run, tmp_path)
-    header, body = history_lines(run, VICTIM)
-    data = load(run)
-    txn = next(int(x.split()[0]) for x in body if data.txns.get(int(x.split()[0]))
-               and data.txns[int(x.split()[0])].committed)
-    write_history(run, VICTIM, header, [x for x in body if int(x.split()[0]) != txn])
+    txn = _drop_a_committed_transaction(run, VICTIM)
     p = run_cli(run)
     assert p.returncode == 1, p.stdout + p.stderr
     line = next(x for x in p.stdout.splitlines() if x.startswith("[durability]"))
