@@ -25,7 +25,8 @@ from testbed.core.runtypes import Interrupted, RunError
 from testbed.runs.local import LocalRunner
 
 # name, what is broken, what it costs: safety (the end-to-end checker must catch it), latency (a test must),
-# durability (a committed transaction can be lost when a replica fails; a failure-free run cannot show it),
+# durability (a committed transaction would be lost if a replica failed at the wrong moment: the end-to-end checker
+# must catch it, from the copies each reply names, whether or not that failure came),
 # equivalent (the broken rule guards a state no execution of our engine reaches, so no run can show it: its own
 # simulator test stages that state; an end-to-end catch would prove the claim wrong, and fails the row)
 MUTANTS = [
@@ -234,7 +235,7 @@ def verdict(kind: str, sim: str, e2e_: str) -> str:
     caught_sim, caught_e2e = sim.startswith("CAUGHT"), e2e_.startswith("CAUGHT")
     if kind == "-":
         return "ok" if not caught_sim and not caught_e2e else "BROKEN BASELINE"
-    if kind == "safety":
+    if kind in ("safety", "durability"):
         return "ok" if caught_e2e else "MISSED by the end-to-end checker"
     if kind == "equivalent":
         if caught_e2e:
@@ -252,9 +253,9 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=20, help="end-to-end run length, s (default %(default)s)")
     ap.add_argument("--runs", type=int, default=5,
                     help="end-to-end runs (seeds differ; the odd ones run the anomaly workload, the even ones TPC-C): "
-                         "a safety mutant "
-                         "is run until one catches it, the unbroken protocol must pass them all; latency and "
-                         "durability mutants run once; an equivalent one runs them all and must pass them (default %(default)s)")
+                         "a safety or "
+                         "durability mutant is run until one catches it, the unbroken protocol must pass them all; "
+                         "latency and recovery mutants run once; an equivalent one runs them all and must pass them (default %(default)s)")
     ap.add_argument("--profile", choices=("stress", "plain"), default="stress",
                     help="end-to-end run: stress (default: 4 coordinators per client, jitter, no anticipation) "
                          "or plain (the default load); both alternate the anomaly workload and TPC-C")
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
         sim = sim_tests(protocol_of(name), build_dir, log)
         e = "-"
         if not a.no_e2e:
-            runs = a.runs if kind in ("-", "safety", "equivalent") else 1
+            runs = a.runs if kind in ("-", "safety", "durability", "equivalent") else 1
             for k in range(runs):
                 print(f"[{name}] end-to-end run {k + 1} of at most {runs} ({a.profile}, {a.duration:g} s)",
                       file=sys.stderr, flush=True)

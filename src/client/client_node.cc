@@ -10,11 +10,15 @@ namespace {
 constexpr uint64_t kStopTimer = (uint64_t{1} << 62) + 1;
 constexpr uint64_t kDrainTimer = (uint64_t{1} << 62) + 2;
 constexpr uint64_t kArrivalTimer = (uint64_t{1} << 62) + 3;
+// The purposes of the client's random streams (ClientNode::stream).
+constexpr uint32_t kGaps = 1, kSlotTxn = 2, kArrivalTxn = 3;
 }  // namespace
 
 ClientNode::ClientNode(const Deployment& d, NodeId self, const Workload& w,
                        std::unique_ptr<ClientDriver> driver)
-    : d_(d), self_(self), w_(w), driver_(std::move(driver)), slots_(d.client.n_concurrent) {
+    : d_(d), self_(self), w_(w), driver_(std::move(driver)), slots_(d.client.n_concurrent), gaps_(stream(kGaps)) {
+  for (NodeId c : d_.clients())
+    if (c < self_ && d_.node(c).shard == d_.node(self_).shard) ++shard_index_;
   driver_->set_done([this](Env& env, const ClientDriver::Outcome& o) { finish_attempt(env, o); });
   // Open loop's free slots, a stack with slot 0 on top: a lightly loaded client runs its arrivals on its first slots.
   for (uint32_t i = static_cast<uint32_t>(slots_.size()); i-- > 0;) free_.push_back(i);
@@ -24,7 +28,7 @@ void ClientNode::start(Env& env) {
   start_us_ = env.mono_us();
   env.set_timer(kStopTimer, static_cast<TimeUs>(d_.client.duration_s * 1e6));
   if (open_loop()) {
-    next_arrival_us_ = next_gap_us(env);   // a Poisson process from the run start
+    next_arrival_us_ = next_gap_us();   // a Poisson process from the run start
     arrivals(env);
     return;
   }
@@ -45,7 +49,8 @@ void ClientNode::on_timer(Env& env, uint64_t id) {
     for (auto& s : slots_)
       if (s.busy) record(s, now, false, nullptr);
     // Arrivals still waiting for a coordinator were never sent: counted (the summary says so), not recorded.
-    for (TimeUs at : queued_) {
+    for (const Arrival& a : queued_) {
+      const TimeUs at = a.at;
       ++ol_.unsent;
       ol_.unsent_window += in_window(at);
     }
@@ -58,18 +63,29 @@ void ClientNode::on_timer(Env& env, uint64_t id) {
   }
 }
 
-void ClientNode::issue(Env& env, uint32_t slot, std::optional<TimeUs> arrival) {
-  // k = this client's index among the clients of its home shard.
-  const NodeInfo& me = d_.node(self_);
-  uint32_t k = 0;
-  for (NodeId c : d_.clients())
-    if (c < self_ && d_.node(c).shard == me.shard) ++k;
-  ClientContext ctx{me.shard, slot + k * d_.client.n_concurrent};
+std::mt19937_64 ClientNode::stream(uint32_t purpose, uint64_t a, uint64_t b) const {
+  // std::seed_seq's and mt19937_64's algorithms are the standard's: the same streams with any library.
+  std::seed_seq seq{static_cast<uint32_t>(d_.seed), static_cast<uint32_t>(d_.seed >> 32), static_cast<uint32_t>(self_),
+                    purpose, static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32), static_cast<uint32_t>(b),
+                    static_cast<uint32_t>(b >> 32)};
+  return std::mt19937_64(seq);
+}
+
+ClientContext ClientNode::context(uint32_t terminal) const {
+  return ClientContext{d_.node(self_).shard, terminal + shard_index_ * d_.client.n_concurrent};
+}
+
+void ClientNode::issue(Env& env, uint32_t slot, std::optional<Arrival> arrival) {
   Slot& s = slots_[slot];
-  s.txn = w_.generate(env.rng(), ctx);
+  if (arrival) {
+    s.txn = std::move(arrival->txn);
+  } else {
+    auto g = stream(kSlotTxn, slot, s.drawn++);
+    s.txn = w_.generate(g, context(slot));
+  }
   s.txn.set_txn_id((uint64_t{self_} << 40) | next_seq_++);
   s.sent = env.mono_us();
-  s.first_start = arrival.value_or(s.sent);
+  s.first_start = arrival ? arrival->at : s.sent;
   s.attempts = 1;
   s.failed.clear();
   s.busy = true;
@@ -85,7 +101,7 @@ void ClientNode::arrivals(Env& env) {
   // sends, never their intended starts.
   while (next_arrival_us_ < end && next_arrival_us_ <= static_cast<double>(now)) {
     arrive(env, start_us_ + static_cast<TimeUs>(std::ceil(next_arrival_us_)));
-    next_arrival_us_ += next_gap_us(env);
+    next_arrival_us_ += next_gap_us();
   }
   if (next_arrival_us_ < end)
     env.set_timer(kArrivalTimer, static_cast<TimeUs>(std::ceil(next_arrival_us_)) - now);
@@ -93,27 +109,31 @@ void ClientNode::arrivals(Env& env) {
 
 void ClientNode::arrive(Env& env, TimeUs at) {
   const bool window = in_window(at);
-  ++ol_.arrivals;
+  const uint64_t n = ol_.arrivals++;
   ol_.arrivals_window += window;
   if (busy_ + queued_.size() >= d_.client.max_outstanding) {
     ++ol_.shed;
     ol_.shed_window += window;
     return;
   }
+  // Its transaction: arrival n's own stream, and terminal n mod the coordinators (TPC-C's district), whichever
+  // coordinator runs it and whether or not earlier arrivals were shed.
+  auto g = stream(kArrivalTxn, n);
+  Arrival a{at, w_.generate(g, context(static_cast<uint32_t>(n % d_.client.n_concurrent)))};
   if (!free_.empty()) {   // (then nothing waits: a slot that frees takes the oldest waiting arrival first)
     uint32_t slot = free_.back();
     free_.pop_back();
-    issue(env, slot, at);
+    issue(env, slot, std::move(a));
     return;
   }
-  queued_.push_back(at);
+  queued_.push_back(std::move(a));
   ol_.max_queued = std::max<uint64_t>(ol_.max_queued, queued_.size());
 }
 
-double ClientNode::next_gap_us(Env& env) {
+double ClientNode::next_gap_us() {
   // Inverse transform of 53 random bits, -ln(1 - u) / rate with u in [0, 1): the same gaps from the same seed with
   // any standard library (std::exponential_distribution's algorithm is the library's own).
-  const double u = static_cast<double>(env.rng()() >> 11) * 0x1.0p-53;
+  const double u = static_cast<double>(gaps_() >> 11) * 0x1.0p-53;
   return -std::log1p(-u) * 1e6 / d_.client.rate_tps;
 }
 
@@ -152,23 +172,24 @@ void ClientNode::finish_attempt(Env& env, const ClientDriver::Outcome& o) {
     driver_->submit(env, s.txn, s.attempts);
     return;
   }
-  record(s, env.mono_us(), o.committed, o.outputs);
+  record(s, env.mono_us(), o.committed, o.outputs, o.stored);
   if (!open_loop()) {
     if (!stopping_) issue(env, slot);  // zero think time
   } else if (!queued_.empty()) {
     // The oldest waiting arrival takes the slot, also while draining (it arrived within the run). In arrival order,
     // a slot's transactions run in the order of their intended starts, so the checker's session order (a
     // session's records sorted by start; histories.py) is the order the slot ran them in.
-    TimeUs at = queued_.front();
+    Arrival a = std::move(queued_.front());
     queued_.pop_front();
-    issue(env, slot, at);
+    issue(env, slot, std::move(a));
   } else {
     free_.push_back(slot);
   }
   maybe_finish(env);
 }
 
-void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs) {
+void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs,
+                        const google::protobuf::RepeatedPtrField<ShardCopies>* stored) {
   static const Vars kNone;
   const Vars& out = outputs ? *outputs : kNone;
   std::string digest = committed ? outputs_digest(out) : "";
@@ -186,6 +207,7 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
     for (const auto& p : e.txn().pieces())
       if (w_.commutes(p)) e.add_commutative(p.id());
     if (committed && outputs && w_.log_outputs()) *e.mutable_outputs() = *outputs;
+    if (committed && stored) *e.mutable_stored() = *stored;
     sink_(e);
   }
 }

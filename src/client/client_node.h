@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "metrics.h"
@@ -56,16 +57,26 @@ class ClientNode : public Node {
     TimeUs sent = 0;                // the first attempt's submit (open loop: after its wait for this slot)
     uint32_t attempts = 0;
     std::vector<uint64_t> failed;   // ids of earlier attempts
+    uint64_t drawn = 0;             // closed loop: transactions this slot generated
   };
-  // arrival: open loop's intended start; none: now (closed loop), read as the first attempt is sent.
-  void issue(Env& env, uint32_t slot, std::optional<TimeUs> arrival = std::nullopt);
-  void record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs);
+  // Open loop: an arrival, its intended start and its transaction (drawn as it arrived).
+  struct Arrival {
+    TimeUs at = 0;
+    TxnRequest txn;
+  };
+  // arrival: open loop's; none: closed loop's next transaction of the slot, its start read as it is sent.
+  void issue(Env& env, uint32_t slot, std::optional<Arrival> arrival = std::nullopt);
+  // The context of coordinator (terminal) `terminal` of this client; its transaction's random stream.
+  ClientContext context(uint32_t terminal) const;
+  std::mt19937_64 stream(uint32_t purpose, uint64_t a = 0, uint64_t b = 0) const;
+  void record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs,
+              const google::protobuf::RepeatedPtrField<ShardCopies>* stored = nullptr);
   void finish_attempt(Env& env, const ClientDriver::Outcome& o);
   void maybe_finish(Env& env);
   // Open loop.
   void arrivals(Env& env);             // every arrival due by now, then the timer of the next
   void arrive(Env& env, TimeUs at);    // one arrival, intended to start at `at` (monotonic)
-  double next_gap_us(Env& env);        // an exponential inter-arrival time
+  double next_gap_us();                // an exponential inter-arrival time
   bool in_window(TimeUs at) const;
 
   const Deployment& d_;
@@ -79,8 +90,13 @@ class ClientNode : public Node {
   TimeUs start_us_ = 0;
   // Open loop: the next arrival in us since start_us_ (fractional: rounding every gap would bias a high rate), the
   // arrivals waiting for a coordinator (their intended starts, oldest first), the free slots, the counts.
+  // Randomness: one stream per purpose, from the run's seed and this client (stream()): the inter-arrival gaps here;
+  // each transaction from a stream of its own, named by its slot and number there (closed loop) or by its arrival's
+  // number (open loop). So the same seed gives the same arrivals and transactions whatever the timing.
+  std::mt19937_64 gaps_;
+  uint32_t shard_index_ = 0;   // this client's index among the clients of its home shard
   double next_arrival_us_ = 0;
-  std::deque<TimeUs> queued_;
+  std::deque<Arrival> queued_;
   std::vector<uint32_t> free_;
   uint32_t busy_ = 0;
   OpenLoopStats ol_;

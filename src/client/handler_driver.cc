@@ -11,7 +11,7 @@ void HandlerClientDriver::submit(Env& env, const TxnRequest& txn, uint32_t attem
 
 void HandlerClientDriver::on_message(Env& env, Envelope& msg) {
   if (!msg.has_reply()) throw BadMessage(protocol_ + " client expects ClientReply");
-  if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs()});
+  if (done_) done_(env, Outcome{msg.reply().txn_id(), msg.reply().committed(), &msg.reply().outputs(), &msg.reply().stored()});
 }
 
 }  // namespace txn

@@ -43,16 +43,13 @@ bool FaultPlan::may_restart(NodeId id) const {
   return false;
 }
 
-std::vector<NodeId> FaultPlan::restarted_of_shard(const Deployment& d, NodeId leader) const {
-  std::vector<NodeId> out;
-  const NodeInfo& l = d.node(leader);
-  if (l.kind != NodeKind::Replica || l.replica != 0) return out;
-  for (const auto& c : crashes) {
-    if (c.end_us == kNoTime) continue;
-    const NodeInfo& n = d.node(c.node_id);
-    if (n.shard == l.shard) out.push_back(n.id);
-  }
-  return out;
+bool FaultPlan::serves_restart(const Deployment& d, NodeId id) const {
+  const NodeInfo& l = d.node(id);
+  if (l.kind != NodeKind::Replica || l.replica != 0) return false;
+  for (const auto& c : crashes)
+    if (c.end_us != kNoTime && d.node(c.node_id).kind == NodeKind::Replica && d.node(c.node_id).shard == l.shard)
+      return true;
+  return false;
 }
 
 TimeUs FaultPlan::clock_shift(NodeId id, TimeUs t) const {

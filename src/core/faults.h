@@ -100,9 +100,9 @@ struct FaultPlan {
   bool may_crash(NodeId id) const;
   // Node `id` is planned to crash and be restarted: its peers take it back when it answers again.
   bool may_restart(NodeId id) const;
-  // Replica `leader` (replica 0 of its shard) serves the catch-up of a restarted replica of its shard: the nodes it
-  // serves (none: it keeps no record for anybody).
-  std::vector<NodeId> restarted_of_shard(const Deployment& d, NodeId leader) const;
+  // Node `id` is replica 0 of a shard with a restart planned: it serves that replica's catch-up (and only then keeps
+  // a record of what it executed).
+  bool serves_restart(const Deployment& d, NodeId id) const;
   bool delays_messages() const { return !partitions.empty() || !links.empty(); }
   bool engine_side() const { return delays_messages() || !clocks.empty(); }
   // What node `id`'s protocol clock adds to the true time `t` (since load start).

@@ -28,6 +28,8 @@ class ClientDriver {
     uint64_t txn_id;
     bool committed;
     const Vars* outputs = nullptr;  // committed: every variable the pieces produced (as the reply carried them)
+    // committed: the replicas per shard the commit rests on, as the reply reported them (ClientReply.stored)
+    const google::protobuf::RepeatedPtrField<ShardCopies>* stored = nullptr;
   };
   using Done = std::function<void(Env&, const Outcome&)>;
   virtual ~ClientDriver() = default;
@@ -92,6 +94,9 @@ struct ProtocolSpec {
   // One line: the order key its replicas execute by and record in their histories (ShardExecutor::execute,
   // OrderKey in core/executor.h), which the checker compares at every replica; "" when it records none.
   std::string order_key;
+  // Its replies name, per touched shard, the replicas a commit rests on (ClientReply.stored); the durability check
+  // then holds every commit to a majority of each shard's replicas, and a reply that names none fails it.
+  bool reports_copies = false;
   std::vector<RoleSpec> roles;
   std::vector<OptionSpec> options;
   std::function<std::unique_ptr<ReplicaNode>(const Deployment&, NodeId, const Workload&)> make_replica;

@@ -125,7 +125,7 @@ std::map<std::string, int64_t> Learner::counters() const {
 }
 
 std::unique_ptr<ReplicaNode> serve_restarts(const Deployment& d, NodeId id, std::unique_ptr<ReplicaNode> r) {
-  if (d.faults.restarted_of_shard(d, id).empty()) return r;
+  if (!d.faults.serves_restart(d, id)) return r;
   return std::make_unique<CatchUpServer>(std::move(r));
 }
 

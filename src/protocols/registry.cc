@@ -174,6 +174,7 @@ std::string registry_json() {
          ",\n      \"summary\": " + json_string(p.summary) +
          ",\n      \"min_regions\": " + std::to_string(p.min_regions) +
          ",\n      \"guarantee\": " + json_string(p.guarantee) + ",\n      \"order_key\": " + json_string(p.order_key) +
+         ",\n      \"reports_copies\": " + (p.reports_copies ? "true" : "false") +
          ",\n      \"roles\": [";
     for (size_t j = 0; j < p.roles.size(); ++j) {
       const RoleSpec& r = p.roles[j];

@@ -219,6 +219,9 @@ int run(Role role, const char* prog, int argc, char** argv) {
   try {
     d = load_deployment(config);
     topt.connect_timeout_s = d.runtime.connect_timeout_s;
+    // Every node on this machine's loopback (a local run): listen there only, not on every interface.
+    if (std::all_of(d.nodes.begin(), d.nodes.end(), [](const NodeInfo& n) { return loopback_host(n.host); }))
+      topt.bind_host = "127.0.0.1";
     w = make_workload(d);   // the file's errors before the arguments'
   } catch (const ConfigError& e) {
     throw Fatal{2, e.what()};

@@ -144,8 +144,10 @@ struct TcpTransport::Peer {
 struct TcpTransport::InConn {
   int fd = -1;
   std::string peer;                // its address, for log lines
-  std::vector<char> buf = std::vector<char>(64 << 10);
+  static constexpr size_t kBuf = 64 << 10;   // its buffer between large frames
+  std::vector<char> buf = std::vector<char>(kBuf);
   size_t have = 0;
+  size_t want = 0;                 // bytes of the frame begun at buf[0] (header included), until it is all here
   Batch batch;                     // reused: its messages' storage too
 };
 
@@ -487,6 +489,16 @@ void TcpTransport::retry_later(Peer& p) {
   });
 }
 
+void TcpTransport::heard_from(NodeId from) {
+  if (stop_ || from >= endpoint_.size()) return;
+  auto& p = peers_[endpoint_[from]];
+  if (!p || p->gone || !p->retry_timer) return;
+  r_.cancel(p->retry_timer);
+  p->retry_timer = 0;
+  p->backoff_s = 0.1;
+  if (!p->out.empty() || !p->pending.empty()) connect(*p);
+}
+
 void TcpTransport::connected(Peer& p) {
   p.state = Peer::State::kConnected;
   p.backoff_s = 0.1;
@@ -577,7 +589,13 @@ void TcpTransport::close_in(int fd) {
 void TcpTransport::on_readable(InConn& c) {
   const int fd = c.fd;
   for (;;) {
-    if (c.buf.size() - c.have < 4096) c.buf.resize(c.buf.size() * 2);
+    if (c.buf.size() - c.have < 4096) {
+      // Grow with what arrives (doubling, at most to the frame being read), never to what a header only announces:
+      // a stranger's 4 bytes cost nothing.
+      size_t to = c.buf.size() * 2;
+      if (c.want > c.have) to = std::min(to, std::max(c.want, c.have + 4096));
+      c.buf.resize(to);
+    }
     const size_t room = c.buf.size() - c.have;
     const ssize_t n = ::recv(fd, c.buf.data() + c.have, room, 0);
     if (n < 0 && errno == EINTR) continue;
@@ -606,10 +624,11 @@ bool TcpTransport::take_frames(InConn& c) {
                             "); closing its connection");
       return false;
     }
-    if (c.have - at - 4 < len) {   // not all here yet: room for the whole frame
-      if (c.buf.size() < size_t{len} + 4 + 4096) c.buf.resize(size_t{len} + 4 + 4096);
+    if (c.have - at - 4 < len) {   // not all here yet (on_readable grows the buffer as it comes)
+      c.want = size_t{len} + 4;
       break;
     }
+    c.want = 0;
     c.batch.Clear();
     if (!c.batch.ParseFromArray(c.buf.data() + at + 4, static_cast<int>(len))) {
       malformed(c.peer, "a frame of " + std::to_string(len) + " bytes that is no txn.Batch; closing its connection");
@@ -622,12 +641,18 @@ bool TcpTransport::take_frames(InConn& c) {
       if (on_foreign_clock_) on_foreign_clock_();
     }
     const TimeUs sent = ours ? c.batch.sent_steady_us() : 0;
+    if (c.batch.msgs_size() > 0) heard_from(c.batch.msgs(0).from());
     for (auto& m : *c.batch.mutable_msgs()) on_incoming(std::move(m), c.peer, sent);
     at += 4 + len;
   }
   if (at > 0) {
     std::memmove(c.buf.data(), c.buf.data() + at, c.have - at);
     c.have -= at;
+  }
+  if (c.buf.size() > InConn::kBuf && c.have <= InConn::kBuf / 2 && c.want <= InConn::kBuf / 2) {
+    std::vector<char> small(InConn::kBuf);   // a large frame is through: its memory goes back
+    std::memcpy(small.data(), c.buf.data(), c.have);
+    c.buf.swap(small);
   }
   return true;
 }

@@ -75,6 +75,9 @@ class TcpTransport final : public Transport {
   void broke(Peer& p);
   void close_peer(Peer& p);
   void retry_later(Peer& p);
+  // A frame came from `from`'s process: it is up, so a connection to it that waits out a retry's backoff is tried
+  // now (a restarted peer's first Ask is answered at once, not after the 1 s its peers back off to).
+  void heard_from(NodeId from);
   void on_accept(int listening_fd);
   void on_readable(InConn& c);
   void close_in(int fd);

@@ -41,6 +41,10 @@ bool Transport::route_out(Envelope& msg, NodeId* endpoint) {
   return true;
 }
 
+bool loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 double Transport::watch_every_s() const { return std::clamp(o_.connect_timeout_s / 10, 0.1, 1.0); }
 
 void Transport::unreachable(NodeId ep, uint64_t dropped) {

@@ -37,8 +37,11 @@ class Reactor;
 struct TransportOptions {
   double connect_timeout_s = 10;
   std::string prog = "txn-server";      // prefix of the fatal "unreachable" line
-  std::string bind_host = "0.0.0.0";
+  std::string bind_host = "0.0.0.0";    // a deployment on the loopback only: 127.0.0.1 (txn-server's choice)
 };
+
+// `host` names this machine's loopback: 127.x.y.z, ::1 or localhost.
+bool loopback_host(const std::string& host);
 
 class Transport {
  public:

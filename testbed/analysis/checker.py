@@ -322,14 +322,20 @@ def _deployed(run_dir, replicas) -> dict[int, list[str]]:
         return {s: sorted(ns) for s, ns in out.items()}
 
 
-def declared_guarantee(run_dir) -> str:
-    """The guarantee the run's protocol declares in the registry (`txn-server --list-modes --json`);
-    strict_serializable when the registry or the run does not say."""
+def _declared(run_dir):
+    """The run's protocol as the registry (`txn-server --list-modes --json`) declares it; None when the registry
+    or the run does not say."""
     try:
         mode = yaml.safe_load((Path(run_dir) / "deploy.yml").read_text())["mode"]
-        return getattr(protocols.load().get(mode), "guarantee", "") or "strict_serializable"
-    except Exception:  # noqa: BLE001 - no deploy file, no built registry, an unknown mode: hold it to the strictest
-        return "strict_serializable"
+        return protocols.load().get(mode)
+    except Exception:  # noqa: BLE001 - no deploy file, no built registry, an unknown mode
+        return None
+
+
+def declared_guarantee(run_dir) -> str:
+    """The guarantee the run's protocol declares in the registry; strict_serializable (the strictest) when the
+    registry or the run does not say."""
+    return getattr(_declared(run_dir), "guarantee", "") or "strict_serializable"
 
 
 def _classes(found: list, realtime: Counter, serial: Counter) -> dict:
@@ -370,7 +376,8 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
             rep.stats["durability"] = {}
             rep.run("durability", lambda: durability.check(data, replicas, _deployed(run_dir, replicas), crashed,
                                                            rep.stats["durability"],
-                                                           durability.restarted_replicas(run_dir)))
+                                                           durability.restarted_replicas(run_dir),
+                                                           getattr(_declared(run_dir), "reports_copies", False)))
             adj, pre = histories.conflict_graph(data)
             rep.stats.update({"histories": len(data.histories),
                          "executions": sum(len(h) for h in data.histories.values()),

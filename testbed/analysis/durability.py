@@ -14,7 +14,8 @@ recorded as crashed must not have written a dump (the kill failed, or the folder
 
 Counts in check.json's stats.durability: committed transactions, (transaction, live replica) copies checked, lost
 transactions, the crashed replicas with their time of death (t_s since load start), the restarted ones with their
-times of death, restart and catch-up and the events they executed again.
+times of death, restart and catch-up and the events they executed again; `reply_copies`, for a protocol that
+reports them, how many (transaction, shard) commits were answered on how many copies.
 """
 from __future__ import annotations
 
@@ -81,9 +82,9 @@ def restarted_replicas(run_dir, events: list[dict] | None = None) -> dict[str, d
 
 
 def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], crashed: dict[str, float],
-          stats: dict, restarted: dict[str, dict] | None = None) -> list[str]:
+          stats: dict, restarted: dict[str, dict] | None = None, reports_copies: bool = False) -> list[str]:
     """Violations; fills stats (see the module's doc). deployed: shard -> its replicas' names (deploy.yml);
-    restarted: restarted_replicas()."""
+    restarted: restarted_replicas(); reports_copies: the run's protocol names the copies each commit rests on."""
     v = []
     restarted = restarted or {}
     by_node0 = {d["node"]: d for d in dumps}
@@ -113,10 +114,13 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
              for node, d in by_node.items()} if append else {}
     n_shards = len(deployed)
     lost, copies, committed = set(), 0, 0
+    reply_copies = defaultdict(int)
     for t in sorted(data.txns.values(), key=lambda x: x.id):
         if not t.committed:
             continue
         committed += 1
+        if reports_copies:
+            v += _answered_on(t, deployed, reply_copies)
         for s in sorted(t.shards()):
             for node in live.get(s, []):
                 copies += 1
@@ -138,12 +142,35 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
                                  f"{node}'s final list (shard {s}, live): lost")
     stats.update(committed=committed, copies_checked=copies, lost=len(lost),
                  crashed={n: t for n, t in sorted(crashed.items())})
+    if reports_copies:
+        stats["reply_copies"] = {str(k): n for k, n in sorted(reply_copies.items())}
     if restarted:
         stats["restarted"] = {n: dict(r, caught_up_after_s=None if r["caught_up_t_s"] is None
                                       else round(r["caught_up_t_s"] - r["restarted_t_s"], 3))
                               for n, r in sorted(restarted.items())}
     if len(v) > MAX_LISTED:
         v = v[:MAX_LISTED] + [f"... and {len(v) - MAX_LISTED} more"]
+    return v
+
+
+def _answered_on(t, deployed: dict[int, list[str]], counts: dict) -> list[str]:
+    """Violations of committed transaction t's reply: each shard it touched named, on a majority of its replicas;
+    counts: copies -> (transaction, shard) pairs, added to."""
+    v = []
+    for s in sorted(t.shards()):
+        n = len(deployed.get(s, ())) or 1
+        if s not in t.stored:
+            v.append(f"{t.label()} was answered committed without naming the replicas of shard {s} that hold it "
+                     "(its protocol reports them: ClientReply.stored)")
+            continue
+        mask = t.stored[s]
+        named = [r for r in range(32) if mask >> r & 1]
+        counts[len(named)] += 1
+        if named and named[-1] >= n:
+            v.append(f"{t.label()} was answered committed on replica {named[-1]} of shard {s}, which has {n}")
+        elif 2 * len(named) <= n:
+            v.append(f"{t.label()} was answered committed on the copies of replicas {named} of shard {s}: not a "
+                     f"majority of its {n} (a crash of {'that one' if len(named) == 1 else 'those'} would lose it)")
     return v
 
 

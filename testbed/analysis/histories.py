@@ -62,6 +62,7 @@ class Txn:
     failed: tuple = ()            # ids of earlier attempts
     type_name: str = "?"
     outputs: str | None = None    # digest from records.csv (committed only)
+    stored: dict = field(default_factory=dict)   # committed: shard -> replicas mask its reply named (ClientReply.stored)
 
     def shards(self) -> dict:
         """shard -> sorted piece ids on it."""
@@ -210,7 +211,8 @@ def _parse_entry(line: str, client: str, where: str) -> Txn:
                                                 tuple(p.get("write_keys", ())))
         return Txn(id=int(t["txn_id"]), client=client, committed=bool(e.get("committed", False)), line=line,
                    pieces=pieces, commutative=frozenset(int(x) for x in e.get("commutative", ())),
-                   failed=tuple(int(x) for x in e.get("failed_attempts", ())))
+                   failed=tuple(int(x) for x in e.get("failed_attempts", ())),
+                   stored={int(c.get("shard", 0)): int(c.get("replicas", 0)) for c in e.get("stored", ())})
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise Unreadable(f"{where}: malformed transaction entry ({type(err).__name__}: {err})") from err
 

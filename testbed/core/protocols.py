@@ -9,6 +9,7 @@ needs no Python edit:
     check_name("janis", "SYSTEMS item 'janis'")   # ValueError when no protocol has the name, built or not (a typo)
     p.min_regions                      # the fewest regions it runs on
     p.guarantee, p.order_key           # "strict_serializable" | "serializable"; its order key in one line ("": none)
+    p.reports_copies                   # its replies name the replicas each commit rests on (the durability check)
     p.role_nodes(regions)              # its processes besides replicas and clients: [{name, kind, region}, ...]
     p.check_options({"ewma_alpha": 0.5})   # every option with its value (defaults filled in); ValueError names it
 
@@ -105,6 +106,9 @@ class Protocol:
     # from before these fields existed declares neither: serializable, no key.
     guarantee: str = "serializable"
     order_key: str = ""
+    # Its replies name the replicas per shard a commit rests on (ClientReply.stored); the durability check holds
+    # each commit to a majority of every touched shard's (docs/checker.md)
+    reports_copies: bool = False
 
     def defaults(self) -> dict:
         return {o.name: o.default for o in self.options}
@@ -238,7 +242,7 @@ def parse(doc: dict, binary: str = "") -> Registry:
         if guarantee not in GUARANTEES:
             raise ValueError(f"{p['name']}: guarantee {guarantee!r} unknown (expected {' or '.join(GUARANTEES)})")
         protocols[p["name"]] = Protocol(p["name"], p["summary"], int(p["min_regions"]), roles, options, guarantee,
-                                        str(p.get("order_key", "")))
+                                        str(p.get("order_key", "")), bool(p.get("reports_copies", False)))
     if not protocols:
         raise ValueError("no protocols")
     return Registry(protocols, binary)

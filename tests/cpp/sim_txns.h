@@ -92,6 +92,8 @@ std::map<std::string, int64_t> sum_counters(const Replicas& replicas) {
 struct SilenceCost {
   TimeUs worst_irt_us = 0;
   uint64_t answered_during = 0, committed = 0;
+  // committed transactions touching shard 0 answered in [0.6, 2) s: well into the silence, before it ends
+  uint64_t silent_shard_answered = 0;
   int64_t timeouts = 0;
   std::map<std::string, int64_t> counters;   // every protocol counter, summed over the replicas
 };
@@ -100,9 +102,16 @@ inline SilenceCost silent_follower_cost(Deployment d, const std::string& timeout
   SimCluster c(std::move(d), sim_options(5, 0), true);
   run_and_check(c);
   SilenceCost out;
+  std::set<uint64_t> on_shard0;
+  for (const auto& [client, log] : c.txn_logs)
+    for (const auto& e : log)
+      for (const auto& p : e.txn().pieces())
+        if (p.shard() == 0) on_shard0.insert(e.txn().txn_id());
   for (auto* cl : c.clients)
     for (const auto& r : cl->records()) {
       if (!r.committed) continue;
+      const TimeUs end = r.start_us + r.latency_us;
+      if (on_shard0.count(r.txn_id) && end >= 600'000 && end < 2'000'000) ++out.silent_shard_answered;
       if (!r.crt && r.start_us >= 500'000 && r.start_us < 1'500'000)
         out.worst_irt_us = std::max(out.worst_irt_us, r.latency_us);
       if (r.start_us + r.latency_us < 2'000'000) ++out.answered_during;

@@ -55,6 +55,7 @@ class FakeWorkload : public Workload {
       p->set_id(i);
       p->set_proc(i == 1 ? 7 : 1);   // proc 7 commutes
     }
+    (*t.mutable_pieces(0)->mutable_args())["r"].set_i(static_cast<int64_t>(rng()));   // which draw it was
     return t;
   }
   bool commutes(const Piece& p) const override { return p.proc() == 7; }
@@ -415,6 +416,54 @@ TEST(ClientNode, OpenLoopArrivalsArePoissonAtTheRate) {
 // slot, and each one's latency counts its wait: start_us is its arrival, sent_us when a slot took it, latency to
 // the answer from the arrival. Nothing sheds (the bound is far), so the queue grows through the run and drains
 // after it: the last transactions waited seconds, which a closed loop would never have recorded.
+// The same seed gives the same arrivals and the same transactions whatever the timing (docs/workloads.md): each
+// transaction is drawn from a stream of its own, named by its slot and number there (closed loop) or by its
+// arrival's number (open loop), the gaps from another, none from the node's rng. A fast server against a slow one
+// that aborts every first attempt (and, open loop, sheds most arrivals): closed loop, every session's transactions
+// are the same sequence; open loop, the same arrivals, and each arrival both ran is the same transaction.
+TEST(ClientNode, TheSameSeedGivesTheSameTransactionsWhateverTheTiming) {
+  for (bool open : {false, true}) {
+    SCOPED_TRACE(open ? "open loop" : "closed loop");
+    Deployment d = open ? open_dep(200, 2, 2) : dep();
+    d.client.max_outstanding = 6;
+    std::map<uint32_t, std::vector<int64_t>> per_session[2];
+    std::map<TimeUs, int64_t> by_arrival[2];
+    uint64_t arrivals[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      FakeWorkload w;
+      ClientNode c(d, 5, w, std::make_unique<FakeDriver>(k ? 30000 : 1000, k));
+      std::map<uint64_t, int64_t> draw;
+      c.set_txn_sink([&](const TxnLogEntry& e) { draw[e.txn().txn_id()] = e.txn().pieces(0).args().at("r").i(); });
+      FakeEnv env;
+      env.r.seed(7 + k);   // the node's own rng differs too: the client's draws must not come from it
+      c.start(env);
+      env.run(c, TimeUs(1e12));
+      ASSERT_TRUE(c.finished());
+      for (const auto& r : c.records()) {
+        per_session[k][r.session].push_back(draw.at(r.txn_id));
+        by_arrival[k][r.start_us] = draw.at(r.txn_id);
+      }
+      arrivals[k] = c.open_loop_stats().arrivals;
+    }
+    if (!open) {
+      ASSERT_EQ(per_session[1].size(), 3u);
+      for (const auto& [session, seq] : per_session[1]) {
+        const auto& fast = per_session[0][session];
+        ASSERT_LT(seq.size(), fast.size());
+        EXPECT_TRUE(std::equal(seq.begin(), seq.end(), fast.begin())) << "session " << session;
+      }
+    } else {
+      EXPECT_EQ(arrivals[0], arrivals[1]);
+      EXPECT_EQ(by_arrival[0].size(), arrivals[0]) << "the fast server ran every arrival";
+      EXPECT_LT(by_arrival[1].size(), by_arrival[0].size() / 2) << "the slow one shed most";
+      for (const auto& [at, x] : by_arrival[1]) {
+        ASSERT_TRUE(by_arrival[0].count(at)) << "an arrival at " << at << " us the fast run did not have";
+        EXPECT_EQ(by_arrival[0][at], x) << "the arrival at " << at << " us";
+      }
+    }
+  }
+}
+
 TEST(ClientNode, OpenLoopLatencyCountsTheWaitForACoordinator) {
   Deployment d = open_dep(100, 2, 5);
   OpenRun run(d, 50000);

@@ -233,12 +233,15 @@ TEST(JanusSim, ASuspectedFollowerIsNotWaitedForUntilHeardFrom) {
             << suspects.counters.at("preaccept_unwaited") << " decided without waiting; worst IRT started in [0.5, "
             << "1.5) s " << suspects.worst_irt_us / 1000.0 << " ms), " << waits.answered_during << " without ("
             << waits.counters.at("preaccept_timeouts") << " timeouts, worst IRT " << waits.worst_irt_us / 1000.0
-            << " ms)\n";
+            << " ms); on its shard in [0.6, 2) s " << suspects.silent_shard_answered << " vs "
+            << waits.silent_shard_answered << "\n";
   EXPECT_EQ(waits.counters.at("preaccept_unwaited"), 0);
   EXPECT_GT(suspects.counters.at("preaccept_unwaited"), 0);
   EXPECT_LT(suspects.counters.at("preaccept_timeouts"), waits.counters.at("preaccept_timeouts"));
-  EXPECT_GT(suspects.answered_during, waits.answered_during * 5 / 4);   // 396 vs 280 at seed 5
-  EXPECT_LT(suspects.worst_irt_us, waits.worst_irt_us);
+  EXPECT_GT(suspects.answered_during, waits.answered_during * 5 / 4);   // 385 vs 294 at seed 5
+  // the rounds into its shard: each paid the timeout without suspicion; with it, only the first at a coordinator
+  // (the worst IRT is that first round's in both: not compared)
+  EXPECT_GT(suspects.silent_shard_answered, waits.silent_shard_answered);
   // heard from again after the silence: most rounds took the fast path in all
   EXPECT_GT(suspects.counters.at("fast_commits"), suspects.counters.at("slow_commits"));
 }

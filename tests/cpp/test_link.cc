@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <chrono>
 #include <functional>
 #include <cmath>
@@ -495,6 +496,45 @@ TEST(TcpTransport, AFrameThatIsNoBatchIsMalformedAndEndsItsConnection) {
     c.write(TcpTransport::frame({numbered(0, 3, 9)}));
     ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 1; }));
   }
+}
+
+namespace {
+size_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+}  // namespace
+
+// A header is only a promise: 8 connections announcing a 64 MiB frame each and sending 100 bytes of it cost the
+// process what arrived, not 512 MiB (it allocated the announced size before 2026-11-29: 20 -> 545 MB). A large
+// frame that does come arrives whole, and the connection goes on with small ones.
+TEST(TcpTransport, AnAnnouncedFrameCostsWhatArrivesNotWhatItAnnounces) {
+  Deployment d = two_regions(24781, 24782);
+  Inbox ib;
+  TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
+  std::string err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  const size_t before = resident_bytes();
+  std::vector<std::unique_ptr<RawConn>> strangers;
+  for (int i = 0; i < 8; ++i) {
+    strangers.push_back(std::make_unique<RawConn>(24782));
+    strangers.back()->write(std::string("\x03\xff\xff\xff", 4) + std::string(100, 'x'));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(resident_bytes(), before + (8u << 20)) << "8 announced frames of 64 MiB";
+  strangers.clear();
+  RawConn c(24782);
+  Envelope big = numbered(0, 3, 1);
+  (*big.mutable_submit()->mutable_txn()->add_pieces()->mutable_args())["x"].set_s(std::string(6 << 20, 'y'));
+  c.write(TcpTransport::frame({big}) + TcpTransport::frame({numbered(0, 3, 2)}));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 2; }));
+  EXPECT_EQ(ib.got[0].submit().txn().pieces(0).args().at("x").s().size(), size_t{6} << 20);
+  c.write(TcpTransport::frame({numbered(0, 3, 3)}));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 3; }));
+  EXPECT_EQ(ib.got[2].probe_reply().seq(), 3u);
+  EXPECT_EQ(b.drops().malformed, 0u);
 }
 
 // On the event loop's reactor the transport unpacks frames on the loop's own thread: the delivery callback

@@ -1,6 +1,7 @@
 """A crashed follower (`crash:NODE@S`, docs/nemesis.md) and the durability check (testbed/analysis/durability.py):
 one real TAPIR run whose follower of region 1 is killed at t = 3 s, then copies of its folder changed the ways a
 protocol that loses a committed transaction, or a runner that lies about a crash, would leave it."""
+import gzip
 import json
 import os
 
@@ -228,3 +229,100 @@ def test_a_restart_that_never_caught_up_or_wrote_anothers_dump_is_flagged(restar
     f.write_text(json.dumps(dump))
     p = run_cli(run)
     assert p.returncode == 1 and "its dump is not a restarted process's" in p.stdout, p.stdout
+
+
+# ---- what a commit rests on when its client is answered (ClientReply.stored, the registry's reports_copies)
+
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    x = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        x |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return x, i
+
+
+def _enc(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        c, x = x & 0x7F, x >> 7
+        out.append(c | 0x80 if x else c)
+        if not x:
+            return bytes(out)
+
+
+def _fields(b: bytes):
+    """(field number, wire type, the field's bytes whole, its value: a varint, or a length-delimited payload)."""
+    i = 0
+    while i < len(b):
+        key, j = _varint(b, i)
+        if key & 7 == 0:
+            val, k = _varint(b, j)
+        elif key & 7 == 2:
+            n, j = _varint(b, j)
+            k = j + n
+            val = b[j:k]
+        else:
+            raise AssertionError(f"wire type {key & 7} in a TxnLogEntry")
+        yield key >> 3, key & 7, b[i:k], val
+        i = k
+
+
+def _restore_copies(run, mask: int | None) -> int:
+    """Rewrite the first committed entry of a client's binary transaction log (src/core/txn_log.h: gzip'ed,
+    varint-delimited TxnLogEntry) whose reply named its copies: each shard of its `stored` (field 6) names the
+    replicas of `mask`, or none is named at all (None). Returns the transaction's id."""
+    log = sorted((run / "clients").glob("*.txns.pb.gz"))[0]
+    raw, out, i, done = gzip.decompress(log.read_bytes()), bytearray(), 0, None
+    while i < len(raw):
+        n, j = _varint(raw, i)
+        entry = raw[j:j + n]
+        i = j + n
+        fields = list(_fields(entry))
+        if done is None and any(f == 6 for f, *_ in fields) and any(f == 2 and v for f, _, _, v in fields):
+            txn = next(v for f, _, _, v in fields if f == 1)
+            done = next(v for f, _, _, v in _fields(txn) if f == 1)
+            shards = [dict((f, v) for f, _, _, v in _fields(val)).get(1, 0) for f, _, _, val in fields if f == 6]
+            entry = b"".join(whole for f, _, whole, _ in fields if f != 6)
+            for shard in shards if mask is not None else ():
+                m = b"\x08" + _enc(shard) + b"\x10" + _enc(mask)
+                entry += b"\x32" + _enc(len(m)) + m
+        out += _enc(len(entry)) + entry
+    assert done is not None, "no committed entry names its copies"
+    log.write_bytes(gzip.compress(bytes(out)))
+    return done
+
+
+@needs_build
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["crash_run", "restart_run"])
+def test_every_commit_was_answered_on_a_majority_of_each_shard(fixture, request):
+    """TAPIR with a follower dead from t = 3 s (its coordinators decide on 2 of 3 after the timeout), DAST with one
+    restarted: each committed (transaction, shard) was answered on 2 or 3 copies, as its rule says."""
+    res = request.getfixturevalue(fixture)
+    stats = res.check["stats"]["durability"]
+    data = load(res.run_dir)
+    pairs = sum(len(t.shards()) for t in data.txns.values() if t.committed)
+    assert set(stats["reply_copies"]) <= {"2", "3"} and sum(stats["reply_copies"].values()) == pairs, stats
+    if fixture == "crash_run":   # the dead follower's shard decided on the two left
+        assert stats["reply_copies"].get("2", 0) > 0 and stats["reply_copies"]["3"] > 0
+
+
+@needs_build
+@pytest.mark.slow
+def test_a_commit_answered_on_one_copy_or_naming_none_is_flagged(restart_run, tmp_path):
+    run = _copy(restart_run, tmp_path)
+    whole = next((run / "clients").glob("*.txns.pb.gz")).read_bytes()
+    txn = _restore_copies(run, 1)   # replica 0 alone: the handler's own copy
+    p = run_cli(run)
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("[durability]"))
+    assert f"txn {txn} " in line and "answered committed on the copies of replicas [0] of shard" in line \
+        and "not a majority of its 3" in line, line
+    next((run / "clients").glob("*.txns.pb.gz")).write_bytes(whole)
+    assert _restore_copies(run, None) == txn
+    p = run_cli(run)
+    assert p.returncode == 1 and f"[durability] txn {txn} " in p.stdout and "without naming the replicas of shard" \
+        in p.stdout, p.stdout

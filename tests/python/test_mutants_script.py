@@ -16,6 +16,8 @@ spec.loader.exec_module(mutants)
     ("-", "passed", "CAUGHT: order (run 2)", "BROKEN BASELINE"),
     ("safety", "CAUGHT 3: X", "passed (5 runs)", "MISSED by the end-to-end checker"),
     ("safety", "passed", "CAUGHT: anomalies (run 1)", "ok"),
+    ("durability", "CAUGHT 1: X", "passed (5 runs)", "MISSED by the end-to-end checker"),
+    ("durability", "passed", "CAUGHT: durability (run 1)", "ok"),
     ("latency", "CAUGHT 1: X", "passed", "ok"),
     ("latency", "passed", "passed", "MISSED"),
     ("equivalent", "CAUGHT 1: X", "passed (5 runs)", "ok"),

@@ -196,7 +196,7 @@ class Coordinator : public Role {
     TxnShape shape;
     NodeId client = 0;
     Phase phase = Phase::Irt;
-    std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> acks
+    std::map<uint32_t, uint32_t> acks;                    // IRT: shard -> the replicas that stored it (bit r)
     std::map<uint32_t, std::map<uint32_t, Ts>> proposals; // CRT: shard -> replica -> proposal
     std::map<uint32_t, TimeUs> prepare_sent;              // CRT: region -> send time, until its first reply
     Ts decision;                                          // once Decided

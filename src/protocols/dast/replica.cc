@@ -298,7 +298,7 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   if (!crt) {
     Ts ts = clock_.fresh(env.now_us());
     Ts after = clock_.fresh(env.now_us());
-    c.acks[me_.shard] = 1;  // the handler stores it itself
+    c.acks[me_.shard] = 1u << me_.replica;  // the handler stores it itself
     bool own = false;
     for (uint32_t s : shape.shards) {
       for (NodeId r : d_.replicas_of(s)) {
@@ -371,7 +371,11 @@ void Coordinator::on_store_irt_ack(Env& env, NodeId from, const ::dast::StoreIRT
   if (m.has_clock()) site_.observe(env, from, from_proto(m.clock()));
   auto it = coords_.find(m.txn_id());
   if (it == coords_.end()) return;  // already answered
-  it->second.acks[m.shard()]++;
+  if (m.replica() >= d_.replicas ||
+      !std::binary_search(it->second.shape.shards.begin(), it->second.shape.shards.end(), m.shard()))
+    throw BadMessage("StoreIRTAck for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " replica " +
+                     str(m.replica()) + ", which it does not touch");
+  it->second.acks[m.shard()] |= 1u << m.replica();
   maybe_reply(env, m.txn_id());
 }
 
@@ -431,7 +435,7 @@ void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   const uint32_t majority = mutant::kOneAck ? 1 : d_.replicas / 2 + 1;
   for (uint32_t s : c.shape.shards) {
     if (!c.results.count(s) && !(mutant::kReplyOnHomeResult && s != c.home_shard)) return;
-    if (c.phase == Phase::Irt && c.acks[s] < majority) return;
+    if (c.phase == Phase::Irt && static_cast<uint32_t>(__builtin_popcount(c.acks[s])) < majority) return;
   }
   if (c.phase == Phase::Preparing) return;
   Envelope e;
@@ -439,6 +443,16 @@ void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   r->set_txn_id(txn_id);
   r->set_committed(true);
   *r->mutable_outputs() = c.outputs;
+  // What the commit rests on (the durability check's): an IRT's stored copies, a CRT's proposals (each stored it)
+  for (uint32_t s : c.shape.shards) {
+    auto* st = r->add_stored();
+    st->set_shard(s);
+    if (c.phase == Phase::Irt) {
+      st->set_replicas(c.acks[s]);
+    } else {
+      for (const auto& [rep, p] : c.proposals[s]) st->set_replicas(st->replicas() | 1u << rep);
+    }
+  }
   NodeId client = c.client;
   coords_.erase(it);
   env.send(client, std::move(e));
@@ -465,6 +479,7 @@ void Site::on_store_irt(Env& env, NodeId from, ::dast::StoreIRT& m) {
   auto* a = e.mutable_dast()->mutable_store_irt_ack();
   a->set_txn_id(id);
   a->set_shard(me_.shard);
+  a->set_replica(me_.replica);
   // A leader's clock tells the handler where this region's order stands; a follower's orders nothing (it does not
   // stretch below pending CRTs either: taken in, it would move the handler's clock past them).
   if (leader()) *a->mutable_clock() = to_proto(clock_.fresh(env.now_us()));

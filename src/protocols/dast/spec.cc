@@ -17,6 +17,7 @@ ProtocolSpec spec() {
   p.summary = "decentralized anticipate-and-stretch: IRTs order below every undecided CRT and never wait for one";
   p.min_regions = 1;
   p.guarantee = "serializable";  // the paper claims serializability; real time is not kept (docs/protocols/dast.md)
+  p.reports_copies = true;   // an IRT's stored copies, a CRT's proposals
   p.order_key = "the transaction's timestamp (t, c): an IRT's as its handler issued it, a CRT's decision; one domain";
   p.roles = {{kManagerRole, "m", Placement::PerRegion, 1,
               "anticipates a CRT's timestamp for its region and fans the CRT out to the region's sites",

@@ -142,6 +142,7 @@ class Coordinator : public RoleContext {
     bool timed_out = false;
     std::map<uint32_t, uint32_t> accept_oks;   // shard -> the replicas whose AcceptOK came (bit i: replica i)
     std::vector<::janus::Dep> deps;  // the union of the replies: committed (fast) or accepted (slow)
+    std::map<uint32_t, uint32_t> stored;   // committed: shard -> the replicas the decision rests on (the reply's)
     std::set<uint32_t> results;  // shards whose output replica reported
     Vars outputs;
     bool answered = false;       // the client has its reply (once every shard reported; see mutant.h)

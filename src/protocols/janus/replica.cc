@@ -332,6 +332,9 @@ void Coordinator::commit(Env& env, Coord& c) {
       if (auto a = c.accept_oks.find(s); a != c.accept_oks.end()) m->set_accepted(a->second);
       post(env, r, std::move(e));
     }
+  // The decision is durable where it was accepted (slow path), else where every reply of its fast quorum holds it.
+  for (uint32_t s : c.shards)
+    c.stored[s] = c.accept_oks.count(s) ? c.accept_oks[s] : quorum[s];
   c.replies.clear();   // decided: what the replies said is in c.deps
   c.pending.clear();
 }
@@ -351,6 +354,11 @@ void Coordinator::on_piece_result(Env& env, const ::janus::PieceResult& m) {
     e.mutable_reply()->set_txn_id(c.txn_id);
     e.mutable_reply()->set_committed(true);
     *e.mutable_reply()->mutable_outputs() = c.outputs;
+    for (const auto& [s, mask] : c.stored) {
+      auto* st = e.mutable_reply()->add_stored();
+      st->set_shard(s);
+      st->set_replicas(mask);
+    }
     env.send(c.client, std::move(e));
     c.answered = true;
   }
@@ -735,6 +743,7 @@ ProtocolSpec spec() {
   p.summary = "dependency graphs on conflict keys: one round trip when replicas agree, execution in SCC order";
   p.min_regions = 1;
   p.guarantee = "strict_serializable";
+  p.reports_copies = true;   // the fast quorum's replies, or the Accept round's majority
   p.order_key = "within one strongly connected component, the txn id (domain: the component's smallest id); "
                 "components are ordered by the dependency graph, not by a key";
   p.options = {

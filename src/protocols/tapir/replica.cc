@@ -304,7 +304,19 @@ void Coordinator::finish(Env& env, Coord& c, bool commit) {
   Envelope e;
   e.mutable_reply()->set_txn_id(id);
   e.mutable_reply()->set_committed(commit);
-  if (commit) *e.mutable_reply()->mutable_outputs() = c.vars;
+  if (commit) {
+    *e.mutable_reply()->mutable_outputs() = c.vars;
+    // What the commit rests on: the fast quorum's matching results, else the replicas that confirmed its Finalize
+    for (uint32_t s : c.shards) {
+      auto* st = e.mutable_reply()->add_stored();
+      st->set_shard(s);
+      if (fast(c, s)) {
+        for (const auto& [r, res] : c.results[s]) st->set_replicas(st->replicas() | 1u << r);
+      } else {
+        st->set_replicas(c.finalized[s]);
+      }
+    }
+  }
   env.send(c.client, std::move(e));
   coords_.erase(id);
 }
@@ -528,6 +540,7 @@ ProtocolSpec spec() {
               "replicas, abort and retry on conflict";
   p.min_regions = 1;
   p.guarantee = "strict_serializable";
+  p.reports_copies = true;   // the fast quorum's results, or the replicas that confirmed the Finalize
   p.order_key = "";  // none: applied in the order of dependencies recorded at Prepare (docs/protocols/tapir.md)
   p.options = {
       OptionSpec::flag("fast_path", true,
