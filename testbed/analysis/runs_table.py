@@ -33,7 +33,8 @@ type_name, class, start_us, latency_us, attempts, status, client, ...), plus run
 in_window (started in the measurement window [warmup, duration - cooldown): with status committed, the
 population of summary.json's percentiles).
 
-write(root) is called by run_experiments.py at the end of every job (beside results/claims.md); a run folder's
+refresh(root) writes it at the end of every run_experiments.py job (beside results/claims.md) and after every
+genFigure.py drawing, and removes it when no run folder is left; a run folder's
 records files are derived files (testbed/analysis/validate.py DERIVED), never read back in place of the raw ones.
 """
 from __future__ import annotations
@@ -175,12 +176,27 @@ def runs(root="results") -> pd.DataFrame:
 
 
 def write(root="results") -> tuple[Path, Path] | None:
-    """root/runs.parquet and root/runs.csv (runs(root)); None, and nothing written, when root has no run."""
+    """root/runs.parquet and root/runs.csv (runs(root)); None when root has no run, and then a table left from
+    earlier runs is removed (it would list runs whose folders are gone)."""
     root = Path(root)
     df = runs(root)
     if df.empty:
+        for f in (root / PARQUET, root / CSV):
+            f.unlink(missing_ok=True)
         return None
     return _write(df, root / PARQUET, root / CSV)
+
+
+def refresh(root="results") -> str:
+    """The one place the table follows the folders (a sweep's end, every genFigure.py drawing): write() it, and say
+    so in one line; a table that cannot be written is one warning line, never a failed sweep or drawing."""
+    try:
+        written = write(root)
+    except Exception as e:  # noqa: BLE001 - the figures stand without it (e.g. no pyarrow in an older venv)
+        return f"warning: {PARQUET} not written: {type(e).__name__}: {e}".splitlines()[0]
+    if written is None:
+        return f"no run folder below {root}: no {PARQUET}"
+    return f"every run as one table (pandas.read_parquet): {written[0]} (also {written[1].name})"
 
 
 def _write(df: pd.DataFrame, parquet: Path, csv: Path) -> tuple[Path, Path]:
@@ -251,7 +267,7 @@ def main(argv=None) -> int:
         else:
             written = write(a.results)
             if written is None:
-                print(f"{prog}: no run folder below {a.results}: nothing written")
+                print(f"{prog}: no run folder below {a.results}: nothing written (an older table there removed)")
                 return 0
             parquet, csv = written
     except (ValueError, OSError, ImportError) as e:

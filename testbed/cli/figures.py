@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from testbed.core import experiments, options
-from testbed.analysis import claims, drawing
+from testbed.analysis import claims, drawing, runs_table
 
 
 def drawFig(name, results="results", tail=None, config=None):
@@ -32,6 +32,9 @@ def main(argv=None) -> int:
         ap.error("name an experiment, or --claims")
     try:
         names = [experiments.get(n).name for n in a.names]   # every name checked before anything is drawn
+        if a.tail is not None and a.tail != 99 and "faults" in names:
+            raise ValueError(f"--tail {a.tail:g}: exp 6 (faults) draws p99 over time, no other tail; draw it apart "
+                             "from the experiments --tail is for")
         for n in names:
             fig = drawing.draw(n, root=a.results, tail=a.tail, config=a.config)
             print(drawing.point_table(fig))
@@ -42,5 +45,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"genFigure: error: {e}", file=sys.stderr)
         return 2
+    line = runs_table.refresh(a.results)   # the table follows the folders the figures were drawn from
+    print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     return 0
 

@@ -69,6 +69,10 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     knobs = {k: getattr(a, k) for k in deploylib.DEFAULTS if hasattr(a, k)}
     try:
+        given = [f for f in ("--max-outstanding", "--rate-per") if any(x == f or x.startswith(f + "=") for x in argv)]
+        if a.rate is None and given:
+            raise ValueError(f"{given[0]} shapes an open load: give --rate too (without it the load is a closed loop, "
+                             "which has no arrivals to bound)")
         knobs["protocol_options"] = options.option_values(a.protocol_options)
         if a.mode is not None:  # a typo is refused here, before a swarm job is handed to the driver
             protocols.check_name(a.mode, f"mode={a.mode!r}")

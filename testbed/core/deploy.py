@@ -46,6 +46,9 @@ def validate(**knobs) -> dict:
         k[n] = knoblib.check(n, k[n])
     if k["rate"] is not None:
         k["rate"] = knoblib.check("OPEN_LOOP_RATE", k["rate"], "rate")
+        if k["rate"] * k["duration"] < 1:
+            raise ValueError(f"rate={k['rate']:g}: less than one arrival expected in the {k['duration']:g} s run "
+                             "(rate x duration < 1)")
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:

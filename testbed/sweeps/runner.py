@@ -163,12 +163,24 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
             knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name,
                      "protocol_options": cfg.options_of(s)}
             key = point_key(exp.name, s, knobs, backend.name, backend.mechanism, cfg.seed)
+            if knobs.get("faults"):   # its schedule against its deployment, as the run would plan it (exp 6)
+                _check_faults(exp, s, p, knobs, cfg.seed, backend)
             for r in range(cfg.n_repeat):
                 sweep.tasks.append(Task(s, p, r, {**knobs, "seed": cfg.seed + r}, key))
     if not sweep.tasks:  # refused before sweep.json is written: the last sweep's stays, and its figure
         raise ValueError(f"nothing to run: no protocol of SYSTEMS ({', '.join(sweep.systems) or 'every built one'}) "
                          f"is built ({lists}); `make build` builds the engine")
     return sweep
+
+
+def _check_faults(exp: Experiment, system: str, p: Point, knobs: dict, seed: int, backend) -> None:
+    """ValueError (one line naming the point) when the point's fault schedule cannot run on its deployment: a pause
+    not shorter than the engine's connect timeout, a spike between regions the deployment lacks, ... (the checks
+    testbed/core/faults.py plan makes as a run starts, made before anything does)."""
+    try:
+        deploylib.build_deployment(**{**knobs, "seed": seed, "mechanism": backend.mechanism})
+    except deploylib.faultlib.FaultError as e:
+        raise ValueError(f"{exp.name} point {p.label!r} ({system}): {e}".splitlines()[0]) from e
 
 
 def manifest(sweep: Sweep, cfg: ExpConfig, backend, quick: bool) -> dict:
@@ -568,13 +580,8 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     else:
         if table:
             print(f"every experiment's numbers beside the paper's claims: {table}")
-    try:
-        written = runs_table.write(a.out)
-    except Exception as e:  # noqa: BLE001 - the sweep stands without it (e.g. no pyarrow in an older venv)
-        print(f"warning: {runs_table.PARQUET} not written: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
-    else:
-        if written:
-            print(f"every run as one table (pandas.read_parquet): {written[0]} (also {written[1].name})")
+    line = runs_table.refresh(a.out)
+    print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     return rc
 
 

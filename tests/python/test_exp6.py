@@ -50,3 +50,17 @@ def test_bad_fault_knobs_are_one_line(kw, msg):
     with pytest.raises(ValueError) as e:
         cfg(**kw)
     assert str(e.value).startswith(msg) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_schedule_its_deployment_cannot_run_is_refused_when_the_sweep_is_planned():
+    """A pause as long as the engine's connect timeout passed the knob checks and failed each run before its folder
+    existed, so exp 6's figure showed the `none` row alone with no mark: the plan (and --plan) refuses it."""
+    from test_runner import FakeBackend
+    from testbed.sweeps import runner
+    with pytest.raises(ValueError) as e:
+        runner.plan(experiments.get("exp6"), cfg(fault_kinds=("none", "pause"), fault_for_s=10), FakeBackend(),
+                    log=lambda *_: None)
+    assert str(e.value) == ("faults point 'pause' (dast): faults: item 1 'pause:follower-r2@10+10': a pause of 10 s "
+                            "is not shorter than the engine's connect timeout (10 s): its peers would take it for dead")
+    assert runner.plan(experiments.get("exp6"), cfg(fault_kinds=("none", "pause")), FakeBackend(),
+                       log=lambda *_: None).tasks

@@ -79,3 +79,11 @@ def test_a_sweep_whose_runs_all_failed_is_drawn_as_failures(tmp_path):
     assert set(csv.status) == {"failed"} and csv["median"].isna().all()
     assert "container edge_r2_s2 exited (137)" in p.stdout
 
+
+
+def test_a_tail_exp6_does_not_draw_is_refused(tmp_path):
+    (tmp_path / "results").mkdir()
+    p = genfigure(tmp_path, "faults", "--tail", "95")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.splitlines() == ["genFigure: error: --tail 95: exp 6 (faults) draws p99 over time, no other "
+                                     "tail; draw it apart from the experiments --tail is for"]

@@ -28,6 +28,8 @@ HEADER = "txn_id,type,type_name,class,start_us,latency_us,attempts,status,output
     (dict(rate=10, rate_per="shard"), "rate_per='shard': must be one of total, region"),
     (dict(rate=10, max_outstanding=0), "max_outstanding=0: must be an integer in [1, 10000000]"),
     (dict(rate=10, max_outstanding=2.5), "max_outstanding=2.5: must be an integer in [1, 10000000]"),
+    (dict(rate=1e-300), "rate=1e-300: less than one arrival expected in the 10 s run (rate x duration < 1)"),
+    (dict(rate=0.05, duration=10), "rate=0.05: less than one arrival expected in the 10 s run (rate x duration < 1)"),
 ])
 def test_run_knobs_are_checked(knobs, message):
     with pytest.raises(ValueError) as e:
@@ -63,6 +65,13 @@ def test_run_local_refuses_a_bad_rate_in_one_line(capsys):
     assert capsys.readouterr().err == "run_local: error: max_outstanding=0: must be an integer in [1, 10000000]\n"
     with pytest.raises(SystemExit):   # argparse's own line for a word it does not know
         runcli.parse_args(["--rate", "10", "--rate-per", "shard"])
+    capsys.readouterr()
+    # what shapes an open load, without one: refused, not silently dropped
+    for flag in (["--max-outstanding", "50"], ["--rate-per=region"]):
+        assert runcli.main(flag) == 2
+        assert capsys.readouterr().err == (f"run_local: error: {flag[0].split('=')[0]} shapes an open load: give "
+                                           "--rate too (without it the load is a closed loop, which has no arrivals "
+                                           "to bound)\n")
     a = runcli.parse_args(["--rate", "120", "--rate-per", "region", "--max-outstanding", "50"])
     assert (a.rate, a.rate_per, a.max_outstanding) == (120.0, "region", 50)
 

@@ -191,3 +191,25 @@ def test_a_table_that_cannot_be_written_is_one_warning_line(tmp_path, fake_sweep
     assert [line for line in err.splitlines() if "runs.parquet" in line] == [
         "warning: runs.parquet not written: ImportError: Unable to find a usable engine; tried using: 'pyarrow'."]
     assert (tmp_path / "res" / "claims.md").is_file() and (tmp_path / "res" / "data-n_clients.pdf").is_file()
+
+
+def test_the_table_follows_the_folders_after_every_drawing_and_when_they_are_gone(tmp_path, capsys):
+    """A doctored folder is failed in the table as soon as a figure is drawn (genFigure.py, whatever it drew), and a
+    results folder left without runs keeps no table listing them."""
+    from testbed.cli import figures as figures_cli
+    from test_figures import manifest
+    manifest(tmp_path, "n_clients", [("k1", "dast", 2)])
+    d = sweep_run(tmp_path, KNOBS_A, key="k1", x=2.0)
+    assert runs_table.write(tmp_path) is not None
+    assert pd.read_parquet(tmp_path / "runs.parquet").status.tolist() == ["ok"]
+    (d / "summary.json").write_text("{")
+    assert figures_cli.main(["n_clients", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"every run as one table (pandas.read_parquet): {tmp_path / 'runs.parquet'}" in out
+    for table in (pd.read_parquet(tmp_path / "runs.parquet"), pd.read_csv(tmp_path / "runs.csv")):
+        assert table.status.tolist() == ["failed"] and table.reason[0].startswith("invalid run folder: summary.json")
+    import shutil
+    shutil.rmtree(tmp_path / "n_clients")
+    assert runs_table.main([str(tmp_path)]) == 0
+    assert "nothing written (an older table there removed)" in capsys.readouterr().out
+    assert not (tmp_path / "runs.parquet").exists() and not (tmp_path / "runs.csv").exists()
