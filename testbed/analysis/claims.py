@@ -103,7 +103,7 @@ def _range(vals) -> str:
 def render(tables: dict) -> str:
     """tables: experiment name -> (agg, tail). Markdown."""
     lines = ["# The paper's claims beside this testbed's numbers", "",
-             "Written by `run_experiments.py` (and `python genFigure.py --claims`) from the run folders of the "
+             "Written by `run_experiments.py` (and `.venv/bin/python genFigure.py --claims`) from the run folders of the "
              "current sweeps (testbed/analysis/claims.py says what each column is). Latencies in ms, medians over "
              "the ok repeats; host busy: the busiest repeat.", ""]
     summary = []
