@@ -44,6 +44,21 @@ class ClientDriver {
   Done done_;
 };
 
+// What a commit rests on (the checker's durability check, docs/checker.md): names in `reply` the replicas of
+// `shard` (bit r: replica r) whose copies the commit rests on (ClientReply.stored).
+inline void add_stored(ClientReply& reply, uint32_t shard, uint32_t replicas) {
+  auto* st = reply.add_stored();
+  st->set_shard(shard);
+  st->set_replicas(replicas);
+}
+// The replicas a map keyed by replica index names, as a mask (bit r: replica r).
+template <class ByReplica>
+uint32_t replica_mask(const ByReplica& by_replica) {
+  uint32_t mask = 0;
+  for (const auto& [r, _] : by_replica) mask |= 1u << r;
+  return mask;
+}
+
 // A shard replica. It executes every piece through a ShardExecutor
 // (core/executor.h), which gives the server its store for the state dump and
 // its execution history for the checker.

@@ -444,15 +444,8 @@ void Coordinator::maybe_reply(Env& env, uint64_t txn_id) {
   r->set_committed(true);
   *r->mutable_outputs() = c.outputs;
   // What the commit rests on (the durability check's): an IRT's stored copies, a CRT's proposals (each stored it)
-  for (uint32_t s : c.shape.shards) {
-    auto* st = r->add_stored();
-    st->set_shard(s);
-    if (c.phase == Phase::Irt) {
-      st->set_replicas(c.acks[s]);
-    } else {
-      for (const auto& [rep, p] : c.proposals[s]) st->set_replicas(st->replicas() | 1u << rep);
-    }
-  }
+  for (uint32_t s : c.shape.shards)
+    add_stored(*r, s, c.phase == Phase::Irt ? c.acks[s] : replica_mask(c.proposals[s]));
   NodeId client = c.client;
   coords_.erase(it);
   env.send(client, std::move(e));

@@ -251,9 +251,7 @@ void Coordinator::maybe_decide(Env& env, Coord& c) {
     for (uint32_t s : c.shards) {
       const auto& got = c.replies[s];
       if (got.size() == all) continue;
-      uint32_t mask = 0;
-      for (const auto& [r, deps] : got) mask |= 1u << r;
-      if (!suspects_.only_suspects_missing(d_.replicas_of(s), mask)) only_suspects = false;
+      if (!suspects_.only_suspects_missing(d_.replicas_of(s), replica_mask(got))) only_suspects = false;
       else unwaited = true;
     }
     unwaited = unwaited && only_suspects;
@@ -320,8 +318,7 @@ void Coordinator::set_phase(Coord& c, Phase to) {
 void Coordinator::commit(Env& env, Coord& c) {
   set_phase(c, Phase::Committed);
   std::map<uint32_t, uint32_t> quorum;   // shard -> the replicas whose replies the decision holds
-  for (const auto& [s, got] : c.replies)
-    for (const auto& [r, deps] : got) quorum[s] |= 1u << r;
+  for (const auto& [s, got] : c.replies) quorum[s] = replica_mask(got);
   for (uint32_t s : c.shards)
     for (NodeId r : d_.replicas_of(s)) {
       Envelope e;
@@ -354,11 +351,7 @@ void Coordinator::on_piece_result(Env& env, const ::janus::PieceResult& m) {
     e.mutable_reply()->set_txn_id(c.txn_id);
     e.mutable_reply()->set_committed(true);
     *e.mutable_reply()->mutable_outputs() = c.outputs;
-    for (const auto& [s, mask] : c.stored) {
-      auto* st = e.mutable_reply()->add_stored();
-      st->set_shard(s);
-      st->set_replicas(mask);
-    }
+    for (const auto& [s, mask] : c.stored) add_stored(*e.mutable_reply(), s, mask);
     env.send(c.client, std::move(e));
     c.answered = true;
   }

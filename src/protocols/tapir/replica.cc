@@ -180,8 +180,7 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
   }
   if (got.size() < n) {  // wait for every replica (3 identical results are the fast path) until the timeout
     const size_t quorum = mutant::kTimeoutOnMinority ? 1 : majority;
-    uint32_t mask = 0;
-    for (const auto& [r, res] : got) mask |= 1u << r;
+    const uint32_t mask = replica_mask(got);
     // or, with suspect_on_timeout, while only replicas that let an earlier round time out are missing
     const bool unwaited = !c.timed_out && suspects_.size() > 0 &&
                           suspects_.only_suspects_missing(d_.replicas_of(shard), mask);
@@ -286,7 +285,7 @@ void Coordinator::finish(Env& env, Coord& c, bool commit) {
         for (TxnId x : c.deps[s]) m->add_deps(x);
         *m->mutable_vars() = c.vars;
         // whose votes the decision counted, and who confirmed its Finalize (history q=, a=: the checker's)
-        for (const auto& [r, res] : c.results[s]) m->set_quorum(m->quorum() | 1u << r);
+        m->set_quorum(replica_mask(c.results[s]));
         if (!fast(c, s)) m->set_finalized(c.finalized[s]);
       } else {
         e.mutable_tapir()->mutable_abort()->set_txn_id(id);
@@ -307,15 +306,8 @@ void Coordinator::finish(Env& env, Coord& c, bool commit) {
   if (commit) {
     *e.mutable_reply()->mutable_outputs() = c.vars;
     // What the commit rests on: the fast quorum's matching results, else the replicas that confirmed its Finalize
-    for (uint32_t s : c.shards) {
-      auto* st = e.mutable_reply()->add_stored();
-      st->set_shard(s);
-      if (fast(c, s)) {
-        for (const auto& [r, res] : c.results[s]) st->set_replicas(st->replicas() | 1u << r);
-      } else {
-        st->set_replicas(c.finalized[s]);
-      }
-    }
+    for (uint32_t s : c.shards)
+      add_stored(*e.mutable_reply(), s, fast(c, s) ? replica_mask(c.results[s]) : c.finalized[s]);
   }
   env.send(c.client, std::move(e));
   coords_.erase(id);
