@@ -45,6 +45,7 @@ image:
 	docker/build_image.sh
 
 up: engine-image
+	.venv/bin/python start_containers.py --check-owner
 	docker/build_image.sh --if-stale
 	.venv/bin/python start_containers.py --self-test
 
@@ -52,6 +53,7 @@ down: engine
 	.venv/bin/python start_containers.py --down
 
 bench-swarm: engine-image
+	.venv/bin/python start_containers.py --check-owner
 	docker/build_image.sh --if-stale
 	.venv/bin/python scripts/bench_swarm.py
 

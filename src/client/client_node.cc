@@ -47,7 +47,7 @@ void ClientNode::on_timer(Env& env, uint64_t id) {
     if (finished_) return;
     TimeUs now = env.mono_us();
     for (auto& s : slots_)
-      if (s.busy) record(s, now, false, nullptr);
+      if (s.busy) record(s, now, false, nullptr, nullptr, true);
     // Arrivals still waiting for a coordinator were never sent: counted (the summary says so), not recorded.
     for (const Arrival& a : queued_) {
       const TimeUs at = a.at;
@@ -189,13 +189,13 @@ void ClientNode::finish_attempt(Env& env, const ClientDriver::Outcome& o) {
 }
 
 void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs,
-                        const google::protobuf::RepeatedPtrField<ShardCopies>* stored) {
+                        const google::protobuf::RepeatedPtrField<ShardCopies>* stored, bool abandoned) {
   static const Vars kNone;
   const Vars& out = outputs ? *outputs : kNone;
   std::string digest = committed ? outputs_digest(out) : "";
   records_.push_back({s.txn.txn_id(), s.txn.type(), s.txn.crt(), s.first_start - start_us_,
                       end_us - s.first_start, s.attempts, committed, std::move(digest),
-                      static_cast<uint32_t>(&s - slots_.data()), s.sent - start_us_});
+                      static_cast<uint32_t>(&s - slots_.data()), s.sent - start_us_, abandoned});
   s.busy = false;
   --busy_;
   if (sink_) {
@@ -203,6 +203,7 @@ void ClientNode::record(Slot& s, TimeUs end_us, bool committed, const Vars* outp
     TxnLogEntry e;
     e.mutable_txn()->Swap(&s.txn);
     e.set_committed(committed);
+    e.set_abandoned(abandoned);
     for (uint64_t id : s.failed) e.add_failed_attempts(id);
     for (const auto& p : e.txn().pieces())
       if (w_.commutes(p)) e.add_commutative(p.id());

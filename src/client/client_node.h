@@ -69,8 +69,9 @@ class ClientNode : public Node {
   // The context of coordinator (terminal) `terminal` of this client; its transaction's random stream.
   ClientContext context(uint32_t terminal) const;
   std::mt19937_64 stream(uint32_t purpose, uint64_t a = 0, uint64_t b = 0) const;
+  // abandoned: still in flight when the drain timeout ran out (not committed; its outcome is unknown).
   void record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs,
-              const google::protobuf::RepeatedPtrField<ShardCopies>* stored = nullptr);
+              const google::protobuf::RepeatedPtrField<ShardCopies>* stored = nullptr, bool abandoned = false);
   void finish_attempt(Env& env, const ClientDriver::Outcome& o);
   void maybe_finish(Env& env);
   // Open loop.

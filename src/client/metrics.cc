@@ -40,11 +40,11 @@ struct Acc {
 std::string class_json(const ClassSummary& c) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "{\"committed\": %llu, \"given_up\": %llu, \"attempts\": %llu, \"p50_ms\": %.3f, "
+                "{\"committed\": %llu, \"given_up\": %llu, \"abandoned\": %llu, \"attempts\": %llu, \"p50_ms\": %.3f, "
                 "\"p90_ms\": %.3f, \"p95_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, "
                 "\"mean_ms\": %.3f}",
                 (unsigned long long)c.committed, (unsigned long long)c.given_up,
-                (unsigned long long)c.attempts, c.p50_ms, c.p90_ms, c.p95_ms, c.p99_ms, c.p999_ms,
+                (unsigned long long)c.abandoned, (unsigned long long)c.attempts, c.p50_ms, c.p90_ms, c.p95_ms, c.p99_ms, c.p999_ms,
                 c.mean_ms);
   return buf;
 }
@@ -69,11 +69,14 @@ Summary summarize(const std::vector<TxnRecord>& recs, double duration_s, double 
       if (r.committed) {
         ++a->s.committed;
         a->lat_ms.push_back(r.latency_us / 1000.0);
+      } else if (r.abandoned) {
+        ++a->s.abandoned;
       } else {
         ++a->s.given_up;
       }
     }
-    out.aborted_attempts += r.committed ? (r.attempts > 0 ? r.attempts - 1 : 0) : r.attempts;
+    // an abandoned transaction's last attempt has no outcome: only its earlier ones aborted
+    out.aborted_attempts += r.committed || r.abandoned ? (r.attempts > 0 ? r.attempts - 1 : 0) : r.attempts;
   }
   irt.finish();
   crt.finish();
@@ -107,7 +110,7 @@ std::string records_csv(const std::vector<TxnRecord>& recs,
     std::string tn = r.type < type_names.size() ? type_names[r.type] : std::to_string(r.type);
     o << r.txn_id << ',' << r.type << ',' << tn << ',' << (r.crt ? "CRT" : "IRT") << ','
       << r.start_us << ',' << r.latency_us << ',' << r.attempts << ','
-      << (r.committed ? "committed" : "given_up") << ',' << r.outputs << ',' << r.session << ',' << r.sent_us
+      << (r.committed ? "committed" : r.abandoned ? "abandoned" : "given_up") << ',' << r.outputs << ',' << r.session << ',' << r.sent_us
       << '\n';
   }
   return o.str();

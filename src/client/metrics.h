@@ -24,6 +24,7 @@ struct TxnRecord {
   // coordinator. The checker's real-time order uses it (histories.py): an earlier issue time would only widen the
   // transaction's interval, dropping real-time edges (never adding a false one), so the send keeps the check whole.
   TimeUs sent_us = 0;
+  bool abandoned = false;  // not committed: still in flight when the drain timeout ran out (outcome unknown)
 };
 
 // Nearest-rank percentile of an ascending-sorted vector: sorted[ceil(p/100*n)-1].
@@ -32,8 +33,9 @@ double percentile_nearest_rank(const std::vector<double>& sorted, double p);
 
 struct ClassSummary {
   uint64_t committed = 0;
-  uint64_t given_up = 0;
-  uint64_t attempts = 0;    // over committed + given up
+  uint64_t given_up = 0;    // aborted on every attempt the retry limit allows
+  uint64_t abandoned = 0;   // still in flight when the drain timeout ran out
+  uint64_t attempts = 0;    // over committed + given up + abandoned
   double p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0, p999_ms = 0, mean_ms = 0;
 };
 
@@ -41,7 +43,7 @@ struct Summary {
   double window_start_s = 0, window_end_s = 0;
   double throughput_tps = 0;      // committed txns completing inside the window / window length
   ClassSummary irt, crt, all;
-  uint64_t aborted_attempts = 0;  // attempts that did not commit (retries + give-ups)
+  uint64_t aborted_attempts = 0;  // attempts that aborted (retries + give-ups; not an abandoned one's last)
 };
 
 // Window = [warmup, duration - cooldown]. Latency percentiles use committed
@@ -50,7 +52,8 @@ struct Summary {
 Summary summarize(const std::vector<TxnRecord>& recs, double duration_s, double warmup_s,
                   double cooldown_s);
 std::string summary_json(const Summary& s);
-// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session,sent_us
+// CSV with header: txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session,sent_us; status:
+// committed, given_up or abandoned
 std::string records_csv(const std::vector<TxnRecord>& recs,
                         const std::vector<std::string>& type_names);
 

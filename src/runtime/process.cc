@@ -81,6 +81,8 @@ std::string prepend_fields(const std::string& obj, const std::string& fields) {
 std::string process_facts(const Transport& t, uint64_t rejected, bool drain_timed_out) {
   const Transport::Drops d = t.drops();
   return "{\"dropped_messages\": " + std::to_string(d.to_servers) +
+         ", \"junk_connections\": " + std::to_string(t.junk_connections()) +
+         (t.junk_connections() ? ", \"junk_from\": \"" + t.junk_from() + "\"" : std::string()) +
          ", \"dropped_to_clients\": " + std::to_string(d.to_clients) +
          ", \"malformed_messages\": " + std::to_string(d.malformed) +
          ", \"dropped_to_crashed\": " + std::to_string(d.to_crashed) +
@@ -219,6 +221,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
   try {
     d = load_deployment(config);
     topt.connect_timeout_s = d.runtime.connect_timeout_s;
+    topt.token = deployment_token(d);   // a connection that does not open with it is refused (junk)
     // Every node on this machine's loopback (a local run): listen there only, not on every interface.
     if (std::all_of(d.nodes.begin(), d.nodes.end(), [](const NodeInfo& n) { return loopback_host(n.host); }))
       topt.bind_host = "127.0.0.1";

@@ -127,6 +127,8 @@ struct TcpTransport::Peer {
   std::vector<Addr> addrs;         // the destination's addresses, tried in turn
   size_t next_addr = 0;
   std::vector<Envelope> pending;   // queued, not yet in a frame
+  std::string greet;               // the connection's first bytes, the deployment's token (empty: none, or sent)
+  size_t greet_off = 0;
   std::string out;                 // the frame being written, kept until it is through
   size_t out_off = 0;              // bytes of it written on this connection
   uint64_t out_msgs = 0;
@@ -145,9 +147,11 @@ struct TcpTransport::InConn {
   int fd = -1;
   std::string peer;                // its address, for log lines
   static constexpr size_t kBuf = 64 << 10;   // its buffer between large frames
-  std::vector<char> buf = std::vector<char>(kBuf);
+  // At first 4 KiB (grown as bytes arrive): a stranger's connection, refused after 8 bytes, costs little.
+  std::vector<char> buf = std::vector<char>(4 << 10);
   size_t have = 0;
   size_t want = 0;                 // bytes of the frame begun at buf[0] (header included), until it is all here
+  bool greeted = false;            // its first 8 bytes were the deployment's token (or none is asked)
   Batch batch;                     // reused: its messages' storage too
 };
 
@@ -350,6 +354,21 @@ void TcpTransport::write(Peer& p) {
     return;
   }
   for (;;) {
+    if (p.greet_off < p.greet.size()) {   // the token, before the connection's first frame
+      const ssize_t n = ::send(p.fd, p.greet.data() + p.greet_off, p.greet.size() - p.greet_off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        p.want_out = true;
+        r_.change(p.fd, kPeerEvents | EPOLLOUT);
+        return;
+      }
+      if (n < 0) {
+        broke(p);
+        return;
+      }
+      p.greet_off += static_cast<size_t>(n);
+      continue;
+    }
     if (p.out.empty()) {
       if (p.pending.empty()) return;
       p.out = frame(p.pending, steady_us(), clock_domain());
@@ -505,6 +524,9 @@ void TcpTransport::connected(Peer& p) {
   p.blocked_since = 0;
   p.out_off = 0;   // a frame not through on an earlier connection is written again, whole, on this one
   p.counted = false;
+  p.greet.clear();
+  p.greet_off = 0;
+  for (int i = 7; o_.token && i >= 0; --i) p.greet.push_back(static_cast<char>(o_.token >> (8 * i)));
   no_delay(p.fd);
   r_.change(p.fd, kPeerEvents);
   write(p);
@@ -569,6 +591,7 @@ void TcpTransport::on_accept(int lfd) {
     auto c = std::make_unique<InConn>();
     c->fd = fd;
     c->peer = peer_name(sa);
+    c->greeted = o_.token == 0;
     if (!r_.watch(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t) {
           auto it = ins_.find(fd);
           if (it != ins_.end()) on_readable(*it->second);
@@ -616,6 +639,17 @@ void TcpTransport::on_readable(InConn& c) {
 
 bool TcpTransport::take_frames(InConn& c) {
   size_t at = 0;
+  if (!c.greeted) {   // the deployment's token first: a stranger is refused before any frame of it is read
+    if (c.have < 8) return true;
+    uint64_t token = 0;
+    for (int i = 0; i < 8; ++i) token = token << 8 | static_cast<uint8_t>(c.buf[i]);
+    if (token != o_.token) {
+      junk(c.peer, "it did not open with the deployment's token");
+      return false;
+    }
+    c.greeted = true;
+    at = 8;
+  }
   while (c.have - at >= 4) {
     const auto* h = reinterpret_cast<const uint8_t*>(c.buf.data() + at);
     const uint32_t len = uint32_t{h[0]} << 24 | uint32_t{h[1]} << 16 | uint32_t{h[2]} << 8 | h[3];
@@ -636,7 +670,7 @@ bool TcpTransport::take_frames(InConn& c) {
     }
     // A frame from a process on this kernel counts its messages' delay from its write (the stamp).
     const bool ours = c.batch.clock_domain() != 0 && c.batch.clock_domain() == clock_domain();
-    if (!ours && !foreign_clock_) {
+    if (!ours && !foreign_clock_ && c.batch.msgs_size() > 0) {   // (an empty frame says nothing of its sender)
       foreign_clock_ = true;
       if (on_foreign_clock_) on_foreign_clock_();
     }

@@ -84,6 +84,35 @@ void Transport::count_drops(NodeId to, uint64_t n) {
   else drops_servers_ += n;
 }
 
+uint64_t deployment_token(const Deployment& d) {
+  uint64_t h = 1469598103934665603ull;   // FNV-1a 64
+  auto mix = [&h](const std::string& s) {
+    for (unsigned char c : s + '\0') {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(d.mode);
+  mix(std::to_string(d.seed));
+  for (const auto& n : d.nodes) {
+    mix(n.name);
+    mix(n.host);
+    mix(std::to_string(n.port));
+  }
+  return h ? h : 1;
+}
+
+void Transport::junk(const std::string& peer, const std::string& why) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> g(junk_mu_);
+    first = junk_from_.empty();
+    if (first) junk_from_ = peer;
+  }
+  ++junk_;
+  if (first) log_("refused a connection from " + peer + ": " + why + " (not a process of this deployment)");
+}
+
 void Transport::malformed(const std::string& peer, const std::string& why) {
   ++drops_malformed_;
   log_("bad message from " + peer + ": " + why);

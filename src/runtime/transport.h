@@ -38,7 +38,14 @@ struct TransportOptions {
   double connect_timeout_s = 10;
   std::string prog = "txn-server";      // prefix of the fatal "unreachable" line
   std::string bind_host = "0.0.0.0";    // a deployment on the loopback only: 127.0.0.1 (txn-server's choice)
+  // The deployment's token (deployment_token): a connection's first 8 bytes must be it, or the connection is junk
+  // (counted and closed, nothing of it read). 0: no handshake (tests that write frames by hand).
+  uint64_t token = 0;
 };
+
+// A deployment's token: FNV-1a over its mode, seed and every node's name, host and port, never 0. The same in
+// every process of the deployment (each reads the same file); another deployment's, or a stranger's, differs.
+uint64_t deployment_token(const Deployment& d);
 
 // `host` names this machine's loopback: 127.x.y.z, ::1 or localhost.
 bool loopback_host(const std::string& host);
@@ -74,6 +81,14 @@ class Transport {
   void on_incoming(Envelope&& m, const std::string& peer, TimeUs sent_steady_us = 0);
   // Incoming bytes that are no envelope batch: counted and logged, as a malformed message.
   void malformed(const std::string& peer, const std::string& why);
+  // A connection from outside the deployment (no token, another deployment's): counted, its first peer kept, logged
+  // once; the process's facts say it (docs/checker.md). Nothing it sent is read.
+  void junk(const std::string& peer, const std::string& why);
+  uint64_t junk_connections() const { return junk_; }
+  std::string junk_from() const {
+    std::lock_guard<std::mutex> g(junk_mu_);
+    return junk_from_;
+  }
   const Deployment& deployment() const { return d_; }
   NodeId self() const { return self_; }   // the process's endpoint node
   bool hosts(NodeId id) const { return id < local_.size() && local_[id]; }
@@ -124,6 +139,9 @@ class Transport {
  private:
   std::atomic<uint64_t> writes_{0}, written_{0};
   std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0}, drops_crashed_{0};
+  std::atomic<uint64_t> junk_{0};
+  mutable std::mutex junk_mu_;        // guards junk_from_
+  std::string junk_from_;             // the first junk connection's peer
   std::mutex in_mu_;                  // guards the two below
   LinkChannels in_;                   // incoming channels: emulated delivery times (per-channel FIFO)
   std::mt19937_64 rng_;               // jitter samples

@@ -7,10 +7,13 @@ Checks, each with a verdict (pass / fail / skipped) and its reason in check.json
   replicas         replicas of a shard have identical digests and aggregates
   workload         TPC-C consistency conditions 3.3.2.1-3.3.2.12 (as far as the scaled tables allow); TPC-A deltas;
                    append: every list on its shard, the dump's row counts its lists'
-  run              no transaction left unfinished, no message dropped or rejected, every server drained in time
-                   (transactions given up after the retry limit are recorded as notes, not violations)
+  run              no transaction stuck (sent before the run's end and unanswered through the drain), no message
+                   dropped or rejected, every server drained in time (transactions given up after the retry limit,
+                   and those an open load the system could not keep up with abandoned in flight at the drain, are
+                   notes, not violations)
   order            (a) every replica of a shard executed the same pieces, conflicting ones in the same order
-  atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did
+  atomicity        (b) committed transactions executed exactly once at every replica they touch, nothing else did;
+                   an abandoned one (outcome unknown) either so or nowhere
   durability       nothing a client saw committed is lost: it is in the history (and, append, the final lists) of
                    every live replica of every shard it touched; each shard kept a majority live; a replica the
                    nemesis crashed (faults.jsonl) is excused its missing dump and history (durability.py)
@@ -31,16 +34,18 @@ Protocol-neutral: it knows pieces, shards, conflict keys and orders, never how a
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from testbed.analysis import durability, histories, listappend, validate
-from testbed.core import protocols
+from testbed.core import files, protocols
 from testbed.analysis.histories import Skip, Unreadable
 
 TPCA_TABLES = ("customer", "teller", "branch")
@@ -234,38 +239,91 @@ PROCESS_FACTS = (("dropped_messages", "dropped {} message(s) to servers"),
                  ("rejected_messages", "rejected {} message(s) (bad message)"))
 
 
-def _retry_limit(run_dir: Path) -> int | None:
+def _client_knob(run_dir: Path, key: str) -> float | None:
     try:
-        return int(yaml.safe_load((run_dir / "deploy.yml").read_text())["client"]["retry_limit"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):
+        return float(yaml.safe_load((run_dir / "deploy.yml").read_text())["client"][key])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, yaml.YAMLError):
         return None
 
 
-def given_up_transactions(run_dir) -> tuple[list[str], list[str]]:
-    """(exhausted, cut_off): given-up transactions (records.csv) that used every attempt the retry limit allows (a
-    protocol that aborts on conflict gave them up: recorded, not a violation), and the others (still unfinished
-    when the run's drain ended: a violation)."""
+@dataclass
+class Unfinished:
+    """The transactions of a run that did not commit, by why (records.csv's status and times):
+      exhausted   given up after every attempt the retry limit allows: a protocol that aborts on conflict gave
+                  them up (a note; atomicity holds them to executing nowhere)
+      abandoned   in flight when the drain timeout ran out, sent after the run's end: arrivals that waited for a
+                  coordinator past the end (an open load the system could not keep up with). Their outcome is
+                  unknown: checked as possibly committed (histories.took_effect), counted, never a violation
+      stuck       in flight when the drain timeout ran out although sent before the run's end: unanswered through
+                  the whole drain (a violation), and given-up transactions below the retry limit (run folders
+                  from before `abandoned`)
+    unsent, shed: an open load's arrivals never sent (waiting when the drain ran out) and refused
+    (client.max_outstanding); both counted by the clients (load)."""
+    exhausted: list = field(default_factory=list)
+    abandoned: list = field(default_factory=list)
+    stuck: list = field(default_factory=list)
+    unsent: int = 0
+    shed: int = 0
+
+    def overloaded(self) -> str:
+        """One line saying the open load outran the system, or "" when it did not."""
+        if not (self.unsent or self.abandoned or self.shed):
+            return ""
+        parts = [f"{n} {what}" for n, what in ((self.shed, "arrival(s) shed (client.max_outstanding)"),
+                                               (self.unsent, "arrival(s) never sent (still waiting at the drain)"),
+                                               (len(self.abandoned), "transaction(s) abandoned in flight at the "
+                                                "drain (outcome unknown: checked as possibly committed)")) if n]
+        return "could not keep up with the offered load: " + ", ".join(parts)
+
+
+def _listed(labels: list[str]) -> str:
+    return ", ".join(labels[:5]) + (" ..." if len(labels) > 5 else "")
+
+
+def unfinished_transactions(run_dir) -> Unfinished:
+    """What became of the run's transactions that did not commit (Unfinished), from the clients' records.csv,
+    summaries and the deployment's client knobs."""
     run_dir = Path(run_dir)
-    clients, limit = run_dir / "clients", _retry_limit(run_dir)
-    exhausted, cut_off = [], []
+    clients, out = run_dir / "clients", Unfinished()
+    limit, end_s = _client_knob(run_dir, "retry_limit"), _client_knob(run_dir, "duration_s")
     for f in sorted(clients.glob("*.records.csv")) if clients.is_dir() else []:
-        for txn, (status, type_name, _, attempts) in histories.read_record_outputs(f, attempts=True).items():
-            if status == "given_up":
-                label = f"txn {txn} ({type_name}, {f.name.removesuffix('.records.csv')})"
-                (exhausted if limit is not None and attempts >= limit else cut_off).append(label)
-    return exhausted, cut_off
+        client = f.name.removesuffix(".records.csv")
+        try:
+            with open(f, newline="") as fh:
+                rows = [r for r in csv.DictReader(fh) if r["status"] != "committed"]
+            for r in rows:
+                label = f"txn {r['txn_id']} ({r.get('type_name', '?')}, {client})"
+                if r["status"] == "abandoned":
+                    sent = int(r.get("sent_us") or r["start_us"])
+                    (out.abandoned if end_s is not None and sent >= end_s * 1e6 else out.stuck).append(label)
+                elif limit is not None and int(r["attempts"]) >= limit:
+                    out.exhausted.append(label)
+                else:
+                    out.stuck.append(label)
+        except (OSError, KeyError, ValueError) as e:
+            raise Unreadable(f"{f.name}: {e}") from e
+        try:
+            load = json.loads((clients / f"{client}.summary.json").read_text()).get("open_loop") or {}
+            out.unsent += int(load.get("unsent", 0))
+            out.shed += int(load.get("shed", 0))
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass   # no summary: the run check says so
+    return out
 
 
-def check_run_health(run_dir, dumps, crashed=()) -> list[str]:
-    """Transactions still unfinished when the drain ended (given up before the retry limit), and what every
-    process said about itself: dropped, malformed or rejected messages, a drain that timed out, an interrupted
-    client. Transactions given up after the retry limit are not violations: check_run records them."""
+def check_run_health(run_dir, dumps, crashed=(), unfinished: Unfinished | None = None,
+                     junk: list | None = None) -> list[str]:
+    """Transactions stuck (unanswered through the whole drain: Unfinished), and what every process said about
+    itself: dropped, malformed or rejected messages, a drain that timed out, an interrupted client. Transactions
+    given up after the retry limit, and those an overloaded open load abandoned at the drain, are not violations:
+    check_run notes them, as it notes the connections from outside the deployment each process refused (junk: the
+    list they are added to)."""
     run_dir, v = Path(run_dir), []
     clients = run_dir / "clients"
-    _, cut_off = given_up_transactions(run_dir)
-    if cut_off:
-        v.append(f"{len(cut_off)} transaction(s) given up unfinished (before the retry limit): "
-                 + ", ".join(cut_off[:5]) + (" ..." if len(cut_off) > 5 else ""))
+    stuck = (unfinished or unfinished_transactions(run_dir)).stuck
+    if stuck:
+        v.append(f"{len(stuck)} transaction(s) sent before the run's end were still unanswered when the drain "
+                 f"timeout ran out: {_listed(stuck)}")
     procs = [(d["node"], d) for d in dumps]
     for f in sorted(clients.glob("*.summary.json")) if clients.is_dir() else []:
         try:
@@ -286,6 +344,10 @@ def check_run_health(run_dir, dumps, crashed=()) -> list[str]:
             v.append(f"{who}: still busy when its 10 s drain ran out")
         if d.get("interrupted"):
             v.append(f"{node}: interrupted before its run finished")
+        if facts.get("junk_connections") and (proc, "junk") not in said and junk is not None:
+            said.add((proc, "junk"))   # not the protocol's doing: a note (check_run), never a violation
+            junk.append(f"{who}: refused {facts['junk_connections']} connection(s) from outside the deployment "
+                        f"(first from {facts.get('junk_from', '?')}; not opened with the deployment's token)")
         if facts.get("dropped_to_crashed") and not crashed and (proc, "crashed") not in said:
             said.add((proc, "crashed"))
             v.append(f"{who}: dropped {facts['dropped_to_crashed']} message(s) to a peer planned to crash, but no "
@@ -363,8 +425,10 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
         replicas = [d for d in dumps if d.get("kind") != "manager"]
         rep.run("replicas", lambda: check_replicas(replicas))
         rep.run("workload", lambda: check_workload(replicas))
+        unfinished = unfinished_transactions(run_dir)
+        junk: list[str] = []
         rep.run("run", lambda: check_run_health(run_dir, dumps,
-                                                crashed or durability.restarted_replicas(run_dir)))
+                                                crashed or durability.restarted_replicas(run_dir), unfinished, junk))
         try:
             data = histories.load_run(run_dir, replicas, replay_bin)
         except Skip as s:
@@ -382,6 +446,9 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
             rep.stats.update({"histories": len(data.histories),
                          "executions": sum(len(h) for h in data.histories.values()),
                          "transactions": len(data.txns), "given_up": len(data.given_up),
+                         "abandoned": len(data.abandoned),
+                         "abandoned_executed": len(histories.took_effect(data)) - sum(t.committed for t in
+                                                                                      data.txns.values()),
                          "conflict_edges": sum(len(v) for v in adj.values())})
             rep.run("serializability", lambda: histories.check_serializability(data, adj, pre, serial)[0])
             guarantee = declared_guarantee(run_dir)
@@ -398,12 +465,15 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
             rep.run("replay", lambda: histories.check_replay(data, adj, Path(run_dir) / "deploy.yml", replicas,
                                                              replay_bin))
         n = len(rep.violations)
-        exhausted, _ = given_up_transactions(run_dir)
+        exhausted = unfinished.exhausted
         notes = [f"{len(exhausted)} transaction(s) given up after the retry limit (aborted on every attempt; "
-                 f"they executed nowhere: atomicity checks it): " + ", ".join(exhausted[:5])
-                 + (" ..." if len(exhausted) > 5 else "")] if exhausted else []
+                 f"they executed nowhere: atomicity checks it): {_listed(exhausted)}"] if exhausted else []
+        if unfinished.overloaded():
+            notes.append(unfinished.overloaded())
+        notes += junk
         res = {"verdict": "CONSISTENT" if not n else f"INCONSISTENT ({n} violations)", "exit_code": 1 if n else 0,
                "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
+               "abandoned_at_drain": len(unfinished.abandoned), "overloaded": bool(unfinished.overloaded()),
                "checks": rep.checks, "dumps": len(replicas),
                "shards": len({d["shard"] for d in replicas}), "workload": replicas[0]["workload"],
                "stats": rep.stats, "anomaly_classes": _classes(found, classes, serial),
@@ -414,7 +484,7 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
                "error": str(e)}
     res["elapsed_s"] = round(time.monotonic() - t0, 3)
     if write and Path(run_dir).is_dir():
-        Path(run_dir, "check.json").write_text(json.dumps(res, indent=2) + "\n")
+        files.write_text(Path(run_dir, "check.json"), json.dumps(res, indent=2) + "\n")
     return res
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from testbed.analysis import figures
 from testbed.analysis.rundirs import read_json
-from testbed.core import experiments
+from testbed.core import experiments, files
 
 FILE = "claims.md"
 PAPER = {"irt": (87.9, 93.2), "crt": (27.7, 70.4)}   # DAST abstract: p99 lower than Janus, Tapir, SLOG by (%)
@@ -121,6 +121,10 @@ def render(tables: dict) -> str:
                          f"{_f(r.throughput_tps_median)} | {_f(r.irt_p50_ms_median)} | {_f(r.irt_tail_ms_median)} | "
                          f"{_f(r.crt_p50_ms_median)} | {_f(r.crt_tail_ms_median)} | {_f(r.busy_pct_max, 0)} | {w} | "
                          f"{status} |")
+        unkept = figures.unkept_points(agg)
+        if unkept:
+            lines += ["", "Open load NOT kept up with (the share of arrivals shed or never sent; the latencies are of "
+                          "what was run): " + ", ".join(unkept) + "."]
         cmp = comparisons(agg)
         if cmp:
             lines += ["", f"DAST's {t} lower than the baseline's by (%; negative: higher), per x:", "",
@@ -161,5 +165,4 @@ def write(root="results", names=None) -> Path | None:
     if not tables:
         return None
     path = Path(root) / FILE
-    path.write_text(render(tables))
-    return path
+    return files.write_text(path, render(tables))

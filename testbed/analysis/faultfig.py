@@ -25,6 +25,7 @@ from testbed.analysis.histories import Unreadable
 from testbed.analysis.figures import MANIFEST, STYLES, SYSTEM_ORDER, NoRuns, Figure, load_runs, select
 from testbed.analysis.results import read_records
 from testbed.analysis.rundirs import read_json
+from testbed.core import files
 from testbed.core.tables import text_table
 
 PANELS = (("irt_p99_ms", "IRT p99 (ms)"), ("crt_p99_ms", "CRT p99 (ms)"), ("throughput_tps", "throughput (txn/s)"))
@@ -246,10 +247,13 @@ def draw(root="results", name: str = "faults") -> Figure:
     fig = build(rows, systems, title, caption(rows, systems))
     root = Path(root)
     pdf, png, csv = (root / f"data-{name}.{ext}" for ext in ("pdf", "png", "csv"))
-    pdf.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(pdf)
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
+    try:   # each file whole or not at all (testbed/core/files.py)
+        for path, dpi in ((pdf, None), (png, 100)):
+            with files.replacing(path) as tmp:
+                fig.savefig(tmp, **({"dpi": dpi} if dpi else {}))
+    finally:
+        plt.close(fig)
     t = table(rows)
-    t.to_csv(csv, index=False, float_format="%.3f")
+    with files.replacing(csv) as tmp:
+        t.to_csv(tmp, index=False, float_format="%.3f")
     return Figure(pdf, png, csv, t, 99.0)

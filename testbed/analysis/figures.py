@@ -28,7 +28,7 @@ import yaml
 
 from testbed.analysis import results as resultslib
 from testbed.analysis.rundirs import read_json, run_outcome, run_start, scan_runs
-from testbed.core import experiments, rtt as rttlib
+from testbed.core import experiments, files, rtt as rttlib
 from testbed.core.config import load_exp_config
 from testbed.core.tables import text_table
 
@@ -91,6 +91,10 @@ def load_runs(exp_dir, tail: float) -> pd.DataFrame:
             row["throughput_tps"] = summary.get("classes", {}).get("all", {}).get("throughput_tps", math.nan)
             row["given_up"] = sum(int(summary.get("classes", {}).get(c, {}).get("given_up") or 0)
                                   for c in ("IRT", "CRT"))
+            # an open load not kept up with: arrivals shed or never sent (%), transactions abandoned at the drain
+            load = summary.get("load")
+            row["unkept_pct"] = 100 * (1 - resultslib.kept_up_share(load)) if load else math.nan
+            row["abandoned"] = int(summary.get("classes", {}).get("all", {}).get("abandoned") or 0)
             try:
                 pct = resultslib.class_percentiles(run_dir, (50, tail))
             except (OSError, ValueError, KeyError) as e:
@@ -132,7 +136,7 @@ def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     """One row per (system, series, x): median/min/max of every metric over ok repeats, repeat counts,
     status ok | partial | failed | not run, and the failure reasons."""
     cols = ["system", "series", "x", "point_key", "status", "repeats_ok", "repeats_failed", "reasons", "run_ids"]
-    cols += [f"{m}_{s}" for m in METRICS for s in ("median", "min", "max")] + ["busy_pct_max"]
+    cols += [f"{m}_{s}" for m in METRICS for s in ("median", "min", "max")] + ["busy_pct_max", "unkept_pct_max"]
     out = []
     sel = select(runs, manifest)
     seen = set()
@@ -149,8 +153,9 @@ def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
                 row[f"{m}_median"] = float(v.median()) if len(v) else math.nan
                 row[f"{m}_min"] = float(v.min()) if len(v) else math.nan
                 row[f"{m}_max"] = float(v.max()) if len(v) else math.nan
-            busy = ok["busy_pct"].dropna() if "busy_pct" in ok else []
-            row["busy_pct_max"] = float(busy.max()) if len(busy) else math.nan
+            for col in ("busy_pct", "unkept_pct"):
+                v = ok[col].dropna() if col in ok else []
+                row[f"{col}_max"] = float(v.max()) if len(v) else math.nan
             out.append(row)
             seen.add(row["point_key"])
     for p in (manifest or {}).get("points", []):
@@ -215,6 +220,15 @@ def hot_points(agg: pd.DataFrame, limit: float = CPU_BUSY_WARN_PCT) -> list[str]
     return [f"{line_name(r.system, r.series)} at x={_xfmt(r.x)} ({r.busy_pct_max:.0f} %)" for r in hot.itertuples()]
 
 
+def unkept_points(agg: pd.DataFrame) -> list[str]:
+    """'<protocol> at x=<x> (<share> %)' for every point where an open load was not kept up with (a run shed
+    arrivals or left some unsent at the drain): its latencies are of the transactions it did run."""
+    if agg.empty or "unkept_pct_max" not in agg:
+        return []
+    return [f"{line_name(r.system, r.series)} at x={_xfmt(r.x)} ({r.unkept_pct_max:.1f} %)"
+            for r in agg[agg.unkept_pct_max > 0].itertuples()]
+
+
 def _xfmt(x: float) -> str:
     return f"{x:g}"
 
@@ -272,6 +286,15 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     steal = runs["steal_pct"].dropna() if "steal_pct" in runs else []
     if len(steal) and steal.max() > 5:  # the hypervisor took CPU from the runs: say so beside the numbers
         parts.insert(-1, f"CPU steal during runs {steal.median():.0f} % median, {steal.max():.0f} % max")
+    unkept = runs[runs["unkept_pct"].fillna(0) > 0] if "unkept_pct" in runs else runs.iloc[0:0]
+    if len(unkept):  # an open load the system could not keep up with: its latencies are of what it did run
+        worst = unkept.groupby(["system", "x"]).unkept_pct.max()
+        parts.insert(-1, "open load NOT kept up with (arrivals shed or never sent): " + ", ".join(
+            f"{line_name(sy)} at x = {_xfmt(x)} ({v:.1f} %)" for (sy, x), v in worst.items()))
+    if "abandoned" in runs and runs["abandoned"].fillna(0).sum() > 0:
+        ab = runs.groupby("system")["abandoned"].sum()
+        parts.insert(-1, "abandoned in flight at the drain (outcome unknown, in no latency): " + ", ".join(
+            f"{line_name(sy)} {int(n)}" for sy, n in ab.items() if n > 0))
     if "given_up" in runs and runs["given_up"].fillna(0).sum() > 0:  # aborted on every attempt: not in the latencies
         gave = runs.groupby("system")["given_up"].sum()
         parts.insert(-1, "given up after the retry limit (started in the window, not in the latencies): " + ", ".join(
@@ -391,10 +414,12 @@ def build_figure(agg: pd.DataFrame, runs: pd.DataFrame, *, title: str, x_label: 
 def plot(agg: pd.DataFrame, runs: pd.DataFrame, *, pdf: Path, png: Path, **kw) -> None:
     import matplotlib.pyplot as plt
     fig = build_figure(agg, runs, **kw)
-    pdf.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(pdf)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    try:   # each file whole or not at all: a full disk keeps the last figure (testbed/core/files.py)
+        for path, dpi in ((pdf, None), (png, 110)):
+            with files.replacing(path) as tmp:
+                fig.savefig(tmp, **({"dpi": dpi} if dpi else {}))
+    finally:
+        plt.close(fig)
 
 
 class NoRuns(ValueError):
@@ -449,7 +474,8 @@ def draw(name: str, root="results", tail: float | None = None, config=None) -> F
     pdf, png, csv = (root / f"data-{name}.{ext}" for ext in ("pdf", "png", "csv"))
     plot(agg, sel, title=title, x_label=x_label, systems=systems, no_data_reason=no_data_reason, tail=tail,
          caption_text=cap, pdf=pdf, png=png)
-    tidy(agg, name, x_name, tail).to_csv(csv, index=False)
+    with files.replacing(csv) as tmp:
+        tidy(agg, name, x_name, tail).to_csv(tmp, index=False)
     return Figure(pdf, png, csv, agg, tail)
 
 

@@ -63,6 +63,7 @@ class Txn:
     type_name: str = "?"
     outputs: str | None = None    # digest from records.csv (committed only)
     stored: dict = field(default_factory=dict)   # committed: shard -> replicas mask its reply named (ClientReply.stored)
+    abandoned: bool = False       # still in flight when its client's drain timeout ran out: its outcome is unknown
 
     def shards(self) -> dict:
         """shard -> sorted piece ids on it."""
@@ -81,7 +82,8 @@ class RunData:
     failed_ids: dict = field(default_factory=dict)    # id of an attempt that did not commit -> Txn
     histories: dict = field(default_factory=dict)     # replica node -> [(txn, piece, deferred)]
     replicas: dict = field(default_factory=dict)      # shard -> [replica nodes], ascending
-    given_up: list = field(default_factory=list)      # Txn
+    given_up: list = field(default_factory=list)      # Txn given up (aborted on every attempt)
+    abandoned: list = field(default_factory=list)     # Txn abandoned in flight at the drain (outcome unknown)
     times: dict = field(default_factory=dict)         # committed txn id -> (start, end) us, on data.clock
     clocks: dict = field(default_factory=dict)        # client -> its kernel's boot id ("" when it did not say)
     sessions: dict = field(default_factory=dict)      # committed txn id -> (client, session) (records' column)
@@ -97,6 +99,7 @@ class RunData:
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
     _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
+    _effect: frozenset | None = None                  # took_effect() (computed once)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
@@ -209,7 +212,8 @@ def _parse_entry(line: str, client: str, where: str) -> Txn:
         for p in t.get("pieces", []):
             pieces[int(p.get("id", 0))] = Piece(int(p.get("shard", 0)), tuple(p.get("read_keys", ())),
                                                 tuple(p.get("write_keys", ())))
-        return Txn(id=int(t["txn_id"]), client=client, committed=bool(e.get("committed", False)), line=line,
+        return Txn(id=int(t["txn_id"]), client=client, committed=bool(e.get("committed", False)),
+                   abandoned=bool(e.get("abandoned", False)), line=line,
                    pieces=pieces, commutative=frozenset(int(x) for x in e.get("commutative", ())),
                    failed=tuple(int(x) for x in e.get("failed_attempts", ())),
                    stored={int(c.get("shard", 0)): int(c.get("replicas", 0)) for c in e.get("stored", ())})
@@ -313,16 +317,19 @@ def load_run(run_dir, replica_dumps: list[dict], binary=None) -> RunData:
             raise Unreadable(f"{client}.records.csv: {len(recs)} records for {len(txns)} logged transactions")
         for t in txns:
             status, t.type_name, out = recs.get(t.id, (None, "?", ""))
-            if status != ("committed" if t.committed else "given_up"):
-                raise Unreadable(f"{client}: txn {t.id} is {'committed' if t.committed else 'given up'} in its "
-                                 f"log but {status or 'absent'} in its records")
+            logged = status_of(t)
+            if t.committed and t.abandoned or status != logged:
+                raise Unreadable(f"{client}: txn {t.id} is {'committed and abandoned' if t.committed else logged} "
+                                 f"in its log but {status or 'absent'} in its records")
             t.outputs = out if t.committed else None
             if t.id in data.txns:
                 raise Unreadable(f"txn id {t.id} logged twice ({data.txns[t.id].client}, {client})")
             data.txns[t.id] = t
             for f in t.failed:
                 data.failed_ids[f] = t
-            if not t.committed:
+            if t.abandoned:
+                data.abandoned.append(t)
+            elif not t.committed:
                 data.given_up.append(t)
     if not summaries or len(summaries) != len(logs):
         raise Unreadable(f"{len(logs)} transaction log(s) for {len(summaries)} client summaries")
@@ -387,6 +394,26 @@ def piece_keys(data: RunData) -> dict:
                 writes = tuple(dict.fromkeys(piece.writes))
                 data._keys[(t.id, p)] = (writes, tuple(k for k in dict.fromkeys(piece.reads) if k not in writes))
     return data._keys
+
+
+def status_of(t: Txn) -> str:
+    """Its records.csv status: committed, given_up (aborted on every attempt) or abandoned (in flight when the
+    drain timeout ran out)."""
+    return "committed" if t.committed else "abandoned" if t.abandoned else "given_up"
+
+
+def took_effect(data: RunData) -> frozenset:
+    """The transactions whose effects the replicas may hold: the committed ones, and those abandoned in flight at
+    the drain that some replica executed. An abandoned transaction's outcome is unknown to its client (as an
+    indeterminate operation is to Jepsen's checkers): it may have committed, whole, or not at all; atomicity holds
+    one that executed anywhere to executing whole at every replica, as a committed one."""
+    if data._effect is None:
+        ran = set()
+        for events in data.histories.values():
+            ran.update(t for t, _, _ in events)
+        data._effect = frozenset(t.id for t in data.txns.values()
+                                 if t.committed or (t.abandoned and t.id in ran))
+    return data._effect
 
 
 def _describe(data: RunData, txn: int) -> str:
@@ -484,8 +511,9 @@ def check_atomicity(data: RunData) -> list[str]:
         for t, p, _ in events:
             per[t].append(p)
         executed[node] = per
+    effect = took_effect(data)
     for t in sorted(data.txns.values(), key=lambda x: x.id):
-        if not t.committed:
+        if t.id not in effect:
             continue
         for shard, want in sorted(t.shards().items()):
             if shard not in data.replicas:
@@ -502,12 +530,13 @@ def check_atomicity(data: RunData) -> list[str]:
                     f"pieces {missing} never executed" if missing else "",
                     f"pieces {twice} executed more than once" if twice else "",
                     f"unknown pieces {extra}" if extra else "") if x)
-                out.add(f"{t.label()} at {node} (shard {shard}): {what}")
+                how = " (abandoned at the drain, executed elsewhere)" if not t.committed else ""
+                out.add(f"{t.label()}{how} at {node} (shard {shard}): {what}")
     for node, per in sorted(executed.items()):
         shard = shard_of[node]
         for txn in per:
             t = data.txns.get(txn)
-            if t is not None and t.committed:
+            if t is not None and txn in effect:
                 if shard not in {p.shard for p in t.pieces.values()}:
                     out.add(f"{t.label()} executed at {node}, but it has no piece on shard {shard}")
             elif t is not None:
@@ -1053,8 +1082,9 @@ def _dependency_order(data: RunData, node: str, hist: list, deps: dict, every: d
 # ---- (d) serial replay --------------------------------------------------------------------------------------------
 
 def topological_order(data: RunData, adj: dict) -> list[Txn]:
-    """Committed transactions in an order that respects every conflict edge between them (Kahn, ties by id)."""
-    committed = {t.id for t in data.txns.values() if t.committed}
+    """The transactions that took effect (the committed ones and the abandoned ones some replica executed:
+    took_effect) in an order that respects every conflict edge between them (Kahn, ties by id)."""
+    committed = took_effect(data)
     indeg = Counter()
     for u, vs in adj.items():
         if u in committed:

@@ -227,7 +227,9 @@ def analyze(data: RunData, dumps: list[dict], realtime_margin_us: int | None = N
     out, graph = _Lines(), _Graph()
     lists = _final_lists(dumps, out)
     appends, writer, reads, collided = _transactions(data, out)
-    committed = {t.id for t in data.txns.values() if t.committed}
+    # the committed transactions, and those abandoned at the drain that executed (histories.took_effect: their
+    # appends are no G1a, and their order counts as a committed one's)
+    committed = histories.took_effect(data)
     d = lambda txn: _describe(data, txn)  # noqa: E731
 
     # the elements: who appended each, where each value first is

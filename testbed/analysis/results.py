@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.core import deploy as deploylib
+from testbed.core import deploy as deploylib, files
 from testbed.core.tables import text_table
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
@@ -62,6 +62,8 @@ def _class_stats(df: pd.DataFrame, w0_us: float, w1_us: float) -> dict:
         out[f"p{p:g}_ms"] = None if v is None else round(float(v), 3)
     out["mean_ms"] = round(float(lat.mean()), 3) if len(lat) else None
     out["given_up"] = int((started.status == "given_up").sum())
+    # in flight when the drain timeout ran out (outcome unknown), over the whole run: they pile up at its end
+    out["abandoned"] = int((df.status == "abandoned").sum())
     out["aborts"] = int((started.attempts - 1).clip(lower=0).sum())  # failed attempts before success/give-up
     att = int(started.attempts.sum())
     out["abort_rate"] = round(out["aborts"] / att, 6) if att else 0.0
@@ -86,10 +88,11 @@ def summarize(run_dir, warmup_s: float, duration_s: float, cooldown_s: float, wr
     summary["throughput_tps"] = summary["classes"]["all"]["throughput_tps"]
     load = open_loop_load(run_dir, summary["throughput_tps"])
     if load is not None:   # a closed-loop summary stays as it was (so run folders from before are derived alike)
+        load["kept_up_pct"] = round(100 * kept_up_share(load), 3)
         summary["load"] = load
     summary["counters"] = server_counters(run_dir)
     if write:
-        Path(run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        files.write_text(Path(run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -128,6 +131,21 @@ def open_loop_load(run_dir, achieved_tps: float) -> dict | None:
             "max_queued": max(int(ol.get("max_queued", 0)) for _, ol in parts)}
 
 
+def kept_up_share(load: dict | None) -> float:
+    """The share of an open load's arrivals that were run (neither shed nor left unsent at the drain); 1 for a
+    closed loop (load None)."""
+    if not load or not load.get("arrivals"):
+        return 1.0
+    return 1 - (int(load.get("shed", 0)) + int(load.get("unsent", 0))) / int(load["arrivals"])
+
+
+def load_shortfall(load: dict) -> str:
+    """'<shed> % of the arrivals shed, <unsent> never sent' for an open load that was not kept up with."""
+    n = int(load["arrivals"])
+    return (f"{100 * int(load.get('shed', 0)) / n:.1f} % of {n} arrivals shed (client.max_outstanding), "
+            f"{int(load.get('unsent', 0))} never sent (waiting when the drain timeout ran out)")
+
+
 def server_counters(run_dir) -> dict:
     """Protocol counters summed over every server state dump of a run (servers/*.state.json, key "counters"; e.g.
     DAST's irts and irts_behind_undecided_crt, docs/protocols/dast.md); a counter whose name ends in `_max` (Janus's
@@ -156,12 +174,13 @@ def summarize_run(run_dir, write: bool = True) -> dict:
 def format_table(summary: dict) -> str:
     def f(v, nd=1):
         return "-" if v is None else f"{v:.{nd}f}"
-    cols = ["class", "commits", "tput/s"] + [f"p{p:g}ms" for p in PERCENTILES] + ["att", "gaveup"]
+    cols = ["class", "commits", "tput/s"] + [f"p{p:g}ms" for p in PERCENTILES] + ["att", "gaveup", "abandoned"]
     rows = []
     for c in CLASSES:
         s = summary["classes"][c]
         rows.append([c, str(s["committed"]), f(s["throughput_tps"])]
-                    + [f(s[f"p{p:g}_ms"]) for p in PERCENTILES] + [f(s["mean_attempts"], 2), str(s["given_up"])])
+                    + [f(s[f"p{p:g}_ms"]) for p in PERCENTILES]
+                    + [f(s["mean_attempts"], 2), str(s["given_up"]), str(s.get("abandoned", 0))])
     w = summary["window_s"]
     head = f"window [{w[0]:g}s, {w[1]:g}s)  clients {summary['clients']}  records {summary['records']}"
     tail = []
@@ -172,6 +191,8 @@ def format_table(summary: dict) -> str:
         tail.append(f"  shed {load['shed']} of {load['arrivals']} arrivals ({load['shed_in_window']} in the window; "
                     f"max_outstanding {load['max_outstanding']} per client), unsent at the drain timeout "
                     f"{load['unsent']}, most waiting at one client {load['max_queued']}")
+        if kept_up_share(load) < 1:
+            tail.append(f"  warning: the offered load was not kept up with: {load_shortfall(load)}")
     if summary.get("counters"):
         tail.append("counters (whole run): " + ", ".join(f"{k} {v}" for k, v in sorted(summary["counters"].items())))
     return "\n".join([head, text_table(cols, rows)] + tail)

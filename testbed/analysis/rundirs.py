@@ -8,11 +8,11 @@ derived.py), is a failed run with that reason, whatever its meta.json says, so r
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 
 from testbed.analysis import validate
+from testbed.core import files
 
 
 def read_json(path) -> dict | None:
@@ -25,11 +25,7 @@ def read_json(path) -> dict | None:
 
 def write_json(path, data) -> Path:
     """Write atomically (a reader sees the old or the new file, never half of one)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return files.write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def verdict(check: dict, summary: dict) -> tuple[str, str]:

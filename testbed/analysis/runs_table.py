@@ -18,7 +18,7 @@ left out), oldest first, in these columns:
     (a damaged or doctored folder is failed, whatever its meta.json says), verdict (check.json's, when there is
     one);
   - per class c of irt, crt, all (summary.json: the measurement window): c_committed, c_throughput_tps, c_p50_ms,
-    c_p90_ms, c_p99_ms, c_abort_rate, c_given_up; the host: busy_pct, steal_pct, cpu_seconds;
+    c_p90_ms, c_p99_ms, c_abort_rate, c_given_up, c_abandoned; the host: busy_pct, steal_pct, cpu_seconds;
   - every knob of the run (config.json's "knobs", flattened: knobs.concurrency, knobs.protocol_options.
     defer_commutative, ...; a list such as knobs.rtt_ms as JSON text), an open-loop run's offered load (load.*:
     summary.json's "load") and the protocol's counters (counters.*).
@@ -50,12 +50,12 @@ import pandas as pd
 
 from testbed.analysis import figures, results
 from testbed.analysis.rundirs import read_json, run_outcome, run_start
-from testbed.core import deploy as deploylib
+from testbed.core import deploy as deploylib, files
 
 PARQUET, CSV = "runs.parquet", "runs.csv"
 RECORDS_PARQUET, RECORDS_CSV = "records.parquet", "records.csv"
 CLASSES = {"irt": "IRT", "crt": "CRT", "all": "all"}
-STATS = ("committed", "throughput_tps", "p50_ms", "p90_ms", "p99_ms", "abort_rate", "given_up")
+STATS = ("committed", "throughput_tps", "p50_ms", "p90_ms", "p99_ms", "abort_rate", "given_up", "abandoned")
 COLUMNS = (["name", "run_id", "run_dir", "experiment", "system", "series", "x_name", "x", "x_unit", "point_label",
             "point_key", "repeat", "n_repeat", "current", "backend", "shaping", "git_sha", "kernel", "hostname",
             "start_time", "end_time", "quick", "faults", "status", "reason", "verdict"]
@@ -65,8 +65,8 @@ COLUMNS = (["name", "run_id", "run_dir", "experiment", "system", "series", "x_na
 def run_dirs(root) -> list[Path]:
     """Every folder below root that holds a meta.json (a run folder; its own subfolders are not searched), sorted."""
     out = []
-    for here, dirs, files in os.walk(root):
-        if "meta.json" in files:
+    for here, dirs, names in os.walk(root):
+        if "meta.json" in names:
             out.append(Path(here))
             dirs[:] = []
         else:
@@ -202,12 +202,8 @@ def refresh(root="results") -> str:
 def _write(df: pd.DataFrame, parquet: Path, csv: Path) -> tuple[Path, Path]:
     """Both files, each written whole or not at all (a reader never sees half of one)."""
     for path, save in ((csv, lambda p: df.to_csv(p, index=False)), (parquet, lambda p: df.to_parquet(p, index=False))):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        with files.replacing(path) as tmp:
             save(tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
     return parquet, csv
 
 

@@ -9,7 +9,8 @@ the fault schedule (t = 0: the load starts). Per bucket [t, t + 1 s):
                         issue, so a stall shows where it began, not only when it ends
   in_flight             transactions issued and not yet finished at its end (committed or given up); under an open
                         load from their arrival, so those waiting for a coordinator count (docs/workloads.md)
-  given_up, retried     transactions given up that ended in it; failed attempts of those that ended in it
+  given_up, retried     transactions given up (after the retry limit) that ended in it; failed attempts of those
+                        that ended in it (a transaction abandoned at the drain, outcome unknown, is not given up)
   stalled               no commit in it while transactions were in flight
 A percentile of a bucket without samples is empty (NaN in the CSV, a gap in a figure), never 0.
 """
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from testbed.analysis.results import nearest_rank, read_records
+from testbed.core import files
 
 SERIES_FILE = "timeseries.csv"
 COLUMNS = ["t_s", "throughput_tps", "irt_p50_ms", "irt_p99_ms", "crt_p50_ms", "crt_p99_ms", "in_flight",
@@ -44,6 +46,7 @@ def series(df: pd.DataFrame, duration_s: float, bucket_s: float = 1.0) -> pd.Dat
     start = df.start_us.to_numpy(dtype=float)
     end = start + df.latency_us.to_numpy(dtype=float)
     committed = (df.status == "committed").to_numpy()
+    gave_up = (df.status == "given_up").to_numpy()   # not the abandoned: their outcome is unknown
     crt = (df["class"] == "CRT").to_numpy()
     attempts = df.attempts.to_numpy(dtype=float)
     lat_ms = df.latency_us.to_numpy(dtype=float) / 1000.0
@@ -59,7 +62,7 @@ def series(df: pd.DataFrame, duration_s: float, bucket_s: float = 1.0) -> pd.Dat
             row[f"{cls}_p50_ms"] = _pct(lats, 50)
             row[f"{cls}_p99_ms"] = _pct(lats, 99)
         row["in_flight"] = int(((start < t1) & (end >= t1)).sum())
-        row["given_up"] = int((done & ~committed).sum())
+        row["given_up"] = int((done & gave_up).sum())
         row["retried"] = int((attempts[done] - 1).clip(min=0).sum())
         row["stalled"] = bool(row["throughput_tps"] == 0 and ((start < t1) & (end >= t0)).any())
         rows.append(row)
@@ -69,7 +72,8 @@ def series(df: pd.DataFrame, duration_s: float, bucket_s: float = 1.0) -> pd.Dat
 def write_series(run_dir, duration_s: float, bucket_s: float = 1.0) -> pd.DataFrame:
     """series() of a run folder, written beside its summary as timeseries.csv."""
     ts = series(read_records(run_dir), duration_s, bucket_s)
-    ts.to_csv(Path(run_dir, SERIES_FILE), index=False, float_format="%.3f")
+    with files.replacing(Path(run_dir, SERIES_FILE)) as tmp:
+        ts.to_csv(tmp, index=False, float_format="%.3f")
     return ts
 
 

@@ -8,7 +8,7 @@ Names: n_clients, crt_ratio, tpca, scalability, robust, faults (or exp1..exp6).
 import argparse
 import sys
 
-from testbed.core import experiments, options
+from testbed.core import experiments, files, options
 from testbed.analysis import claims, drawing, runs_table
 
 
@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"genFigure: error: {e}", file=sys.stderr)
         return 2
+    except files.DiskFull as e:   # one line: the path and the space left; the figure before it is untouched
+        print(f"genFigure: error: {e}", file=sys.stderr)
+        return 1
     line = runs_table.refresh(a.results)   # the table follows the folders the figures were drawn from
     print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     return 0

@@ -35,10 +35,21 @@ def main(argv=None) -> int:
                     "instead of refusing at once")
     ap.add_argument("--take-over", action="store_true", help="bring up (or with --down remove) the deployment even "
                     "when another checkout brought it up (refused otherwise: its jobs would write there)")
+    ap.add_argument("--check-owner", action="store_true", help="only check that the deployment is not another "
+                    "checkout's (exit 2 naming it); `make up` does this before it builds the image")
     a = ap.parse_args(argv)
     prog = "start_containers"
     try:
         cfg, hosts = _load(a.config, a.hosts)
+        if a.check_owner:
+            if not a.take_over:
+                try:
+                    swarm.ensure_owner(cfg, hosts)
+                except swarm.NotOwner:
+                    raise
+                except swarm.SwarmError:
+                    pass   # Docker not answering: the bring-up says so in its own words
+            return 0
         with interrupts.stop_on_signals() as stop, \
                 lock.JobLock(lock.swarm_lock_name(cfg.deployment)).acquire(a.wait) as held:
             t0 = time.monotonic()

@@ -64,6 +64,10 @@ class SwarmError(RuntimeError):
     """A bring-up or teardown problem, explained in one message."""
 
 
+class NotOwner(SwarmError):
+    """The deployment is up from another checkout (check_owner)."""
+
+
 def state_paths(deployment: str, repo: Path = REPO) -> tuple[Path, Path]:
     """(key folder, containers.yml) of a deployment in a checkout. The default deployment keeps the well-known
     containers.yml (genConfig.py reads it); any other gets containers.<name>.yml, so a second deployment (the
@@ -527,7 +531,7 @@ def check_owner(clients: dict, deployment: str, repo: Path = REPO, take_over: bo
         return
     if not take_over:
         how = "start_containers.py --take-over" + (" --down" if removing else "")
-        raise SwarmError(f"deployment {deployment!r} belongs to another checkout, {owner} (its driver mounts that "
+        raise NotOwner(f"deployment {deployment!r} belongs to another checkout, {owner} (its driver mounts that "
                          "checkout: jobs would write their results there); `make down` there first, or give this "
                          "checkout its own DEPLOYMENT, NETWORK_NAME, SUBNET and DRIVER_IP in exp_config.py, or "
                          f"{'remove' if removing else 'take over'} it from here with `{how}`")

@@ -264,6 +264,9 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
             e["regions"] = sorted(rs)
         elif p["kind"] in ("spike", "jitter"):
             e["links"], to = _links(i, item, p["target"], topo, rng)
+            if not e["links"]:   # '*' (or '*>rB') with one region: no cross-region link to delay
+                _fail(i, item, f"links '{p['target']}' name no link of this deployment ({regions} region"
+                               f"{'' if regions == 1 else 's'}: no cross-region link)")
             if to:
                 e["to_nodes"] = to
             e["extra_ms" if p["kind"] == "spike" else "jitter_ms"] = p["ms"]
@@ -295,6 +298,9 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
         e["start_s"] = p["start"]
         if "length" in p:
             e["end_s"] = round(p["start"] + p["length"], 6)
+            if e["end_s"] <= p["start"]:   # the deployment file keeps microseconds
+                _fail(i, item, f"a window of {p['length']:g} s is shorter than the microsecond the deployment "
+                               "file keeps")
         if p["start"] >= duration:
             _fail(i, item, f"starts at {p['start']:g} s, not before the run's end (duration {duration:g} s)")
         if e.get("end_s", 0) > duration:

@@ -30,7 +30,7 @@ from pathlib import Path
 from tenacity import stop_before_delay
 
 from testbed.analysis import checker, results, validate
-from testbed.core import deploy as deploylib, gitinfo, interrupts, rtt
+from testbed.core import deploy as deploylib, files, gitinfo, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
 from testbed.core.polling import poll
@@ -83,6 +83,14 @@ def git_sha() -> str | None:
 def tail_lines(text: str, n: int = 15) -> str:
     lines = text.splitlines()[-n:]
     return "\n".join("    " + x for x in lines) or "    (empty log)"
+
+
+def exit_description(name: str, state: str, log_text: str, where: str) -> str:
+    """`<name> <state>: <the engine's own error line>; last lines of <where>:` then the log's last lines. The error
+    line (`txn-server: error: cannot write ...`, the last such line of the log) is on the first line, which is what
+    a run's recorded reason keeps."""
+    said = [x.strip() for x in log_text.splitlines() if ": error: " in x and x.split(":", 1)[0].startswith("txn-")]
+    return f"{name} {state}" + (f": {said[-1]}" if said else "") + f"; last lines of {where}:\n{tail_lines(log_text)}"
 
 
 # ---------------------------------------------------------------- what a backend provides
@@ -272,6 +280,13 @@ class Runner(ABC):
                 self._finish(deploy, run_dir, probe, res)
             except RunError as e:
                 failure = e
+            except OSError as e:
+                if not files.is_full(e):
+                    failure = RunError(f"{type(e).__name__}: {e}".splitlines()[0])
+                    traceback.print_exc(file=sys.stderr)
+                else:   # writing the summary or the verdict: one line, the path and the space
+                    failure = RunError(str(e if isinstance(e, files.DiskFull) else files.disk_full(
+                        e.filename or run_dir, e)))
             except Exception as e:  # noqa: BLE001 -- a bug or an unexpected error: the run failed, say what
                 failure = RunError(f"{type(e).__name__}: {e}".splitlines()[0])
                 traceback.print_exc(file=sys.stderr)
@@ -288,6 +303,33 @@ class Runner(ABC):
         if failure is not None:
             res.status = "interrupted" if isinstance(failure, Interrupted) else "failed"
             res.reason = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+            head, sep, _ = res.reason.rpartition("; last lines of ")   # describe_exit's: the log follows
+            res.reason = head if sep and res.reason.endswith(":") else res.reason
+            if ": error: cannot write" in res.reason and " free of " not in res.reason:   # the engine's, on a full disk?
+                res.reason += f" ({files.room(run_dir)})"
+        try:
+            self._record(run_dir, meta, res, failure, probe, machine0, cpu0, notes)
+        except OSError as e:   # the folder cannot hold its own record: a compact one in place of meta.json's
+            if not files.is_full(e):
+                raise
+            full = e if isinstance(e, files.DiskFull) else files.disk_full(e.filename or run_dir / "meta.json", e)
+            res.status = "failed"
+            res.reason = (f"{res.reason}; and meta.json was recorded compact, in place" if " free of " in
+                          (res.reason or "") else (f"{res.reason}; " if res.reason else "") + str(full))
+            compact = {k: meta.get(k) for k in ("run_id", "name", "backend", "start_time", "experiment", "system",
+                                                 "point_key", "repeat") if meta.get(k) is not None}
+            compact.update(status=res.status, reason=res.reason, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            files.overwrite_in_place(run_dir / "meta.json", json.dumps(compact))
+            failure = failure if isinstance(failure, Interrupted) else RunError(res.reason)
+        if failure is not None:
+            failure.run_dir = run_dir
+            raise failure
+        return res
+
+    def _record(self, run_dir: Path, meta: dict, res: RunResult, failure, probe: int, machine0, cpu0,
+                notes) -> None:
+        """meta.json's final fields, files.json, and the folder validated (an ok run whose files do not read back
+        whole is failed)."""
         cpu1 = getattr(self, "_engine_cpu", None) or resource.getrusage(resource.RUSAGE_CHILDREN)
         if self.measures_cpu:
             engine = dict(cpu_seconds=round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3),
@@ -318,10 +360,6 @@ class Runner(ABC):
                 res.status, res.reason = "failed", "invalid run folder: " + problems[0]
                 meta.update(status=res.status, reason=res.reason)
         write_json(run_dir / "meta.json", meta)
-        if failure is not None:
-            failure.run_dir = run_dir
-            raise failure
-        return res
 
     def _finish(self, deploy: dict, run_dir: Path, probe: int, res: RunResult) -> None:
         """Summary, checker verdict and the run's status (a probe run has the measured matrix instead)."""

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from testbed.core.interrupts import die_with_parent
-from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
+from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, exit_description
 from testbed.core.runtypes import RunError
 from testbed.core.paths import REPO
 
@@ -36,13 +36,6 @@ def _kill_all(sig=signal.SIGKILL) -> None:
 
 
 atexit.register(_kill_all)
-
-
-def _read_tail(path: Path, n: int = 15) -> str:
-    try:
-        return tail_lines(path.read_text(errors="replace"), n)
-    except OSError:
-        return "    (no log)"
 
 
 class LocalProc(Proc):
@@ -85,7 +78,11 @@ class LocalProc(Proc):
 
     def describe_exit(self) -> str:
         state = "is still running" if self.p.poll() is None else f"exited with code {self.p.returncode}"
-        return f"{self.name} {state}; last lines of {self.log}:\n{_read_tail(self.log)}"
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            text = "(no log)"
+        return exit_description(self.name, state, text, str(self.log))
 
 
 def orphaned_engines(out_root: Path) -> list[tuple[int, str]]:

@@ -38,7 +38,7 @@ from testbed.core.config import load_exp_config
 from testbed.core.runtypes import RunError, RunResult
 from testbed.runs.backend import Backend
 from testbed.runs.driverexec import ENV_JOB
-from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, tail_lines
+from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, exit_description
 
 DRIVER_ETC = Path("/etc/edge-txn")
 DRIVER_CONTAINERS_YML = DRIVER_ETC / "containers.yml"
@@ -312,7 +312,7 @@ class RemoteProc(Proc):
             _, tail = self.conn.sh(f"tail -n 15 {self.rdir}/logs/{self.name}.log 2>/dev/null")
         except SshError:
             tail = "(its container does not answer)"
-        return f"{self.name} {state} in {self.container}; last lines of its log:\n{tail_lines(tail)}"
+        return exit_description(f"{self.name}", f"{state} in {self.container}", tail, "its log")
 
 
 class SwarmRunner(Runner):

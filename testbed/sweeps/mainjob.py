@@ -127,6 +127,13 @@ def run_in_driver(script: str, argv: list[str], config=None, log=print, wait: bo
     cfg = presets.apply(load_exp_config(config), preset)
     hosts = load_hosts()
     cmd_line = " ".join([os.path.basename(sys.argv[0]), *argv])
+    try:   # before anything is built, locked or touched: another checkout's deployment is not ours to use
+        swarm.ensure_owner(cfg, hosts)
+    except swarm.NotOwner as e:
+        log(f"main job: {e}")
+        return 2
+    except swarm.SwarmError:
+        pass   # Docker not answering: the bring-up below says so in its own words
     try:
         with interrupts.stop_on_signals(say=log) as stop, \
                 lock.JobLock(lock.swarm_lock_name(cfg.deployment), cmd_line).acquire(wait, say=log) as held:
@@ -207,13 +214,14 @@ def run_job_in_driver(job_argv: list[str], config=None, wait: bool = False, log=
     cfg = load_exp_config(config)
     path = swarm.state_paths(cfg.deployment)[1]
     state = swarm.load_state(path)
+    try:  # up from (or taken over by) another checkout: its driver would write there and run that code
+        swarm.ensure_owner(cfg, load_hosts(), (state or {}).get("deployment"))
+    except swarm.SwarmError as e:
+        if state is not None or isinstance(e, swarm.NotOwner):   # (not up, and Docker unreachable: said below)
+            log(f"error: {e}")
+            return 2
     if state is None:
         log(f"error: {path.name} not found: deployment is not up; `make up` brings it up")
-        return 2
-    try:  # taken over by another checkout since: its driver would write there and run that code
-        swarm.ensure_owner(cfg, load_hosts(), state.get("deployment"))
-    except swarm.SwarmError as e:
-        log(f"error: {e}")
         return 2
     cluster = Cluster(state)
     driver = cluster.driver.name

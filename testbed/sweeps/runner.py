@@ -28,7 +28,7 @@ from pathlib import Path
 
 from testbed.analysis import claims, drawing, figures, runs_table
 from testbed.analysis.rundirs import run_outcome, scan_runs
-from testbed.core import deploy as deploylib, experiments, interrupts, lock, options, presets, protocols
+from testbed.core import deploy as deploylib, experiments, files, interrupts, lock, options, presets, protocols
 from testbed.core.config import ExpConfig, load_exp_config, validate
 from testbed.core.experiments import Experiment, Point
 from testbed.core.runtypes import Interrupted, RunError
@@ -417,6 +417,9 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
     except figures.NoRuns as e:
         log(f"\nno figure: {e}")
         return code or 1, None
+    except files.DiskFull as e:   # the runs are recorded; the figure before this one is untouched
+        log(f"\nno figure: {e}")
+        return code or 1, None
     log("")
     log(drawing.point_table(fig))
     hot = figures.hot_points(fig.table)
@@ -424,6 +427,10 @@ def run_experiment(name: str, config=None, quick=False, fresh=False, backend_kin
         log(f"\nWARNING: the host's CPU was more than {figures.CPU_BUSY_WARN_PCT} % busy at {', '.join(hot)}: the "
             "tails there include waiting for a core, not only the protocol; lower the load (CONCURRENCY_LEVELS, "
             "FIXED_CONCURRENCY, SCALABILITY_CONCURRENCY) or give the runs more cores")
+    unkept = figures.unkept_points(fig.table)
+    if unkept:  # the caption says it too
+        log(f"\nWARNING: the open load was not kept up with at {', '.join(unkept)} (arrivals shed or never sent): the "
+            "latencies there are of what the system did run; lower OPEN_LOOP_RATE (EXP1_OFFERED_RATES) or raise OPEN_LOOP_MAX_OUTSTANDING")
     log(f"\n{len(sweep.outcomes)} of {len(sweep.tasks)} runs done ({n_reused} reused, {len(sweep.failed)} failed) "
         f"in {_hms(time.monotonic() - t0)}" + (f"; INTERRUPTED ({sweep.interrupted})" if sweep.interrupted else ""))
     log(f"figure: {fig.pdf}  (also {fig.png.name}, {fig.csv.name})")

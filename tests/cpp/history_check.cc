@@ -52,6 +52,9 @@ struct TxnInfo {
   std::map<uint32_t, std::vector<uint32_t>> shards;    // shard -> ascending piece ids on it
   TxnId id() const { return f->entry->txn().txn_id(); }
   bool committed() const { return f->entry->committed(); }
+  // Committed, or abandoned in flight at the drain (outcome unknown) and executed at some replica: held to having
+  // committed (the checker's histories.took_effect).
+  bool took_effect = false;
 };
 
 // The run, indexed.
@@ -80,6 +83,12 @@ class Run {
     for (size_t i = 0; i < r.replicas.size(); ++i)
       for (const auto& e : r.replicas[i].history)
         if (!commutes(e.txn, e.piece)) ordered_[i].emplace_back(e.txn, e.piece);
+    for (auto& [_, t] : txns_) t.took_effect = t.committed();
+    for (const auto& rep : r.replicas)
+      for (const auto& e : rep.history) {
+        auto it = txns_.find(e.txn);
+        if (it != txns_.end() && it->second.f->entry->abandoned()) it->second.took_effect = true;
+      }
   }
 
   const ReplicaRun& replica(size_t i) const { return r_.replicas[i]; }
@@ -283,7 +292,7 @@ void check_atomicity(const Run& run, Collector& out) {
       it->second.push_back(e.piece);
     }
   for (const TxnInfo* t : run.by_id()) {
-    if (!t->committed()) continue;
+    if (!t->took_effect) continue;
     for (const auto& [shard, want] : t->shards) {
       auto reps = run.shards.find(shard);
       if (reps == run.shards.end()) {
@@ -309,7 +318,8 @@ void check_atomicity(const Run& run, Collector& out) {
         part(missing, "pieces ", " never executed");
         part(twice, "pieces ", " executed more than once");
         part(extra, "unknown pieces ", "");
-        out.add(run.label(*t) + " at " + run.replica(i).node + " (shard " + std::to_string(shard) + "): " + what);
+        out.add(run.label(*t) + (t->committed() ? "" : " (abandoned at the drain, executed elsewhere)") + " at " +
+                run.replica(i).node + " (shard " + std::to_string(shard) + "): " + what);
       }
     }
   }
@@ -317,7 +327,7 @@ void check_atomicity(const Run& run, Collector& out) {
     const ReplicaRun& rep = run.replica(i);
     for (TxnId id : executed[i].order) {
       const TxnInfo* t = run.txn(id);
-      if (t && t->committed()) {
+      if (t && t->took_effect) {
         if (!t->shards.count(rep.shard))
           out.add(run.label(*t) + " executed at " + rep.node + ", but it has no piece on shard " +
                   std::to_string(rep.shard));
@@ -518,7 +528,7 @@ std::string describe_cycle(const Run& run, const Graph& g, const std::vector<Txn
 std::vector<const TxnInfo*> topological_order(const Run& run, const Graph& g, size_t* committed) {
   std::unordered_map<TxnId, size_t> indeg;
   for (const TxnInfo* t : run.by_id())
-    if (t->committed()) indeg[t->id()] = 0;
+    if (t->took_effect) indeg[t->id()] = 0;
   *committed = indeg.size();
   for (TxnId u : g.sources())
     if (indeg.count(u))
@@ -563,7 +573,7 @@ void check_replay(const Workload& w, uint32_t n_shards, const Run& run,
               " in " + rep.digest);
   }
   for (size_t i = 0; i < order.size(); ++i)
-    if (order[i]->f->outputs != outputs[i])
+    if (order[i]->committed() && order[i]->f->outputs != outputs[i])   // an abandoned one's reached no client
       out.add(run.label(*order[i]) + ": the client received outputs " + order[i]->f->outputs +
               ", the serial replay produces " + outputs[i]);
 }

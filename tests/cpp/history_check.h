@@ -17,12 +17,15 @@
 //   (b) atomicity        every committed transaction executed exactly once at
 //                        every replica of every shard it touches (each of its
 //                        pieces there once); no given-up transaction, failed
-//                        attempt or transaction no client finished executed
+//                        attempt or transaction no client finished executed;
+//                        one abandoned at the drain (outcome unknown) executed
+//                        either so or nowhere
 //   (c) serializability  the union of the per-shard orders over conflicting
 //                        pieces (read/write keys; commutative pieces take part in
 //                        no conflict) has no cycle (the shortest one is
 //                        reported); a deferred piece must commute
-//   (d) replay           executing the committed transactions serially
+//   (d) replay           executing the committed transactions (and the
+//                        abandoned ones some replica executed) serially
 //                        (txn::execute_serially) in a topological order of that
 //                        graph, from the initial load, reproduces every replica's
 //                        final digest and every output a client received;

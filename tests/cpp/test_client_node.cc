@@ -207,10 +207,13 @@ TEST(ClientNode, DrainTimeoutGivesUpOutstanding) {
   EXPECT_FALSE(c.finished());
   env.run(c, 1500000);
   EXPECT_TRUE(c.finished());
-  ASSERT_EQ(c.records().size(), 6u);  // 3 committed at 0.8 s, 3 given up at 1.5 s
-  int given_up = 0;
-  for (const auto& r : c.records()) given_up += !r.committed;
-  EXPECT_EQ(given_up, 3);
+  ASSERT_EQ(c.records().size(), 6u);  // 3 committed at 0.8 s, 3 abandoned at 1.5 s
+  int abandoned = 0;
+  for (const auto& r : c.records()) {
+    EXPECT_NE(r.committed, r.abandoned) << "abandoned at the drain, or committed before it";
+    abandoned += r.abandoned;
+  }
+  EXPECT_EQ(abandoned, 3);
 }
 
 TEST(ClientNode, LogsEveryFinishedTransactionForTheChecker) {
@@ -231,6 +234,8 @@ TEST(ClientNode, LogsEveryFinishedTransactionForTheChecker) {
     const TxnRecord& r = c.records()[i];
     EXPECT_EQ(e.txn().txn_id(), r.txn_id);
     EXPECT_EQ(e.committed(), r.committed);
+    EXPECT_EQ(e.abandoned(), !r.committed) << "the retried ones were still running at the drain deadline";
+    EXPECT_EQ(r.abandoned, !r.committed);
     ASSERT_EQ(e.failed_attempts_size(), 1) << "the first attempt aborted";
     EXPECT_NE(e.failed_attempts(0), r.txn_id);
     EXPECT_EQ(e.failed_attempts(0) >> 40, 4u);
@@ -257,7 +262,7 @@ TEST(ClientNode, LogsOutputsOnlyWhenTheWorkloadAsksAndTheTransactionCommitted) {
     d.client.drain_timeout_s = 0.5;
     FakeWorkload w;
     w.log = ask;
-    ClientNode c(d, 4, w, std::make_unique<FakeDriver>(400000, 1));  // as above: 3 commit, 3 are given up
+    ClientNode c(d, 4, w, std::make_unique<FakeDriver>(400000, 1));  // as above: 3 commit, 3 are abandoned
     std::vector<TxnLogEntry> log;
     c.set_txn_sink([&](const TxnLogEntry& e) { log.push_back(e); });
     FakeEnv env;
@@ -523,7 +528,7 @@ TEST(ClientNode, OpenLoopShedsArrivalsBeyondTheBound) {
   expect_open_loop_books_balance(c, 1, 1000000);
 }
 
-// The drain timeout: what is running is given up, what still waits for a slot is unsent (counted, not recorded).
+// The drain timeout: what is running is abandoned, what still waits for a slot is unsent (counted, not recorded).
 TEST(ClientNode, OpenLoopDrainTimeoutCountsTheArrivalsStillWaiting) {
   Deployment d = open_dep(100, 1, 1);
   d.client.max_outstanding = 4;
@@ -533,11 +538,12 @@ TEST(ClientNode, OpenLoopDrainTimeoutCountsTheArrivalsStillWaiting) {
   ClientNode& c = run.c;
   ASSERT_TRUE(c.finished());
   const auto& st = c.open_loop_stats();
-  // The first ends at ~1.01 s, the second is running at the 1.5 s deadline (given up), two were never sent.
+  // The first ends at ~1.01 s, the second is running at the 1.5 s deadline (abandoned), two were never sent.
   ASSERT_EQ(c.records().size(), 2u);
   EXPECT_TRUE(c.records()[0].committed);
   EXPECT_FALSE(c.records()[1].committed);
-  EXPECT_EQ(c.records()[1].start_us + c.records()[1].latency_us, 1500000) << "given up at the deadline";
+  EXPECT_TRUE(c.records()[1].abandoned);
+  EXPECT_EQ(c.records()[1].start_us + c.records()[1].latency_us, 1500000) << "abandoned at the deadline";
   EXPECT_EQ(st.unsent, 2u);
   EXPECT_EQ(st.unsent_window, 2u);
   EXPECT_EQ(st.shed, st.arrivals - 4);

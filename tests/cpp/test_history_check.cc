@@ -80,7 +80,8 @@ class Scenario {
  public:
   static constexpr uint32_t kShards = 2, kReplicas = 3;
 
-  void txn(uint64_t id, std::vector<Piece> pieces, bool committed = true, std::vector<uint64_t> failed = {}) {
+  void txn(uint64_t id, std::vector<Piece> pieces, bool committed = true, std::vector<uint64_t> failed = {},
+           bool abandoned = false) {
     TxnLogEntry e;
     e.mutable_txn()->set_txn_id(id);
     for (auto& p : pieces) {
@@ -88,6 +89,7 @@ class Scenario {
       *e.mutable_txn()->add_pieces() = std::move(p);
     }
     e.set_committed(committed);
+    e.set_abandoned(abandoned);
     for (uint64_t f : failed) e.add_failed_attempts(f);
     entries_.push_back(std::move(e));
   }
@@ -308,6 +310,24 @@ TEST(HistoryCheck, AGivenUpAttemptThatExecutedIsCaught) {
   EXPECT_TRUE(has(u.atomicity, "txn 5 (a failed attempt of txn 6 (kv, c0)) did not commit but executed at r0.0"))
       << all(u);
   EXPECT_TRUE(has(u.atomicity, "txn 99 (in no client's log) executed at r0.0")) << all(u);
+}
+
+// Abandoned in flight at the drain: its outcome is unknown, so executed whole everywhere (then replayed) or nowhere,
+// never in part.
+TEST(HistoryCheck, AnAbandonedTransactionRanWholeOrNowhere) {
+  Scenario s = two_shard_run();
+  s.txn(4, {add(0, 0, "z", 2), add(1, 1, "y", 1)}, /*committed=*/false, {}, /*abandoned=*/true);
+  HistoryVerdict nowhere = s.check();
+  EXPECT_TRUE(nowhere.ok()) << all(nowhere);
+  s.order(0, {1, 2, 3, 4});
+  s.order(1, {1, 2, 4});
+  HistoryVerdict whole = s.check();
+  EXPECT_TRUE(whole.ok()) << all(whole);   // the replay ran it: the replicas' y holds its +1
+  s.order(1, {1, 2});
+  HistoryVerdict part = s.check();
+  ASSERT_EQ(part.atomicity.size(), 3u) << all(part);
+  EXPECT_EQ(part.atomicity[0],
+            "txn 4 (kv, c0) (abandoned at the drain, executed elsewhere) at r1.0 (shard 1): pieces [1] never executed");
 }
 
 TEST(HistoryCheck, ACycleAcrossTwoShardsIsCaughtWithItsShortestCycle) {

@@ -615,6 +615,69 @@ TEST(TcpTransport, AFrameStampedWithThisKernelsClockCountsItsDelayFromTheStamp) 
   EXPECT_LT(ib.due[4], ib.arrived[4] + 30'000 + 1'000);
 }
 
+namespace {
+std::string token_bytes(uint64_t t) {
+  std::string s;
+  for (int i = 7; i >= 0; --i) s.push_back(static_cast<char>(t >> (8 * i)));
+  return s;
+}
+}  // namespace
+
+// With a token (every process of a deployment: deployment_token), a connection must open with it: a stranger's
+// frames, well-formed or not, empty or unstamped, are never read; the connection is closed and counted as junk, its
+// peer kept for the process's facts. Frames behind the token arrive; two transports of the deployment talk.
+TEST(TcpTransport, AConnectionWithoutTheDeploymentsTokenIsJunkAndNeverRead) {
+  Deployment d = two_regions(24815, 24816);
+  const uint64_t token = deployment_token(d);
+  TransportOptions o = local_options();
+  o.token = token;
+  Inbox ia, ib;
+  TcpTransport b(d, {3}, o, ib.deliver(), ib.log());
+  int foreign = 0;
+  b.on_foreign_clock([&] { ++foreign; });
+  std::string err;
+  ASSERT_TRUE(b.listen(&err)) << err;
+  {
+    RawConn c(24816);   // a well-formed frame, no token
+    c.write(TcpTransport::frame({numbered(0, 3, 1)}));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    RawConn c(24816);   // empty, unstamped frames (4 bytes each: the first 8 bytes are read as a token), no token
+    c.write(TcpTransport::frame({}) + TcpTransport::frame({}) + TcpTransport::frame({}));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    RawConn c(24816);   // another deployment's token
+    c.write(token_bytes(token + 1) + TcpTransport::frame({numbered(0, 3, 2)}));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  EXPECT_EQ(b.junk_connections(), 3u);
+  EXPECT_EQ(b.junk_from().rfind("127.0.0.1:", 0), 0u) << b.junk_from();
+  ASSERT_EQ(ib.logs.size(), 1u) << "said once";
+  EXPECT_NE(ib.logs[0].find("refused a connection from 127.0.0.1:"), std::string::npos) << ib.logs[0];
+  EXPECT_TRUE(ib.got.empty());
+  EXPECT_EQ(foreign, 0) << "nothing of a stranger switches how delays are counted";
+  EXPECT_EQ(b.drops().malformed, 0u);
+  {
+    RawConn c(24816);   // the token, split, then an empty frame (ignored) and a real one
+    c.write(token_bytes(token).substr(0, 3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c.write(token_bytes(token).substr(3) + TcpTransport::frame({}) + TcpTransport::frame({numbered(0, 3, 7)}));
+    ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 1; }));
+    EXPECT_EQ(ib.got[0].probe_reply().seq(), 7u);
+  }
+  TcpTransport a(d, {0}, o, ia.deliver(), ia.log());
+  ASSERT_TRUE(a.listen(&err)) << err;
+  a.send(numbered(0, 3, 8));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 2; }));
+  EXPECT_EQ(b.junk_connections(), 3u);
+  Deployment other = d;
+  other.seed += 1;
+  EXPECT_NE(deployment_token(other), token);
+  EXPECT_NE(token, 0u);
+}
+
 // With quiet waits a loop that has something due soon does not wake for its sockets: it reads them at its own
 // wake-ups (a timer every millisecond here), and what they bring is still delivered on time (the stamps). Without
 // them, each frame between two ticks costs a wake-up of its own.

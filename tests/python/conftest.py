@@ -131,7 +131,9 @@ def seal_run(run_dir) -> None:
                 csv.write_text(",".join(results.COLUMNS) + "\n")
             rows = len(csv.read_text().splitlines()) - 1
             total += rows
-            (run_dir / "clients" / f"{n['name']}.summary.json").write_text(json.dumps({"n_records": rows}))
+            summ = run_dir / "clients" / f"{n['name']}.summary.json"
+            kept = json.loads(summ.read_text()) if summ.exists() else {}   # a test's own (open_loop, ...)
+            summ.write_text(json.dumps({**kept, "n_records": rows}))
     summary = run_dir / "summary.json"
     if summary.exists():
         data = json.loads(summary.read_text())

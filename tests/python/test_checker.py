@@ -152,25 +152,37 @@ def test_older_dumps_without_the_new_aggregates_are_still_checked(tmp_path):
 def test_unfinished_transactions_and_process_facts_fail_the_run_retry_exhaustion_is_a_note(tmp_path):
     def facts(dumps):
         dumps["s0.0.1"]["process"] = {"rejected_messages": 2, "drain_timed_out": False}
-    run = make_run(tmp_path, mutate=facts)
+    run = make_run(tmp_path, mutate=facts)   # a 10 s run (deploy.build_deployment's default duration)
     (run / "clients").mkdir()
     # txn 8 used all 20 attempts (the deployment's retry limit): given up by an aborting protocol, a note;
-    # txn 9 was still unfinished after 3 attempts when the drain ended: a violation
+    # txn 9 was given up unfinished after 3 attempts (a record from before `abandoned`): a violation;
+    # txn 10 was abandoned at the drain, sent at 10.5 s (after the run's end: an open load's waiting arrival): a note;
+    # txn 11 was abandoned at the drain although sent at 9 s: unanswered through the whole drain, a violation
     (run / "clients" / "c0.0.0.records.csv").write_text(
-        "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs\n"
-        "7,0,new_order,IRT,1,2,1,committed,00aa\n8,1,payment,CRT,3,4,20,given_up,\n9,1,payment,IRT,5,6,3,given_up,\n")
-    (run / "clients" / "c0.0.0.summary.json").write_text(json.dumps({"interrupted": True}))
+        "txn_id,type,type_name,class,start_us,latency_us,attempts,status,outputs,session,sent_us\n"
+        "7,0,new_order,IRT,1,2,1,committed,00aa,0,1\n8,1,payment,CRT,3,4,20,given_up,,0,3\n"
+        "9,1,payment,IRT,5,6,3,given_up,,0,5\n10,0,new_order,IRT,9000000,11000000,1,abandoned,,1,10500000\n"
+        "11,1,payment,IRT,9000000,11000000,1,abandoned,,2,9000000\n")
+    (run / "clients" / "c0.0.0.summary.json").write_text(json.dumps({"interrupted": True, "open_loop": {
+        "rate_tps": 1000.0, "arrivals": 400, "shed": 7, "unsent": 3}}))
     p = run_cli(run)
     assert p.returncode == 1
-    assert "[run] 1 transaction(s) given up unfinished (before the retry limit): txn 9 (payment, c0.0.0)" in p.stdout
+    stuck = ("2 transaction(s) sent before the run's end were still unanswered when the drain timeout ran out: "
+             "txn 9 (payment, c0.0.0), txn 11 (payment, c0.0.0)")
+    assert f"[run] {stuck}" in p.stdout
     assert "[note] 1 transaction(s) given up after the retry limit" in p.stdout and "txn 8 (payment" in p.stdout
+    assert ("[note] could not keep up with the offered load: 7 arrival(s) shed (client.max_outstanding), 3 "
+            "arrival(s) never sent (still waiting at the drain), 1 transaction(s) abandoned in flight at the drain "
+            "(outcome unknown: checked as possibly committed)") in p.stdout
+    assert "txn 10" not in p.stdout
     assert "[run] s0.0.1: rejected 2 message(s) (bad message)" in p.stdout
     assert "[run] c0.0.0: interrupted before its run finished" in p.stdout
     res = json.loads((run / "check.json").read_text())
-    assert res["checks"]["run"] == {"verdict": "fail", "violations": 3, "reason":
-                                    "1 transaction(s) given up unfinished (before the retry limit): txn 9 (payment, c0.0.0)"}
+    assert res["checks"]["run"] == {"verdict": "fail", "violations": 3, "reason": stuck}
     assert res["given_up_after_retries"] == 1 and "txn 8 (payment, c0.0.0)" in res["notes"][0]
+    assert res["abandoned_at_drain"] == 1 and res["overloaded"] is True
     assert res["checks"]["replicas"]["verdict"] == "pass"
+
 
 def test_a_process_of_several_nodes_is_blamed_once_for_its_own_facts(tmp_path):
     """Every node of an engine process carries the process's facts (drops, drain); the run fails once for each,
@@ -186,6 +198,19 @@ def test_a_process_of_several_nodes_is_blamed_once_for_its_own_facts(tmp_path):
     assert sum("still busy when its 10 s drain ran out" in x for x in lines) == 1, lines
     assert "[run] s0.0.0 (process srv0.0): dropped 4 message(s) to servers" in lines
     assert "[run] s0.0.2 (process srv0.0): rejected 1 message(s) (bad message)" in lines
+
+
+def test_connections_refused_from_outside_the_deployment_are_a_note_not_a_violation(tmp_path):
+    """Junk from a stranger (a connection without the deployment's token: the transport never read it) is no fault
+    of the protocol: said once per process, in the notes."""
+    def facts(dumps):
+        for n in ("s0.0.0", "s0.0.1"):
+            dumps[n]["process"] = {"name": "srv0.0", "junk_connections": 3, "junk_from": "127.0.0.1:40000"}
+    p = run_cli(make_run(tmp_path, mutate=facts))
+    assert p.returncode == 0, p.stdout
+    notes = [x for x in p.stdout.splitlines() if "outside the deployment" in x]
+    assert notes == ["[note] s0.0.0 (process srv0.0): refused 3 connection(s) from outside the deployment (first "
+                     "from 127.0.0.1:40000; not opened with the deployment's token)"], p.stdout
 
 
 def test_the_realtime_margin_option_is_checked_before_anything(tmp_path, capsys):

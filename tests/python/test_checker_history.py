@@ -405,6 +405,30 @@ def test_atomicity_sees_missing_duplicated_and_forbidden_executions():
     assert histories.check_atomicity(data) == []
 
 
+def test_an_abandoned_transaction_executed_whole_or_nowhere_and_never_in_part():
+    """A transaction its client abandoned in flight at the drain has an unknown outcome: executed whole at every
+    replica of its shards (it committed; it then takes part in the replay and the anomaly check) or nowhere, never
+    in part, and never at a shard it does not touch."""
+    P = histories.Piece
+    t3 = histories.Txn(3, "c0", False, "", {0: P(0, (), ("a",)), 1: P(1, (), ("b",))}, frozenset(),
+                       type_name="payment", abandoned=True)
+    t4 = histories.Txn(4, "c0", False, "", {0: P(0, (), ("a",))}, frozenset(), type_name="new_order",
+                       abandoned=True)
+    whole = {"a0": [(3, 0, False)], "a1": [(3, 0, False)], "b0": [(3, 1, False)], "b1": [(3, 1, False)]}
+    data = histories.RunData(txns={3: t3, 4: t4}, replicas={0: ["a0", "a1"], 1: ["b0", "b1"]}, histories=whole)
+    assert histories.check_atomicity(data) == []
+    assert histories.took_effect(data) == {3}, "executed: it committed; t4 executed nowhere: it did not"
+    assert [t.id for t in histories.topological_order(data, {})] == [3], "the replay runs what took effect"
+    part = {**whole, "b1": []}
+    data = histories.RunData(txns={3: t3, 4: t4}, replicas={0: ["a0", "a1"], 1: ["b0", "b1"]}, histories=part)
+    assert histories.check_atomicity(data) == [
+        "txn 3 (payment, c0) (abandoned at the drain, executed elsewhere) at b1 (shard 1): pieces [1] never executed"]
+    data = histories.RunData(txns={3: t3, 4: t4}, replicas={0: ["a0", "a1"], 1: ["b0", "b1"]},
+                             histories={"a0": [(4, 0, False)], "a1": [(4, 0, False)], "b0": [(4, 0, False)],
+                                        "b1": []})
+    assert histories.check_atomicity(data) == ["txn 4 (new_order, c0) executed at b0, but it has no piece on shard 1"]
+
+
 def test_history_reader_detects_truncation_and_bad_lines(tmp_path):
     f = tmp_path / "h.txt"
     f.write_text("# txn-history v1 node=x shard=0\n5 0-2\n6 1 d\n# end events=4 lines=2\n")

@@ -221,3 +221,35 @@ def test_a_run_of_another_build_is_checked_with_that_builds_replay(tmp_path):
     assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check)
     used = calls.read_text().split()
     assert used.count("--dump") == 6 and used.count("--config") == 1, used   # 6 clients' logs, then the replay
+
+
+def test_a_stranger_writing_to_a_server_is_refused_and_noted_not_blamed(tmp_path):
+    """Frames from outside the deployment (here: a well-formed, empty, unstamped frame and junk bytes, written to a
+    server's port mid-run) are refused before they are read: the run stays CONSISTENT, the server's facts count them
+    and the checker notes them (before 2026-11-29 junk was delivered and blamed on a client: INCONSISTENT)."""
+    import socket
+    import threading
+    import time
+    d = deploy.build_deployment(regions=2, shards=1, clients_per_shard=1, concurrency=2, duration=4, warmup=1,
+                                cooldown=1, workload="append", base_port=27800)
+    port = next(n["port"] for n in d["nodes"] if n["name"] == "s0.0.0")
+    sent = []
+
+    def stranger():
+        for _ in range(100):   # until the server listens
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    s.sendall(b"\0\0\0\0" * 3 + b"\x00\x00\x00\x05hello")
+                    sent.append(1)
+                    time.sleep(0.2)
+                    return
+            except OSError:
+                time.sleep(0.1)
+    t = threading.Thread(target=stranger, daemon=True)
+    t.start()
+    res = LocalBackend(build_dir=BUILD, progress=False).run(d, "e2e-junk", out_root=tmp_path)
+    t.join(timeout=5)
+    assert sent, "the stranger never connected"
+    assert res.check["verdict"] == "CONSISTENT", res.check["violations"][:3]
+    notes = [n for n in res.check["notes"] if "from outside the deployment" in n]
+    assert len(notes) == 1 and "refused 1 connection(s)" in notes[0] and "127.0.0.1:" in notes[0], res.check["notes"]

@@ -30,9 +30,10 @@ def records(tput, committed=True, given_up=0):
 
 def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, start="2024-01-01T00:00:00",
              status="ok", error=None, check_code=0, clients=None, tput=100.0, committed=None, series="",
-             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0, meta_extra=None):
+             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0, meta_extra=None, client_summary=None):
     """A run folder as the runner leaves it, its summary.json derived from its records; clients: {name: [record
-    tuples]}, default: records() of tput (committed=0: none committed)."""
+    tuples]}, default: records() of tput (committed=0: none committed); client_summary: each client's
+    summary.json (an open load's `open_loop`, ...)."""
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
     d = root / exp / run_id
     (d / "clients").mkdir(parents=True)
@@ -41,6 +42,8 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
     clients = clients if clients is not None else {"c0.0.0": records(tput, committed != 0, given_up)}
     for name, rows in clients.items():
         (d / "clients" / f"{name}.records.csv").write_text(HEADER + "".join(",".join(map(str, r)) + "\n" for r in rows))
+        if client_summary is not None:
+            (d / "clients" / f"{name}.summary.json").write_text(json.dumps(client_summary))
     meta = {"run_id": run_id, "name": exp, "backend": "local", "shaping": "app", "start_time": start,
             "status": status, "experiment": exp, "system": system,
             "x": {"name": "clients_per_region", "value": x, "unit": "clients"}, "series": series,
@@ -216,6 +219,30 @@ def test_caption_counts_transactions_given_up_after_the_retry_limit(tmp_path):
     make_run(tmp_path, system="tapir", x=4, key="c", given_up=4)
     cap = figures.caption(figures.load_runs(tmp_path / "n_clients", 99), None, "TPC-C", 1, 99)
     assert "given up after the retry limit (started in the window, not in the latencies): Tapir 7" in cap
+
+
+def test_an_open_load_not_kept_up_with_is_named_in_the_caption_the_table_and_the_claims(tmp_path):
+    """Shed or unsent arrivals and transactions abandoned at the drain are said beside the numbers, as host busy is:
+    the caption, the point table's warning (the sweep's log) and claims.md name the point and the share."""
+    from testbed.analysis import claims
+    make_run(tmp_path, x=2, key="a")
+    rows = records(100) + [rec(9000 + i, "IRT", 9.5, 1000, status="abandoned") for i in range(2)]
+    d = make_run(tmp_path, x=8, key="b", clients={"c0.0.0": rows}, client_summary={
+        "window_start_s": 2.0, "window_end_s": 9.0, "n_records": len(rows),
+        "open_loop": {"rate_tps": 500.0, "max_outstanding": 100, "arrivals": 1000, "shed": 250, "unsent": 50}})
+    summary = results.summarize_run(d, write=False)
+    assert summary["load"]["kept_up_pct"] == 70.0 and summary["classes"]["all"]["abandoned"] == 2
+    assert "warning: the offered load was not kept up with: 25.0 % of 1000 arrivals shed (client.max_outstanding), " \
+           "50 never sent" in results.format_table(summary)
+    runs = figures.load_runs(tmp_path / "n_clients", 99)
+    cap = figures.caption(runs, None, "TPC-C", 1, 99)
+    assert "open load NOT kept up with (arrivals shed or never sent): DAST at x = 8 (30.0 %)" in cap
+    assert "abandoned in flight at the drain (outcome unknown, in no latency): DAST 2" in cap
+    agg = figures.aggregate(runs)
+    assert figures.unkept_points(agg) == ["DAST at x=8 (30.0 %)"]
+    md = claims.render({"n_clients": claims.points(tmp_path, "n_clients", 99)})
+    assert "Open load NOT kept up with (the share of arrivals shed or never sent; the latencies are of what was run): " \
+           "DAST at x=8 (30.0 %)." in md
 
 
 def test_caption_says_which_points_a_protocol_was_not_run_at_by_rule(tmp_path):

@@ -108,6 +108,21 @@ def test_a_bad_schedule_is_one_line_naming_the_item(spec, says):
     assert says in msg and "\n" not in msg and msg.startswith("faults: item "), msg
 
 
+@pytest.mark.parametrize("spec, regions, says", [
+    ("spike:*+100ms@2+2", 1, "links '*' name no link of this deployment (1 region: no cross-region link)"),
+    ("jitter:*+5ms@2+2", 1, "links '*' name no link of this deployment"),
+    ("pause:s0.0.1@2+0.0000001", 3, "a window of 1e-07 s is shorter than the microsecond the deployment file keeps"),
+    ("partition:r1@2+0.0000004", 3, "shorter than the microsecond"),
+])
+def test_a_schedule_the_engine_would_refuse_is_refused_first(spec, regions, says):
+    """What the engine's own check would refuse (found as a new user would: accepted here, the run failing later)
+    is refused before anything starts, in one line."""
+    with pytest.raises(ValueError) as e:
+        deploy.build_deployment(duration=20, regions=regions, mode="dast", faults=spec)
+    msg = str(e.value)
+    assert says in msg and "\n" not in msg, msg
+
+
 def _node_plan(spec, duration=20):
     return _plan(spec, duration=duration, processes="node")
 

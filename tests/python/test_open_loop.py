@@ -242,3 +242,30 @@ def test_every_experiment_runs_open_loop_when_open_loop_rate_is_set():
     assert (k["rate"], k["rate_per"], k["max_outstanding"]) == (30, "region", 64)
     d = deploy.build_deployment(mode="dast", **k)
     assert d["client"]["rate_tps"] == pytest.approx(30 / 2) and d["client"]["max_outstanding"] == 64
+
+
+# ---- overload: told from a broken protocol (docs/checker.md) -------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ENGINE.exists(), reason="txn-server not built")
+def test_an_overloaded_open_load_says_so_and_stays_consistent(tmp_path):
+    """The most the rate allows, a 1 s drain: every coordinator is still busy when the drain runs out, arrivals wait
+    unsent. Those in flight are abandoned (outcome unknown): counted, noted in one line, checked as possibly
+    committed (the ones that executed take part in atomicity, the replay and the anomaly check), no violation."""
+    from testbed.runs.local import LocalRunner
+    d = deploy.build_deployment(regions=2, shards=1, clients_per_shard=1, concurrency=2, duration=3, warmup=0.5,
+                                cooldown=0.5, workload="append", rate=1_000_000, max_outstanding=300,
+                                drain_timeout=1, base_port=27400)
+    res = LocalRunner(build_dir=ENGINE.parent, progress=False).run(d, "overload", out_root=tmp_path)
+    check = res.check
+    assert check["verdict"] == "CONSISTENT", check["violations"][:5]
+    assert check["overloaded"] is True and check["abandoned_at_drain"] == 4, check   # 2 clients x 2 coordinators
+    note = next(n for n in check["notes"] if n.startswith("could not keep up with the offered load: "))
+    assert "arrival(s) shed (client.max_outstanding)" in note and "arrival(s) never sent" in note, note
+    assert "4 transaction(s) abandoned in flight at the drain" in note, note
+    assert check["checks"]["anomalies"]["verdict"] == "pass" and check["checks"]["replay"]["verdict"] == "pass"
+    assert check["stats"]["abandoned"] == 4 and check["stats"]["abandoned_executed"] > 0, check["stats"]
+    assert res.summary["classes"]["all"]["abandoned"] == 4
+    assert 0 < res.summary["load"]["kept_up_pct"] < 1
+    table = results.format_table(res.summary)
+    assert "warning: the offered load was not kept up with: " in table and "% of" in table
