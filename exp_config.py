@@ -75,6 +75,11 @@ OPEN_LOOP_RATE_PER = 'total'  # 'total': OPEN_LOOP_RATE is the deployment's; 're
                             # the load per region as regions are added)
 OPEN_LOOP_MAX_OUTSTANDING = 1000  # open loop: transactions running or waiting per client process (1..10000000); an
                             # arrival beyond them is shed: counted in the summary, never run
+RETRY_BACKOFF_MS = 0        # how a protocol that aborts (TAPIR) retries an aborted attempt: 0, at once (the DAST
+                            # artifact's way, which the paper's figures reproduce); > 0, after a randomized exponential
+                            # backoff, uniform [0, min(RETRY_BACKOFF_MAX_MS, this x 2^(k-1))] after the k-th abort,
+                            # as TAPIR's authors' benchmark clients do (docs/workloads.md, "Retries")
+RETRY_BACKOFF_MAX_MS = 5000       # the backoff's cap (the harness's max_backoff)
 
 FAULTS = None               # a fault schedule every run carries (docs/nemesis.md), e.g.
                             # 'partition:r1@5+3; pause:follower@4+2; clock:r2+50ms; spike:r0-r1+100ms@5+3';

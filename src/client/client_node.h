@@ -58,17 +58,23 @@ class ClientNode : public Node {
     uint32_t attempts = 0;
     std::vector<uint64_t> failed;   // ids of earlier attempts
     uint64_t drawn = 0;             // closed loop: transactions this slot generated
+    std::unique_ptr<std::mt19937_64> draws;   // closed loop: the slot's stream, its transactions drawn in turn
+    bool backing_off = false;       // an aborted attempt's retry waits out its backoff (client.retry_backoff_ms)
+    std::pair<uint32_t, uint64_t> key;   // what drew its transaction (a stream's purpose and number): its retries'
   };
   // Open loop: an arrival, its intended start and its transaction (drawn as it arrived).
   struct Arrival {
     TimeUs at = 0;
     TxnRequest txn;
+    uint64_t n = 0;                 // its number among the client's arrivals
   };
   // arrival: open loop's; none: closed loop's next transaction of the slot, its start read as it is sent.
   void issue(Env& env, uint32_t slot, std::optional<Arrival> arrival = std::nullopt);
   // The context of coordinator (terminal) `terminal` of this client; its transaction's random stream.
   ClientContext context(uint32_t terminal) const;
   std::mt19937_64 stream(uint32_t purpose, uint64_t a = 0, uint64_t b = 0) const;
+  // How long the retry of slot s's transaction waits (0: at once; client.retry_backoff_ms).
+  TimeUs retry_backoff_us(const Slot& s) const;
   // abandoned: still in flight when the drain timeout ran out (not committed; its outcome is unknown).
   void record(Slot& s, TimeUs end_us, bool committed, const Vars* outputs,
               const google::protobuf::RepeatedPtrField<ShardCopies>* stored = nullptr, bool abandoned = false);
@@ -92,8 +98,8 @@ class ClientNode : public Node {
   // Open loop: the next arrival in us since start_us_ (fractional: rounding every gap would bias a high rate), the
   // arrivals waiting for a coordinator (their intended starts, oldest first), the free slots, the counts.
   // Randomness: one stream per purpose, from the run's seed and this client (stream()): the inter-arrival gaps here;
-  // each transaction from a stream of its own, named by its slot and number there (closed loop) or by its arrival's
-  // number (open loop). So the same seed gives the same arrivals and transactions whatever the timing.
+  // the transactions of a slot drawn in turn from the slot's stream (closed loop), or each from a stream named by its
+  // arrival's number (open loop). So the same seed gives the same arrivals and transactions whatever the timing.
   std::mt19937_64 gaps_;
   uint32_t shard_index_ = 0;   // this client's index among the clients of its home shard
   double next_arrival_us_ = 0;

@@ -530,6 +530,16 @@ void validate(const Deployment& d) {
   if (!(c.warmup_s + c.cooldown_s < c.duration_s))
     fail("client.warmup_s", "warmup_s + cooldown_s must be < duration_s");
   if (c.retry_limit < 1) fail("client.retry_limit", "must be >= 1");
+  if (!(c.retry_backoff_ms >= 0 && c.retry_backoff_ms <= 60000)) {
+    std::ostringstream o;
+    o << c.retry_backoff_ms << " out of range [0, 60000] (ms; 0: retry at once)";
+    fail("client.retry_backoff_ms", o.str());
+  }
+  if (!(c.retry_backoff_max_ms >= c.retry_backoff_ms && c.retry_backoff_max_ms <= 600000)) {
+    std::ostringstream o;
+    o << c.retry_backoff_max_ms << " out of range [client.retry_backoff_ms, 600000] (ms)";
+    fail("client.retry_backoff_max_ms", o.str());
+  }
   if (!(c.rate_tps >= 0 && c.rate_tps <= kMaxRateTps)) {
     std::ostringstream o;
     o << c.rate_tps << " out of range [0, " << static_cast<int64_t>(kMaxRateTps) << "] (txn/s; 0: closed loop)";
@@ -671,7 +681,8 @@ Deployment parse_deployment(const std::string& text) {
   }
   if (auto c = root["client"]) {
     check_keys(c, "client", {"n_concurrent", "duration_s", "warmup_s", "cooldown_s",
-                             "drain_timeout_s", "retry_limit", "rate_tps", "max_outstanding"});
+                             "drain_timeout_s", "retry_limit", "retry_backoff_ms", "retry_backoff_max_ms", "rate_tps",
+                             "max_outstanding"});
     auto& k = d.client;
     if (c["n_concurrent"]) k.n_concurrent = u32(c["n_concurrent"], "client.n_concurrent", 1, 100000);
     if (c["duration_s"]) k.duration_s = num(c["duration_s"], "client.duration_s");
@@ -679,6 +690,9 @@ Deployment parse_deployment(const std::string& text) {
     if (c["cooldown_s"]) k.cooldown_s = num(c["cooldown_s"], "client.cooldown_s");
     if (c["drain_timeout_s"]) k.drain_timeout_s = num(c["drain_timeout_s"], "client.drain_timeout_s");
     if (c["retry_limit"]) k.retry_limit = u32(c["retry_limit"], "client.retry_limit", 1, 1000000);
+    if (c["retry_backoff_ms"]) k.retry_backoff_ms = num(c["retry_backoff_ms"], "client.retry_backoff_ms");
+    if (c["retry_backoff_max_ms"])
+      k.retry_backoff_max_ms = num(c["retry_backoff_max_ms"], "client.retry_backoff_max_ms");
     if (c["rate_tps"]) k.rate_tps = num(c["rate_tps"], "client.rate_tps");
     if (c["max_outstanding"])
       k.max_outstanding = u32(c["max_outstanding"], "client.max_outstanding", 1, kMaxOutstanding);

@@ -73,6 +73,11 @@ struct ClientConfig {
   double cooldown_s = 1;
   double drain_timeout_s = 10;      // after duration, wait this long for outstanding txns
   uint32_t retry_limit = 20;
+  // How an aborted attempt is retried (docs/workloads.md, "Retries"): 0, at once (the DAST artifact's way); > 0, after
+  // a randomized exponential backoff, uniform in [0, min(retry_backoff_max_ms, retry_backoff_ms * 2^(k-1))] after
+  // the k-th abort, as the benchmark clients of TAPIR's authors (and the Basil harness built on them) do.
+  double retry_backoff_ms = 0;
+  double retry_backoff_max_ms = 5000;
   // Open loop (docs/workloads.md): > 0: transactions arrive at this rate per second at this client (node), Poisson
   // (exponential gaps drawn from its rng), and each one's latency counts from its arrival, so a stalled system
   // cannot slow its own measurement; its n_concurrent coordinators take the arrivals in arrival order, an arrival

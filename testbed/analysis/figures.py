@@ -68,6 +68,7 @@ def _deploy_info(run_dir: Path) -> dict:
                 scale=w.get("scale"), workload=w.get("name"), intra_rtt=tuple(diag), inter_rtt=tuple(off),
                 jitter_one_way=link.get("jitter_ms"), mechanism=link.get("mechanism"),
                 duration=c.get("duration_s"), warmup=c.get("warmup_s"), cooldown=c.get("cooldown_s"),
+                retry_backoff=float(c.get("retry_backoff_ms") or 0), retry_backoff_max=c.get("retry_backoff_max_ms"),
                 concurrency=c.get("n_concurrent"), clients_per_shard=(clients // shards) if shards else None)
 
 
@@ -266,11 +267,17 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     reps = n_repeat if n_repeat else int(runs.repeat.max()) + 1
     load = (f"load {_one_or_swept(_values(runs, 'clients_per_shard'))} client proc/shard x "
             f"{_one_or_swept(_values(runs, 'concurrency'))} closed-loop coordinators each")
+    backoffs = sorted({(b, float(r.retry_backoff_max) if b else 0.0) for r in runs.itertuples()
+                       for b in [float(r.retry_backoff or 0) if r.retry_backoff == r.retry_backoff else 0.0]}
+                      if "retry_backoff" in runs else {(0.0, 0.0)})
+    retries = "; ".join("aborted attempts retried at once (the artifact's)" if not b else
+                        f"aborted attempts retried after a randomized exponential backoff from {b:g} ms, at most "
+                        f"{m:g} ms" for b, m in backoffs)
     parts = [workload or _one_or_swept(_values(runs, "workload"), str),
              f"{_one_or_swept(_values(runs, 'regions'))} regions x {_one_or_swept(_values(runs, 'shards_per_region'))}"
              f" shards x 3 replicas", f"scale {_one_or_swept(_values(runs, 'scale'))}",
              f"RTT {intra} ms intra-region, {inter} ms cross-region ({jitter})",
-             f"shaping {mech}", load, run_len,
+             f"shaping {mech}", load, retries, run_len,
              f"{reps} repeat{'s' if reps != 1 else ''}/point (median" + (", bars min-max)" if reps > 1 else ")"),
              f"latency: nearest-rank over committed txns started in the window; "
              f"IRT = intra-region txn, CRT = cross-region txn; tail = p{tail:g}"]

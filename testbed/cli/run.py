@@ -30,6 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     options.add_mode(ap)
     options.add_load(ap, d)
     options.add_open_loop(ap, d)
+    options.add_retry(ap, d)
     options.add_knob(ap, "scale", d["scale"])
     options.add_knob(ap, "zipf", d["zipf"])
     options.add_choice(ap, "district", d["district"])
@@ -73,6 +74,9 @@ def main(argv=None) -> int:
         if a.rate is None and given:
             raise ValueError(f"{given[0]} shapes an open load: give --rate too (without it the load is a closed loop, "
                              "which has no arrivals to bound)")
+        if not a.retry_backoff and any(x == "--retry-backoff-max" or x.startswith("--retry-backoff-max=") for x in argv):
+            raise ValueError("--retry-backoff-max caps a retry backoff: give --retry-backoff too (without it an aborted "
+                             "attempt is retried at once)")
         knobs["protocol_options"] = options.option_values(a.protocol_options)
         if a.mode is not None:  # a typo is refused here, before a swarm job is handed to the driver
             protocols.check_name(a.mode, f"mode={a.mode!r}")

@@ -72,6 +72,8 @@ class ExpConfig:
     open_loop_rate: float | None = _default("OPEN_LOOP_RATE")   # None: closed loop (docs/workloads.md)
     open_loop_rate_per: str = _default("OPEN_LOOP_RATE_PER")
     open_loop_max_outstanding: int = _default("OPEN_LOOP_MAX_OUTSTANDING")
+    retry_backoff_ms: float = _default("RETRY_BACKOFF_MS")       # 0: an aborted attempt is retried at once
+    retry_backoff_max_ms: float = _default("RETRY_BACKOFF_MAX_MS")
     concurrency_levels: tuple = _default("CONCURRENCY_LEVELS")
     exp1_offered_rates: tuple = _default("EXP1_OFFERED_RATES")   # () = exp 1 sweeps concurrency (closed loop)
     client_process_per_shard: tuple = _default("CLIENT_PROCESS_PER_SHARD")
@@ -314,6 +316,11 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["open_loop_rate"] = None if cfg.open_loop_rate is None else knoblib.check("OPEN_LOOP_RATE", cfg.open_loop_rate)
     c["open_loop_rate_per"] = knoblib.check("OPEN_LOOP_RATE_PER", cfg.open_loop_rate_per)
     c["open_loop_max_outstanding"] = knoblib.check("OPEN_LOOP_MAX_OUTSTANDING", cfg.open_loop_max_outstanding)
+    c["retry_backoff_ms"] = knoblib.check("RETRY_BACKOFF_MS", cfg.retry_backoff_ms)
+    c["retry_backoff_max_ms"] = knoblib.check("RETRY_BACKOFF_MAX_MS", cfg.retry_backoff_max_ms)
+    if c["retry_backoff_max_ms"] < c["retry_backoff_ms"]:
+        raise ValueError(f"RETRY_BACKOFF_MAX_MS={cfg.retry_backoff_max_ms}: must be >= RETRY_BACKOFF_MS="
+                         f"{cfg.retry_backoff_ms}")
 
     c["concurrency_levels"] = knoblib.check_sweep("CONCURRENCY_LEVELS", cfg.concurrency_levels)
     rates = cfg.exp1_offered_rates

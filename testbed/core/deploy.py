@@ -49,6 +49,9 @@ def validate(**knobs) -> dict:
         if k["rate"] * k["duration"] < 1:
             raise ValueError(f"rate={k['rate']:g}: less than one arrival expected in the {k['duration']:g} s run "
                              "(rate x duration < 1)")
+    if k["retry_backoff_max"] < k["retry_backoff"]:
+        raise ValueError(f"retry_backoff_max={k['retry_backoff_max']:g}: must be >= retry_backoff="
+                         f"{k['retry_backoff']:g} (ms)")
     if k["payment_crt_rate"] != -1 and k["payment_crt_rate"] < 0:
         raise ValueError(f"payment_crt_rate={k['payment_crt_rate']}: must be -1 (natural) or in [0, 100]")
     if k["warmup"] + k["cooldown"] >= k["duration"]:
@@ -196,6 +199,9 @@ def build_deployment(place=None, **knobs) -> dict:
                    # attempts per transaction before it is given up (the artifact's 20); only protocols that
                    # abort on conflict (TAPIR) retry
                    "retry_limit": int(k["retry_limit"]),
+                   # a retry backoff only when set, so that a deployment file without one stays what it was
+                   **({"retry_backoff_ms": float(k["retry_backoff"]),
+                       "retry_backoff_max_ms": float(k["retry_backoff_max"])} if k["retry_backoff"] > 0 else {}),
                    # open loop (docs/workloads.md): written only when a rate is set, so a closed-loop deployment file
                    # stays what an engine from before open loop reads
                    **({"rate_tps": client_rate(float(k["rate"]), k["rate_per"], R, N, C),

@@ -112,6 +112,13 @@ KNOBS = (
          lo_open=True, default=dict(drain_timeout=10.0)),
     Knob(("retry_limit",), 1, 1_000_000, True, "", "attempts of a transaction before its client gives it up",
          default=dict(retry_limit=20)),
+    # how an aborted attempt is retried (docs/workloads.md, "Retries"): 0, at once (the DAST artifact's way); > 0, after
+    # a randomized exponential backoff from this, doubling per abort up to the max (TAPIR's authors' benchmark clients)
+    Knob(("retry_backoff", "RETRY_BACKOFF_MS"), 0, 60000, False, "ms",
+         "an aborted attempt's retry waits uniform [0, min(max, this x 2^(k-1))] after the k-th abort; 0: at once",
+         default=dict(retry_backoff=0.0, RETRY_BACKOFF_MS=0)),
+    Knob(("retry_backoff_max", "RETRY_BACKOFF_MAX_MS"), 0, 600000, False, "ms", "the retry backoff's cap",
+         default=dict(retry_backoff_max=5000.0, RETRY_BACKOFF_MAX_MS=5000)),
     # workload
     Knob(("zipf", "ZIPFS"), 0, 1, False, "", "TPC-A zipf coefficient", default=dict(zipf=0.5, ZIPFS=(0.5, 0.7, 0.9))),
     Knob(("payment_crt_rate",), -1, 100, True, "%", "Payments forced cross-region (-1: natural)",

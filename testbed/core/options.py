@@ -75,6 +75,12 @@ def add_open_loop(ap: argparse.ArgumentParser, defaults: dict) -> None:
     add_knob(ap, "max_outstanding", defaults["max_outstanding"])
 
 
+def add_retry(ap: argparse.ArgumentParser, defaults: dict) -> None:
+    """--retry-backoff, --retry-backoff-max: how an aborted attempt is retried (docs/workloads.md, "Retries")."""
+    add_knob(ap, "retry_backoff", defaults["retry_backoff"])
+    add_knob(ap, "retry_backoff_max", defaults["retry_backoff_max"])
+
+
 def option_value(text: str):
     """A protocol option's value as given on a command line, read as a YAML scalar (true, 3, 0.5, text); the
     protocol's schema checks it (testbed/core/deploy.py)."""

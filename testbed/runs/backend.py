@@ -37,7 +37,10 @@ def base_knobs(cfg: ExpConfig, regions: int | None = None, rtt_jitter_ms: float 
                 cooldown=cfg.cooldown_s, faults=cfg.faults, faults_seed=cfg.faults_seed,
                 # open loop only when OPEN_LOOP_RATE is set: a closed loop's knobs (config.json, sweep.json) as before
                 **(dict(rate=cfg.open_loop_rate, rate_per=cfg.open_loop_rate_per,
-                        max_outstanding=cfg.open_loop_max_outstanding) if cfg.open_loop_rate is not None else {}))
+                        max_outstanding=cfg.open_loop_max_outstanding) if cfg.open_loop_rate is not None else {}),
+                # a retry backoff only when set (RETRY_BACKOFF_MS): retries at once keep their knobs as before
+                **(dict(retry_backoff=cfg.retry_backoff_ms, retry_backoff_max=cfg.retry_backoff_max_ms)
+                   if cfg.retry_backoff_ms else {}))
 
 
 class Backend(ABC):

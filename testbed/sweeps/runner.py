@@ -44,6 +44,7 @@ NOT_MEASUREMENT = ("seed", "base_port", "host")  # knobs that place a run or var
 UNSET_LEFT_OUT = ("faults", "faults_seed")  # knobs newer than KEY_VERSION 1: left out of a key while unset, so the
                                             # points measured before them keep their keys (and resume)
 OPEN_LOOP_ONLY = ("rate", "rate_per", "max_outstanding")   # the same for open loop's: left out while rate is unset
+BACKOFF_ONLY = ("retry_backoff", "retry_backoff_max")     # and the retry backoff's, while retries go at once
 EST_STARTUP_S = 8           # first guess of per-run overhead for the ETA, before a run has been timed (the plan's too)
 
 
@@ -64,7 +65,8 @@ def point_key(experiment: str, system: str, knobs: dict, backend: str, mechanism
     first seed (SEED / --seed; repeat r runs seed + r)."""
     valid = deploylib.validate(**knobs)
     k = {n: v for n, v in valid.items() if n not in NOT_MEASUREMENT
-         and not (n in UNSET_LEFT_OUT and not v) and not (n in OPEN_LOOP_ONLY and valid["rate"] is None)}
+         and not (n in UNSET_LEFT_OUT and not v) and not (n in OPEN_LOOP_ONLY and valid["rate"] is None)
+         and not (n in BACKOFF_ONLY and not valid["retry_backoff"])}
     what = {"v": KEY_VERSION, "experiment": experiment, "system": system, "knobs": k, "backend": backend,
             "mechanism": mechanism}
     if seed != 1:  # the default leaves the keys of earlier sweeps as they were

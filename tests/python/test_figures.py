@@ -30,14 +30,15 @@ def records(tput, committed=True, given_up=0):
 
 def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, start="2024-01-01T00:00:00",
              status="ok", error=None, check_code=0, clients=None, tput=100.0, committed=None, series="",
-             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0, meta_extra=None, client_summary=None):
+             regions=3, jitter=0.0, run_id=None, busy=None, given_up=0, meta_extra=None, client_summary=None,
+             deploy_extra=None):
     """A run folder as the runner leaves it, its summary.json derived from its records; clients: {name: [record
     tuples]}, default: records() of tput (committed=0: none committed); client_summary: each client's
     summary.json (an open load's `open_loop`, ...)."""
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
     d = root / exp / run_id
     (d / "clients").mkdir(parents=True)
-    dep = deploy.build_deployment(mode=system, regions=regions, shards=2, jitter=jitter, **WINDOW)
+    dep = deploy.build_deployment(mode=system, regions=regions, shards=2, jitter=jitter, **WINDOW, **(deploy_extra or {}))
     deploy.write_yaml(dep, d / "deploy.yml")
     clients = clients if clients is not None else {"c0.0.0": records(tput, committed != 0, given_up)}
     for name, rows in clients.items():

@@ -92,6 +92,8 @@ def bounds():
                 extra = {"warmup": 0, "cooldown": 0}
             if n == "jitter":
                 extra = {"inter_rtt": 10000}
+            if n == "retry_backoff":   # its cap is at least the backoff
+                extra = {"retry_backoff_max": 600000}
             yield pytest.param(n, v, extra, id=f"{n}={v}")
 
 
