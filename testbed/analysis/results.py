@@ -1,4 +1,4 @@
-"""Per-run summary (summary.json) from the clients' raw record CSVs (README.md: Results)."""
+"""Per-run summary (summary.json) from the clients' raw record CSVs (docs/running.md: the results folder)."""
 from __future__ import annotations
 
 import json

@@ -389,14 +389,14 @@ def check_subnet(clients: dict, cfg: ExpConfig, deployment: str | None = None) -
 
 def ensure_swarm(clients: dict, hosts, log=None) -> bool:
     """The first host must be a swarm manager; a lone host with no swarm gets a one-node swarm (-> True).
-    Every other host must already be a node of that swarm (README: `docker swarm join`)."""
+    Every other host must already be a node of that swarm (docs/running.md: `docker swarm join`)."""
     first = clients[hosts[0].address]
     info = first.info().get("Swarm") or {}
     created = False
     if info.get("LocalNodeState") != "active":
         if len(hosts) > 1:
             raise SwarmError(f"host {hosts[0].address} is not in a swarm; run `docker swarm init` there and "
-                             "`docker swarm join` on the others (README, multi-host)")
+                             "`docker swarm join` on the others (docs/running.md, \"Multi-host: the steps\")")
         addr = _advertise_addr(hosts[0])
         _say(log, f"swarm: none on {hosts[0].address}; initialising a one-node swarm (advertise {addr})")
         try:

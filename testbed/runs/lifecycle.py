@@ -1,5 +1,5 @@
 """The run lifecycle both backends share: prepare -> start servers -> start clients -> drain -> collect -> check ->
-record (README.md: Results, for what a run folder holds).
+record (docs/running.md, "The results folder": what a run folder holds).
 
 A backend supplies the processes (LocalRunner in testbed/runs/local.py: processes on this machine; SwarmRunner in
 testbed/runs/swarm_backend.py: processes in the containers, over SSH) through a few hooks; everything else -- the
