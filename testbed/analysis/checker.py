@@ -239,11 +239,19 @@ PROCESS_FACTS = (("dropped_messages", "dropped {} message(s) to servers"),
                  ("rejected_messages", "rejected {} message(s) (bad message)"))
 
 
-def _client_knob(run_dir: Path, key: str) -> float | None:
+def _client_knobs(run_dir: Path, *keys: str) -> list[float | None]:
+    """The deployment file's client.<key> for each key, as numbers; None where it does not say (read once)."""
     try:
-        return float(yaml.safe_load((run_dir / "deploy.yml").read_text())["client"][key])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, yaml.YAMLError):
-        return None
+        client = yaml.safe_load((run_dir / "deploy.yml").read_text())["client"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        client = None
+    out = []
+    for key in keys:
+        try:
+            out.append(float(client[key]))
+        except (ValueError, KeyError, TypeError):
+            out.append(None)
+    return out
 
 
 @dataclass
@@ -285,7 +293,7 @@ def unfinished_transactions(run_dir) -> Unfinished:
     summaries and the deployment's client knobs."""
     run_dir = Path(run_dir)
     clients, out = run_dir / "clients", Unfinished()
-    limit, end_s = _client_knob(run_dir, "retry_limit"), _client_knob(run_dir, "duration_s")
+    limit, end_s = _client_knobs(run_dir, "retry_limit", "duration_s")
     for f in sorted(clients.glob("*.records.csv")) if clients.is_dir() else []:
         client = f.name.removesuffix(".records.csv")
         try:
