@@ -127,8 +127,7 @@ struct TcpTransport::Peer {
   std::vector<Addr> addrs;         // the destination's addresses, tried in turn
   size_t next_addr = 0;
   std::vector<Envelope> pending;   // queued, not yet in a frame
-  std::string greet;               // the connection's first bytes, the deployment's token (empty: none, or sent)
-  size_t greet_off = 0;
+  size_t greet_off = 0;            // bytes of the deployment's token (token_) written on this connection
   std::string out;                 // the frame being written, kept until it is through
   size_t out_off = 0;              // bytes of it written on this connection
   uint64_t out_msgs = 0;
@@ -159,7 +158,9 @@ TcpTransport::TcpTransport(const Deployment& d, std::vector<NodeId> local, Trans
                            Log log, Reactor* reactor)
     : Transport(d, std::move(local), std::move(o), std::move(deliver), std::move(log)),
       own_(reactor ? nullptr : std::make_unique<Reactor>()), r_(reactor ? *reactor : *own_),
-      alive_(std::make_shared<bool>(true)), peers_(d.nodes.size()) {}
+      alive_(std::make_shared<bool>(true)), peers_(d.nodes.size()) {
+  for (int i = 7; o_.token && i >= 0; --i) token_.push_back(static_cast<char>(o_.token >> (8 * i)));
+}
 
 TcpTransport::~TcpTransport() {
   if (thread_.joinable()) {
@@ -353,22 +354,8 @@ void TcpTransport::write(Peer& p) {
     if (p.state == Peer::State::kIdle && !p.retry_timer) connect(p);
     return;
   }
+  if (!send_all(p, token_, p.greet_off)) return;   // the deployment's token, before the connection's first frame
   for (;;) {
-    if (p.greet_off < p.greet.size()) {   // the token, before the connection's first frame
-      const ssize_t n = ::send(p.fd, p.greet.data() + p.greet_off, p.greet.size() - p.greet_off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        p.want_out = true;
-        r_.change(p.fd, kPeerEvents | EPOLLOUT);
-        return;
-      }
-      if (n < 0) {
-        broke(p);
-        return;
-      }
-      p.greet_off += static_cast<size_t>(n);
-      continue;
-    }
     if (p.out.empty()) {
       if (p.pending.empty()) return;
       p.out = frame(p.pending, steady_us(), clock_domain());
@@ -381,25 +368,31 @@ void TcpTransport::write(Peer& p) {
       count_write(p.out_msgs);
       p.counted = true;
     }
-    const ssize_t n = ::send(p.fd, p.out.data() + p.out_off, p.out.size() - p.out_off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {   // the socket is full: go on when it has room
-        p.want_out = true;
-        r_.change(p.fd, kPeerEvents | EPOLLOUT);
-        return;
-      }
-      broke(p);
-      return;
-    }
-    p.out_off += static_cast<size_t>(n);
-    if (p.out_off < p.out.size()) continue;
+    if (!send_all(p, p.out, p.out_off)) return;
     p.out.clear();
     p.out_off = 0;
     p.out_msgs = 0;
     p.counted = false;
     p.breaks = 0;
   }
+}
+
+bool TcpTransport::send_all(Peer& p, const std::string& bytes, size_t& off) {
+  while (off < bytes.size()) {
+    const ssize_t n = ::send(p.fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {   // the socket is full: go on when it has room
+      p.want_out = true;
+      r_.change(p.fd, kPeerEvents | EPOLLOUT);
+      return false;
+    }
+    if (n < 0) {
+      broke(p);
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 void TcpTransport::on_peer_event(Peer& p, uint32_t events) {
@@ -524,9 +517,7 @@ void TcpTransport::connected(Peer& p) {
   p.blocked_since = 0;
   p.out_off = 0;   // a frame not through on an earlier connection is written again, whole, on this one
   p.counted = false;
-  p.greet.clear();
-  p.greet_off = 0;
-  for (int i = 7; o_.token && i >= 0; --i) p.greet.push_back(static_cast<char>(o_.token >> (8 * i)));
+  p.greet_off = 0;   // a connection opens with the deployment's token
   no_delay(p.fd);
   r_.change(p.fd, kPeerEvents);
   write(p);

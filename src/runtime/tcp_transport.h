@@ -68,6 +68,9 @@ class TcpTransport final : public Transport {
   void queue(Envelope&& m);
   void flush_dirty();
   void write(Peer& p);
+  // Writes bytes[off..] to p's socket, advancing off: true once all is written; false when the socket is full
+  // (EPOLLOUT is watched) or the connection broke (broke() has run).
+  bool send_all(Peer& p, const std::string& bytes, size_t& off);
   void on_peer_event(Peer& p, uint32_t events);
   void connect(Peer& p);
   void start_connect(Peer& p);   // to p.addrs from p.next_addr on; when none answers, retry later
@@ -99,6 +102,7 @@ class TcpTransport final : public Transport {
   uint64_t watch_timer_ = 0;
   bool stop_ = false;
   bool foreign_clock_ = false;                 // a frame came without our clock domain
+  std::string token_;                          // TransportOptions::token, big-endian (empty: no handshake)
   std::function<void()> on_foreign_clock_;
   std::atomic<bool> run_{false};
   std::thread thread_;                         // without a reactor given: the one that runs ours
