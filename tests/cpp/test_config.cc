@@ -179,7 +179,7 @@ TEST(Config, ProtocolOptionErrorsNameTheKey) {
   expect_error(with("{dast: {sync_interval_ms: 0}}"), "protocols.dast.sync_interval_ms: 0 out of range [0.1, 60000]");
   expect_error(with("{dast: {defer: true}}"),
                "protocols.dast.defer: not an option of dast (options: sync_interval_ms, anticipation_margin_ms, "
-               "ewma_alpha, defer_commutative)");
+               "ewma_alpha, held_sample_factor, defer_commutative)");
   expect_error(with("{dast: [defer_commutative]}"), "protocols.dast: expected a mapping of options");
   expect_error(with("{paxos: {}}"), "protocols.paxos: 'paxos' unknown (built: dast");
   expect_error(with("[dast]"), "protocols: expected a mapping");

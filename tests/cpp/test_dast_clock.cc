@@ -73,9 +73,61 @@ TEST(StretchClock, ObservedTimestampBeyondPendingWinsOverStretch) {
 }
 
 TEST(DelayEstimate, MovesFromPriorToMeasurements) {
-  DelayEstimate e(100'000, 0.5);
+  DelayEstimate e(100'000, 0.5, 3);
   EXPECT_DOUBLE_EQ(e.value(), 100'000);
-  for (int i = 0; i < 20; ++i) e.add(60'000);
+  for (int i = 0; i < 20; ++i) e.add(60'000, i * 100'000, i * 100'000 + 60'000);
   EXPECT_NEAR(e.value(), 60'000, 10);
   EXPECT_EQ(e.samples(), 20u);
+  EXPECT_EQ(e.held(), 0u);
+}
+
+// A partition hands over, at its heal, the replies to every request sent before it: each a sample of seconds, and
+// none of a request sent after another of them came back. None is believed.
+TEST(DelayEstimate, RepliesHeldByAFaultAreNotBelieved) {
+  DelayEstimate e(100'000, 0.2, 3);
+  const int64_t heal = 6'000'000;
+  for (int i = 0; i < 8; ++i) e.add(static_cast<double>(heal - i * 10'000), i * 10'000, heal + i);
+  EXPECT_DOUBLE_EQ(e.value(), 100'000);
+  EXPECT_EQ(e.held(), 8u);
+  // The requests sent after the heal come back at the usual delay and are taken as usual.
+  e.add(105'000, heal + 10, heal + 105'010);
+  EXPECT_DOUBLE_EQ(e.value(), 101'000);
+  EXPECT_EQ(e.samples(), 1u);
+  // A straggler of the held batch after that is still not believed: nothing sent after it came back confirms it.
+  e.add(5'000'000, heal - 100'000, heal + 4'900'000 + 200'000);
+  EXPECT_DOUBLE_EQ(e.value(), 101'000);
+  EXPECT_EQ(e.held(), 9u);
+}
+
+// A network that really became slower: the request sent after the first slow reply came back is as slow, and from
+// then on the estimate follows the samples.
+TEST(DelayEstimate, ASlowerNetworkIsFollowedFromItsSecondSample) {
+  DelayEstimate e(100'000, 0.5, 3);
+  e.add(400'000, 0, 400'000);
+  EXPECT_DOUBLE_EQ(e.value(), 100'000);  // one slow sample: not yet
+  e.add(400'000, 100'000, 500'000);      // sent before the first came back: no evidence either
+  EXPECT_DOUBLE_EQ(e.value(), 100'000);
+  e.add(400'000, 400'000, 800'000);  // sent after it came back: confirmed
+  EXPECT_DOUBLE_EQ(e.value(), 250'000);
+  for (int i = 0; i < 20; ++i) e.add(400'000, 800'000 + i * 400'000, 1'200'000 + i * 400'000);
+  EXPECT_NEAR(e.value(), 400'000, 10);
+  EXPECT_EQ(e.held(), 2u);
+}
+
+// A sample at or below the bound ends a streak: a later slow one needs its own confirmation.
+TEST(DelayEstimate, AUsualSampleEndsTheStreak) {
+  DelayEstimate e(100'000, 0.5, 3);
+  e.add(400'000, 0, 400'000);
+  e.add(100'000, 450'000, 550'000);
+  e.add(400'000, 500'000, 900'000);  // sent after the first slow one came back, but a usual one came between
+  EXPECT_DOUBLE_EQ(e.value(), 100'000);
+  EXPECT_EQ(e.held(), 2u);
+}
+
+// outlier_factor 0: the plain EWMA, every sample taken (what the estimate was before 2026-11-29).
+TEST(DelayEstimate, FactorZeroTakesEverySample) {
+  DelayEstimate e(100'000, 0.2, 0);
+  e.add(5'100'000, 0, 5'100'000);
+  EXPECT_DOUBLE_EQ(e.value(), 1'100'000);
+  EXPECT_EQ(e.held(), 0u);
 }

@@ -14,6 +14,8 @@ using txn::test::SimCluster;
 
 namespace {
 
+constexpr TimeUs kMs = 1000, kS = 1'000'000;
+
 Deployment small_deployment(const std::string& workload) { return txn::test::small_deployment("dast", workload); }
 
 // A simulated DAST cluster whose replicas keep their execution logs.
@@ -307,6 +309,51 @@ TEST(DastSim, AnticipationFollowsMeasuredDelayNotConfiguration) {
   EXPECT_NEAR(before, 102'500, 1);                       // prior from configuration
   EXPECT_NEAR(coord->rtt_estimate_us(remote), 62'500, 3'000);  // measured: 60 + 2.5 ms
   expect_serializable_and_identical(c);
+}
+
+// A partition of the coordinator's region holds a CRT's PrepareCRTs and hands their RemotePrepareds over at the
+// heal: a sample of the partition's length. Believed (held_sample_factor 0, the plain EWMA), it anticipates the
+// next CRT seconds ahead and the CRT waits for it; not believed (the default), the CRT after the heal takes the time
+// a CRT takes without a fault.
+TEST(DastSim, APartitionsHeldRepliesDoNotDelayTheCrtsAfterTheHeal) {
+  std::map<double, TimeUs> after_heal;
+  for (double factor : {3.0, 0.0}) {
+    Deployment d = small_deployment("tpca");
+    d.protocols["dast"]["held_sample_factor"] = factor;
+    d.faults.partitions.push_back({"p", {0}, {1 * kS, 3 * kS}});
+    DastCluster c(d, {}, false);
+    NodeId client = c.d.clients().front();
+    ProbeClient* pc = c.attach_probe(client);
+    c.net->start();
+    std::mt19937_64 rng(5);
+    TxnRequest t = find_txn(*c.w, 0, true, rng);
+    uint32_t remote = 0;
+    for (const auto& p : t.pieces())
+      if (c.d.region_of_shard(p.shard()) != 0) remote = c.d.region_of_shard(p.shard());
+    ASSERT_NE(remote, 0u);
+    auto* coord = c.replica(0, 0);
+    const double before = coord->rtt_estimate_us(remote);
+    auto crt_at = [&](TimeUs at, uint64_t id) {
+      c.net->run_until(at);
+      c.net->send(client, c.d.replica_id(0, 0), submit(t, id));
+      EXPECT_TRUE(c.net->run_until([&] { return pc->replies.count(id) > 0; }, c.net->now() + 10 * kS));
+      return pc->replies[id] - at;
+    };
+    const TimeUs usual = crt_at(500 * kMs, 1);
+    EXPECT_LT(usual, 400 * kMs);
+    EXPECT_GT(crt_at(1200 * kMs, 2), 1700 * kMs);  // held by the partition
+    after_heal[factor] = crt_at(c.net->now() + 10 * kMs, 3);
+    if (factor > 0) {
+      EXPECT_NEAR(coord->rtt_estimate_us(remote), before, 0.1 * before);
+      EXPECT_GE(coord->counters().at("held_delay_samples"), 1);
+      EXPECT_LT(after_heal[factor], usual + 50 * kMs);
+    } else {
+      EXPECT_GT(coord->rtt_estimate_us(remote), 3 * before);
+      EXPECT_EQ(coord->counters().at("held_delay_samples"), 0);
+    }
+    expect_serializable_and_identical(c);
+  }
+  EXPECT_GT(after_heal[0.0], after_heal[3.0] + 200 * kMs);  // the test can tell the two apart
 }
 
 TEST(DastSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {

@@ -25,6 +25,7 @@ struct Options {
   double sync_interval_ms;        // safety net: a site re-checks its queue and clock requests this often
   double anticipation_margin_ms;  // added to the measured decision delay
   double ewma_alpha;              // smoothing of measured per-region delays
+  double held_sample_factor;      // a delay sample above this x the estimate waits to be confirmed (0: never)
   // A piece that waits for a cross-region value but commutes with every other
   // piece (Workload::commutes) runs when the value arrives, after later
   // transactions, instead of holding its region's clocks below the CRT.
@@ -182,6 +183,7 @@ class Coordinator : public Role {
   void on_piece_result(Env& env, NodeId from, const ::dast::PieceResult& m);
   bool idle() const { return coords_.empty(); }
   double rtt_estimate_us(uint32_t region) const { return rtt_.at(region).value(); }
+  uint64_t held_delay_samples() const;
 
  private:
   // A transaction's phase at its coordinator (set_phase checks the one transition): an Irt is stored at its
@@ -224,8 +226,9 @@ class Replica : public ReplicaNode {
   // irts: IRTs queued at this replica as their output replica (one per IRT and
   // touched shard); irts_behind_undecided_crt: those queued above a CRT whose
   // decision had not arrived (they wait for it); counter_proposals: StoreCRTs
-  // a leader answered above T_r.
-  std::map<std::string, int64_t> counters() const override { return site_.counters(); }
+  // a leader answered above T_r; held_delay_samples: prepare round trips this coordinator did not believe
+  // (DelayEstimate: held by a fault).
+  std::map<std::string, int64_t> counters() const override;
 
   // Introspection for tests.
   const StretchClock& clock() const { return site_.clock(); }

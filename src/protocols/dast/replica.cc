@@ -92,7 +92,7 @@ Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, co
     double prior = 100'000;
     if (rtt.size() == d.regions)
       prior = (rtt[me_.region][r] + rtt[r][r] / 2) * 1000;
-    rtt_.emplace_back(prior, opts_.ewma_alpha);
+    rtt_.emplace_back(prior, opts_.ewma_alpha, opts_.held_sample_factor);
   }
 }
 
@@ -107,6 +107,18 @@ void Replica::start(Env& env) {
 std::map<std::string, int64_t> Site::counters() const {
   return {{"irts", n_irts_}, {"irts_behind_undecided_crt", n_irts_behind_crt_},
           {"counter_proposals", n_counter_proposals_}};
+}
+
+uint64_t Coordinator::held_delay_samples() const {
+  uint64_t n = 0;
+  for (const auto& e : rtt_) n += e.held();
+  return n;
+}
+
+std::map<std::string, int64_t> Replica::counters() const {
+  auto out = site_.counters();
+  out["held_delay_samples"] = static_cast<int64_t>(coord_.held_delay_samples());
+  return out;
 }
 
 void Replica::on_timer(Env& env, uint64_t id) {
@@ -387,7 +399,7 @@ void Coordinator::on_remote_prepared(Env& env, const ::dast::RemotePrepared& m) 
   if (c.phase != Phase::Preparing) throw BadMessage("RemotePrepared for txn " + str(m.txn_id()) + ", an IRT");
   uint32_t region = d_.region_of_shard(m.shard());
   if (auto sent = c.prepare_sent.find(region); sent != c.prepare_sent.end()) {
-    rtt_[region].add(static_cast<double>(env.mono_us() - sent->second));  // first reply only
+    rtt_[region].add(static_cast<double>(env.mono_us() - sent->second), sent->second, env.mono_us());  // first only
     c.prepare_sent.erase(sent);
   }
   c.proposals[m.shard()][m.replica()] = from_proto(m.proposal());

@@ -8,6 +8,7 @@ Options::Options(const Deployment& d) {
   sync_interval_ms = o.number("sync_interval_ms");
   anticipation_margin_ms = o.number("anticipation_margin_ms");
   ewma_alpha = o.number("ewma_alpha");
+  held_sample_factor = o.number("held_sample_factor");
   defer_commutative = o.flag("defer_commutative");
 }
 
@@ -28,6 +29,9 @@ ProtocolSpec spec() {
       OptionSpec::number("anticipation_margin_ms", 0, -1000, 1000,
                          "added to the measured decision delay (earlier costs stretch, later costs CRT wait)"),
       OptionSpec::number("ewma_alpha", 0.2, 0, 1, "smoothing of the measured per-region delays"),
+      OptionSpec::number("held_sample_factor", 3, 0, 1000,
+                         "a prepare round trip above this x the estimate is believed only once a prepare sent after "
+                         "it came back is as slow (a partition's held replies are not; 0: every sample, plain EWMA)"),
       OptionSpec::flag("defer_commutative", true,
                        "run a commutative piece waiting for a cross-region value when it arrives instead of "
                        "holding the region's clocks below the CRT (false: the artifact's hold)"),
