@@ -72,18 +72,18 @@ class Site : public RoleContext {
     TxnRequest txn;
     NodeId coordinator = 0;
     std::set<uint32_t> done;  // executed piece ids
-    uint64_t explored_at = 0; // graph version of its last unsuccessful walk (0: never walked)
+    uint64_t explored_at = 0; // graph version of its last walk (0: never walked)
     std::vector<KeyState*> write_keys, read_keys;   // its keys' states here (pending until it executes)
   };
 
   Vertex& vertex(TxnId id);
   static void set_status(TxnId id, Vertex& v, Status to);
   void learn(const ::janus::Dep& d);          // a dependency's shards and decided component
-  void set_scc(TxnId id, const Scc& scc);
+  void set_scc(const Scc& scc);               // held by every member
   void fill_dep(TxnId id, ::janus::Dep* out);  // as this replica knows it
   void answer_inquiries(Env& env, TxnId id);
   void try_execute(Env& env);
-  bool decide_scc(Env& env, TxnId t);          // walk t's ancestors; true once t's component is known
+  void decide_sccs(Env& env, const std::vector<TxnId>& roots);  // walk their ancestors, decide what is final
   bool ready(TxnId t) const;
   bool run_pieces(Env& env, TxnId t, Local& l); // true when every piece here has executed
   void executed(Env& env, TxnId t);
@@ -107,8 +107,8 @@ class Site : public RoleContext {
   std::set<TxnId> committed_;                          // committed local transactions not executed here
   std::unordered_map<TxnId, Vars> vars_;               // values known per transaction (may precede it)
   std::unordered_map<TxnId, std::vector<NodeId>> inquirers_;  // waiting for a transaction's commit here
-  uint64_t version_ = 1;  // bumped whenever the graph gains a commit, a component or an execution
-  int64_t n_inquiries_ = 0, largest_scc_ = 0;
+  uint64_t version_ = 1;  // bumped whenever the graph gains a commit or a component (what a walk sees)
+  int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0;
 };
 
 // The coordinator role (replica 0 of a shard): one Coord per transaction homed there, until the reply.
@@ -168,7 +168,8 @@ class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
   }
   // fast_commits / slow_commits (coordinator), preaccept_timeouts (transactions decided on a majority's replies
   // after the timeout), inquiries (sent), largest_scc_max
-  // (the largest component decided here; summed as a maximum over the run).
+  // (the largest component decided here; summed as a maximum over the run), walk_visits (transactions looked at
+  // by the walks that decide components: the graph work, which must not grow per commit with the run).
 
  private:
   void route(Env& env, Envelope& msg) override;

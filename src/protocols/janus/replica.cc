@@ -109,6 +109,7 @@ void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
   c["inquiries"] = n_inquiries_;
   c["largest_scc_max"] = largest_scc_;
+  c["walk_visits"] = n_walk_visits_;
 }
 
 // ---- plumbing --------------------------------------------------------------------------
@@ -140,11 +141,13 @@ void Site::set_status(TxnId id, Vertex& v, Status to) {
               {Status::Unknown, Status::Committed}, {Status::Committed, Status::Executed}});
 }
 
-void Site::set_scc(TxnId id, const Scc& scc) {
-  Vertex& v = vertex(id);
-  if (v.scc) return;
-  v.scc = scc;
-  ++version_;
+void Site::set_scc(const Scc& scc) {
+  for (TxnId id : *scc) {   // every member holds it: a walk cuts at any of them (decide_scc)
+    Vertex& v = vertex(id);
+    if (v.scc) continue;
+    v.scc = scc;
+    ++version_;
+  }
 }
 
 void Site::learn(const ::janus::Dep& d) {
@@ -153,7 +156,7 @@ void Site::learn(const ::janus::Dep& d) {
     v.shards.assign(d.shards().begin(), d.shards().end());
     v.local = std::binary_search(v.shards.begin(), v.shards.end(), me_.shard);
   }
-  if (!v.scc && d.scc_size() > 0) set_scc(d.id(), std::make_shared<const std::vector<TxnId>>(d.scc().begin(), d.scc().end()));
+  if (!v.scc && d.scc_size() > 0) set_scc(std::make_shared<const std::vector<TxnId>>(d.scc().begin(), d.scc().end()));
 }
 
 void Site::fill_dep(TxnId id, ::janus::Dep* out) {
@@ -532,78 +535,112 @@ void Site::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
   if (v.shards.empty()) v.shards.assign(m.shards().begin(), m.shards().end());
   v.deps = std::move(deps);
   set_status(m.txn_id(), v, Status::Committed);
-  if (m.scc_size() > 0) set_scc(m.txn_id(), std::make_shared<const std::vector<TxnId>>(m.scc().begin(), m.scc().end()));
+  if (m.scc_size() > 0) set_scc(std::make_shared<const std::vector<TxnId>>(m.scc().begin(), m.scc().end()));
   ++version_;
   try_execute(env);
 }
 
 // ---- replica: execution -----------------------------------------------------------------
 
-// Finds t's component, or sends the Inquires that finding it needs. The walk
-// covers t's ancestors, cut at decided components and at executed local
-// transactions; the component is then what of the walked graph reaches t.
-bool Site::decide_scc(Env& env, TxnId t) {
-  if (graph_.at(t).scc) return true;
-  std::vector<TxnId> stack{t}, walked;
-  std::unordered_map<TxnId, bool> seen{{t, true}};  // id -> part of the walked graph (false: cut)
-  bool complete = true;
-  while (!stack.empty()) {
-    const TxnId x = stack.back();
-    stack.pop_back();
-    Vertex& v = vertex(x);
-    if (x != t) {
-      if (v.scc) {
-        if (std::binary_search(v.scc->begin(), v.scc->end(), t)) {
-          set_scc(t, v.scc);
-          return true;
+// Finds the components of `roots` (committed transactions of this shard whose component is not known), or sends
+// the Inquires that finding them needs, in one walk. The walk covers the roots' ancestors, cut at decided
+// components and at executed transactions (which have theirs). Tarjan's algorithm over the walked committed
+// transactions then decides every component of the walk whose ancestors are all committed, not only the roots':
+// each is final (the committed dependencies do not change, and a cut is never in a walked transaction's component:
+// a decided component is held by every member known here, set_scc), so no later walk passes through it again.
+// Before (issue 51), each root was walked on its own after every change, and only its own component was kept: the
+// committed transactions of other shards met as ancestors were walked again and again, by every root behind them,
+// and the cost per transaction grew with the load and the run.
+void Site::decide_sccs(Env& env, const std::vector<TxnId>& roots) {
+  struct Mark {
+    uint32_t index, low;
+    bool on_stack, tainted;  // tainted: reaches a transaction not committed here yet (its component may still grow)
+  };
+  std::unordered_map<TxnId, Mark> mark;
+  std::vector<TxnId> tarjan;  // Tarjan's stack
+  struct Frame {
+    TxnId x;
+    size_t next;  // the next of x's deps to look at
+  };
+  std::vector<Frame> dfs;
+  uint32_t counter = 0;
+  // What a dependency p of a walked transaction is: walked (a Tarjan vertex), a cut (decided) or not committed.
+  enum class Kind { Walk, Cut, Open };
+  auto kind = [&](TxnId p) {
+    Vertex& v = vertex(p);
+    if (v.scc || v.status == Status::Executed) return Kind::Cut;
+    if (v.status == Status::Committed) return Kind::Walk;
+    // One of this shard commits here in time; another is asked about.
+    if (!v.local && !v.inquired && !v.shards.empty()) {
+      v.inquired = true;
+      ++n_inquiries_;
+      uint32_t target = v.shards.front();
+      for (uint32_t s : v.shards)
+        if (d_.region_of_shard(s) == me_.region) { target = s; break; }
+      // to that shard's replica 0: a follower may be down, and replica 0 is never (its failover is not built)
+      Envelope e;
+      e.mutable_janus()->mutable_inquire()->set_txn_id(p);
+      post(env, d_.replica_id(target, 0), std::move(e));
+    }
+    return Kind::Open;
+  };
+  auto enter = [&](TxnId x) {
+    ++n_walk_visits_;
+    mark[x] = Mark{counter, counter, true, false};
+    ++counter;
+    tarjan.push_back(x);
+    dfs.push_back({x, 0});
+  };
+  for (TxnId root : roots) {
+    if (mark.count(root) || kind(root) != Kind::Walk) continue;
+    enter(root);
+    while (!dfs.empty()) {
+      Frame& f = dfs.back();
+      const std::vector<TxnId>& deps = graph_.at(f.x).deps;
+      if (f.next < deps.size()) {
+        const TxnId p = deps[f.next++];
+        Mark& m = mark.at(f.x);
+        if (auto it = mark.find(p); it != mark.end()) {
+          if (it->second.on_stack) m.low = std::min(m.low, it->second.index);
+          else m.tainted |= it->second.tainted;   // a component already settled in this walk
+          continue;
         }
-        seen[x] = false;
+        switch (kind(p)) {
+          case Kind::Cut: break;
+          case Kind::Open: mark.at(f.x).tainted = true; break;
+          case Kind::Walk: enter(p); break;   // f is not used after this: dfs may have moved
+        }
         continue;
       }
-      if (v.status == Status::Executed) {
-        seen[x] = false;
-        continue;
+      const TxnId x = f.x;
+      dfs.pop_back();
+      Mark& mx = mark.at(x);
+      if (!dfs.empty()) {   // hand x's low link and taint to its parent in the walk
+        Mark& parent = mark.at(dfs.back().x);
+        parent.low = std::min(parent.low, mx.low);
       }
-    }
-    if (v.status != Status::Committed) {
-      complete = false;
-      // One of this shard commits here in time; another is asked about.
-      if (!v.local && !v.inquired && !v.shards.empty()) {
-        v.inquired = true;
-        ++n_inquiries_;
-        uint32_t target = v.shards.front();
-        for (uint32_t s : v.shards)
-          if (d_.region_of_shard(s) == me_.region) { target = s; break; }
-        // to that shard's replica 0: a follower may be down, and replica 0 is never (its failover is not built)
-        Envelope e;
-        e.mutable_janus()->mutable_inquire()->set_txn_id(x);
-        post(env, d_.replica_id(target, 0), std::move(e));
+      if (mx.low != mx.index) continue;
+      // x is the root of a component: the members are on Tarjan's stack above it.
+      std::vector<TxnId> members;
+      bool tainted = false;
+      for (;;) {
+        const TxnId y = tarjan.back();
+        tarjan.pop_back();
+        Mark& my = mark.at(y);
+        my.on_stack = false;
+        tainted |= my.tainted;
+        members.push_back(y);
+        if (y == x) break;
       }
-      continue;
+      for (TxnId y : members) mark.at(y).tainted = tainted;
+      if (!dfs.empty() && tainted) mark.at(dfs.back().x).tainted = true;
+      if (tainted) continue;
+      std::sort(members.begin(), members.end());
+      auto scc = std::make_shared<const std::vector<TxnId>>(std::move(members));
+      set_scc(scc);
+      largest_scc_ = std::max<int64_t>(largest_scc_, static_cast<int64_t>(scc->size()));
     }
-    walked.push_back(x);
-    for (TxnId p : v.deps)
-      if (seen.emplace(p, true).second) stack.push_back(p);
   }
-  if (!complete) return false;
-  // The component: the walked transactions from which t is reachable
-  // (following dependents, within the walked graph).
-  std::unordered_map<TxnId, std::vector<TxnId>> dependents;
-  for (TxnId x : walked)
-    for (TxnId p : graph_.at(x).deps)
-      if (seen[p]) dependents[p].push_back(x);
-  std::set<TxnId> comp{t};
-  std::vector<TxnId> todo{t};
-  while (!todo.empty()) {
-    TxnId x = todo.back();
-    todo.pop_back();
-    for (TxnId y : dependents[x])
-      if (comp.insert(y).second) todo.push_back(y);
-  }
-  auto scc = std::make_shared<const std::vector<TxnId>>(comp.begin(), comp.end());
-  for (TxnId x : *scc) set_scc(x, scc);
-  largest_scc_ = std::max<int64_t>(largest_scc_, static_cast<int64_t>(scc->size()));
-  return true;
 }
 
 // The safety rule (Execution, above): a committed transaction of this shard executes only after every member
@@ -640,17 +677,18 @@ bool Site::ready(TxnId t) const {
 void Site::try_execute(Env& env) {
   for (bool progress = true; progress;) {
     progress = false;
+    // One walk for every committed transaction whose component is not known, if the graph changed since its last.
+    std::vector<TxnId> roots;
+    for (TxnId t : committed_)
+      if (!graph_.at(t).scc && locals_.at(t).explored_at != version_) roots.push_back(t);
+    if (!roots.empty()) {
+      decide_sccs(env, roots);
+      for (TxnId t : roots) locals_.at(t).explored_at = version_;
+    }
     for (auto it = committed_.begin(); it != committed_.end();) {
       const TxnId t = *it++;
       Local& l = locals_.at(t);
-      if (!graph_.at(t).scc) {
-        if (l.explored_at == version_) continue;  // nothing new since its last walk
-        if (!decide_scc(env, t)) {
-          l.explored_at = version_;
-          continue;
-        }
-      }
-      if (!ready(t)) continue;
+      if (!graph_.at(t).scc || !ready(t)) continue;
       if (run_pieces(env, t, l)) {
         executed(env, t);
         progress = true;
@@ -698,7 +736,6 @@ void Site::executed(Env& env, TxnId t) {
   };
   for (KeyState* ks : l.write_keys) drop(ks->pending_writers);
   for (KeyState* ks : l.read_keys) drop(ks->pending_readers);
-  ++version_;
   if (me_.replica == 0) {
     Envelope e;
     auto* r = e.mutable_janus()->mutable_piece_result();
