@@ -142,7 +142,7 @@ void Site::set_status(TxnId id, Vertex& v, Status to) {
 }
 
 void Site::set_scc(const Scc& scc) {
-  for (TxnId id : *scc) {   // every member holds it: a walk cuts at any of them (decide_scc)
+  for (TxnId id : *scc) {   // every member holds it: a walk cuts at any of them (decide_sccs)
     Vertex& v = vertex(id);
     if (v.scc) continue;
     v.scc = scc;
