@@ -57,7 +57,10 @@ SSH_CONNECT_TIMEOUT_S = 15  # seconds (1..300) to wait for each ssh:// host of h
 # ---------------------------------------------------------------- systems and measurement
 SYSTEMS = ['dast', 'janus', 'tapir', 'slog']  # protocols compared in every figure (unbuilt ones are skipped, a
                             # misspelt one is refused; one needing more regions than a point has is skipped there:
-                            # slog needs 3)
+                            # slog needs 3). An item '<protocol>+<variant>' runs the protocol with a variant's knobs
+                            # as a line (and a baseline of results/claims.md) of its own, e.g. 'tapir+backoff': TAPIR
+                            # retrying its aborts as its authors' clients do (VARIANT_RETRY_BACKOFF_MS) beside 'tapir'
+                            # retrying them at once; the variants: testbed/core/variants.py
 N_REPEAT = 3                # runs per sweep point (the median is plotted, min-max bars); --quick runs 1
 SEED = 1                    # workload seed of a point's first repeat; repeat r uses SEED + r - 1 (--seed overrides)
 DURATION_S = 20             # seconds each run lasts (1..3600)
@@ -80,6 +83,8 @@ RETRY_BACKOFF_MS = 0        # how a protocol that aborts (TAPIR) retries an abor
                             # backoff, uniform [0, min(RETRY_BACKOFF_MAX_MS, this x 2^(k-1))] after the k-th abort,
                             # as TAPIR's authors' benchmark clients do (docs/workloads.md, "Retries")
 RETRY_BACKOFF_MAX_MS = 5000       # the backoff's cap (the harness's max_backoff)
+VARIANT_RETRY_BACKOFF_MS = 10     # a SYSTEMS item '<protocol>+backoff' retries after a randomized exponential backoff
+                            # from this many ms (> 0, at most RETRY_BACKOFF_MAX_MS, its cap), whatever RETRY_BACKOFF_MS
 
 FAULTS = None               # a fault schedule every run carries (docs/nemesis.md), e.g.
                             # 'partition:r1@5+3; pause:follower@4+2; clock:r2+50ms; spike:r0-r1+100ms@5+3';

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 from testbed.analysis import results
+from testbed.core import variants
 
 MANIFEST = "files.json"
 META_MUTABLE = ("status", "reason", "error")   # meta.json fields a later outcome may rewrite
@@ -143,7 +144,7 @@ def meta_problems(run_dir: Path, meta: dict, manifest: dict | None, deploy: dict
         probs.append(f"meta.json: experiment {_short(meta['experiment'])}, but the folder is under "
                      f"{run_dir.parent.name}/")
     deploy = deploy or {}
-    if "system" in meta and "mode" in deploy and meta["system"] != deploy["mode"]:
+    if "system" in meta and "mode" in deploy and variants.protocol_of(str(meta["system"])) != deploy["mode"]:
         probs.append(f"meta.json: system {_short(meta['system'])}, but deploy.yml ran {deploy['mode']}")
     seed = ((config or {}).get("exp_config") or {}).get("seed")
     if _number(meta.get("repeat")) and _number(seed) and "seed" in deploy and deploy["seed"] != seed + meta["repeat"]:

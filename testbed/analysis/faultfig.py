@@ -22,7 +22,7 @@ import yaml
 
 from testbed.analysis import durability, timeseries
 from testbed.analysis.histories import Unreadable
-from testbed.analysis.figures import MANIFEST, STYLES, SYSTEM_ORDER, NoRuns, Figure, load_runs, select
+from testbed.analysis.figures import MANIFEST, NoRuns, Figure, line_name, load_runs, select, style, system_rank
 from testbed.analysis.results import read_records
 from testbed.analysis.rundirs import read_json
 from testbed.core import files
@@ -129,15 +129,14 @@ def _outcome(r: dict) -> str:
     e, ts, w = r["effect"], r["ts"], r["window"]
     stalled = int(ts[(ts.t_s >= w[0]) & (ts.t_s < w[1])].stalled.sum()) if ts is not None else 0
     back = "not back" if e.get("recovery_s") is None else f"back in {e['recovery_s']:g} s"
-    name = STYLES.get(r["system"], {}).get("label", r["system"])
-    return f"{name}: " + (f"stalled {stalled} s, " if stalled else "") + back
+    return f"{line_name(r['system'])}: " + (f"stalled {stalled} s, " if stalled else "") + back
 
 
 def text(t: pd.DataFrame) -> str:
     """Plain-text table: per protocol and fault, IRT/CRT p99 before and during the window, and the recovery."""
     def f(v, nd=1):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}f}"
-    rows = [[r.fault, STYLES.get(r.system, {}).get("label", r.system), r.status,
+    rows = [[r.fault, line_name(r.system), r.status,
              f(r.tput_before, 0), f(r.tput_during, 0), f(r.irt_p99_before_ms), f(r.irt_p99_during_ms),
              f(r.crt_p99_before_ms), f(r.crt_p99_during_ms), f(r.stalled_s, 0),
              "not recovered" if r.status == "ok" and not math.isnan(r.window_start_s) and math.isnan(r.recovery_s)
@@ -169,7 +168,7 @@ def build(rows: list[dict], systems: list, title: str, caption_text: str):
             for r in mine:
                 if r["ts"] is None or r["repeat"]:
                     continue
-                st = STYLES.get(r["system"], dict(label=r["system"], color="black", linestyle="-", marker="o"))
+                st = style(r["system"])
                 ax.plot(r["ts"].t_s + 0.5, r["ts"][col], color=st["color"], linestyle=st["linestyle"],
                         linewidth=1.6, marker=st["marker"], markersize=3)
             if window and kind == "crash" and not any(r.get("restarted") for r in mine):
@@ -182,7 +181,7 @@ def build(rows: list[dict], systems: list, title: str, caption_text: str):
                     ax.text(0.99, 0.03, "\n".join(said), transform=ax.transAxes, va="bottom", ha="right",
                             fontsize=7, family="monospace", color="0.2")
             if failed:
-                ax.text(0.01, 0.97, "\n".join(f"{STYLES.get(r['system'], {}).get('label', r['system'])}: FAILED "
+                ax.text(0.01, 0.97, "\n".join(f"{line_name(r['system'])}: FAILED "
                                               f"({textwrap.shorten(r['reason'], 60)})" for r in failed),
                         transform=ax.transAxes, va="top", ha="left", fontsize=7.5, color="tab:red")
             if col != "throughput_tps":
@@ -198,7 +197,7 @@ def build(rows: list[dict], systems: list, title: str, caption_text: str):
     ran = {r["system"] for r in rows}
     handles = []
     for s in systems:
-        st = dict(STYLES.get(s, dict(label=s, color="black", linestyle="-", marker="o")))
+        st = style(s)
         if s not in ran:
             st["label"] += " (no runs)"
         handles.append(Line2D([], [], linewidth=2, alpha=1.0 if s in ran else 0.35, **st))
@@ -231,7 +230,7 @@ def caption(rows: list[dict], systems: list) -> str:
     if n_failed:
         parts.append(f"{n_failed} run(s) failed, named in their panels.")
     if missing:
-        parts.append("No runs: " + ", ".join(STYLES.get(s, {}).get("label", s) for s in missing) + ".")
+        parts.append("No runs: " + ", ".join(map(line_name, missing)) + ".")
     return " ".join(parts)
 
 
@@ -239,8 +238,7 @@ def draw(root="results", name: str = "faults") -> Figure:
     import matplotlib.pyplot as plt
     rows, manifest = collect(root, name)
     systems = list((manifest or {}).get("systems") or [])
-    systems += [s for s in SYSTEM_ORDER if s not in systems and any(r["system"] == s for r in rows)]
-    systems += sorted({r["system"] for r in rows} - set(systems))
+    systems += sorted({r["system"] for r in rows} - set(systems), key=system_rank)
     title = (manifest or {}).get("title") or "Exp 6: what a fault does to each protocol"
     if (manifest or {}).get("quick"):
         title += "  (--quick preset)"

@@ -12,7 +12,9 @@ Per run: throughput from summary.json; median and tail latency per class (IRT, C
 client records (nearest-rank over committed transactions started in the measurement window) at the configured
 TAIL_PERCENTILE, whatever it is. Per point: the median over the ok repeats, with min and max as the spread.
 A point whose repeats all failed is a failure (drawn as an 'x' on the x axis, reason in the notes), never a
-zero. A protocol of SYSTEMS with no data is listed in the legend as "no data". An unknown experiment is a
+zero. A protocol of SYSTEMS with no data is listed in the legend as "no data". A protocol's variant ('tapir+backoff',
+testbed/core/variants.py) is a line of its own: its protocol's colour and marker, dotted, labelled with the value of
+the knob it sets ('Tapir (backoff 10 ms)'); the caption says which line retried aborts how. An unknown experiment is a
 ValueError; an experiment with no run to draw (none at all, or none of its current sweep) raises NoRuns and
 writes nothing.
 """
@@ -28,7 +30,7 @@ import yaml
 
 from testbed.analysis import results as resultslib
 from testbed.analysis.rundirs import read_json, run_outcome, run_start, scan_runs
-from testbed.core import experiments, files, rtt as rttlib
+from testbed.core import experiments, files, rtt as rttlib, variants
 from testbed.core.config import load_exp_config
 from testbed.core.tables import text_table
 
@@ -40,6 +42,7 @@ STYLES = {  # DAST red solid, Janus orange dashed, SLOG blue dotted, Tapir green
     "slog": dict(label="SLOG", color="tab:blue", linestyle=":", marker="o"),
     "tapir": dict(label="Tapir", color="tab:green", linestyle="-.", marker="*"),
 }
+VARIANT_LINESTYLE = (0, (1, 1))   # a protocol's variant ('tapir+backoff'): the protocol's colour and marker, dotted
 SERIES_FILLS = ("full", "none", "left", "bottom", "right", "top")
 METRICS = ("throughput_tps", "irt_p50_ms", "irt_tail_ms", "crt_p50_ms", "crt_tail_ms")
 
@@ -134,9 +137,10 @@ def select(runs: pd.DataFrame, manifest: dict | None) -> pd.DataFrame:
 
 
 def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
-    """One row per (system, series, x): median/min/max of every metric over ok repeats, repeat counts,
-    status ok | partial | failed | not run, and the failure reasons."""
-    cols = ["system", "series", "x", "point_key", "status", "repeats_ok", "repeats_failed", "reasons", "run_ids"]
+    """One row per (system, series, x): its line's name (line_name), median/min/max of every metric over ok repeats,
+    repeat counts, status ok | partial | failed | not run, and the failure reasons."""
+    cols = ["system", "series", "x", "line", "point_key", "status", "repeats_ok", "repeats_failed", "reasons",
+            "run_ids"]
     cols += [f"{m}_{s}" for m in METRICS for s in ("median", "min", "max")] + ["busy_pct_max", "unkept_pct_max"]
     out = []
     sel = select(runs, manifest)
@@ -144,7 +148,8 @@ def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     if not sel.empty:
         for (system, series, x), g in sel.groupby(["system", "series", "x"], sort=True):
             ok, bad = g[g.status == "ok"], g[g.status != "ok"]
-            row = dict(system=system, series=series, x=float(x), point_key=g.point_key.iloc[-1],
+            row = dict(system=system, series=series, x=float(x), line=line_name(system, series, sel),
+                       point_key=g.point_key.iloc[-1],
                        status="ok" if bad.empty else ("failed" if ok.empty else "partial"),
                        repeats_ok=len(ok), repeats_failed=len(bad),
                        reasons="; ".join(dict.fromkeys(bad.reason.astype(str))),
@@ -162,14 +167,14 @@ def aggregate(runs: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
     for p in (manifest or {}).get("points", []):
         if p["key"] not in seen:
             out.append(dict(system=p["system"], series=p.get("series", ""), x=float(p["x"]), point_key=p["key"],
+                            line=line_name(p["system"], p.get("series", ""), sel),
                             status="not run", repeats_ok=0, repeats_failed=0, reasons="", run_ids="",
                             **{c: math.nan for c in cols if c.endswith(("_median", "_min", "_max"))}))
             seen.add(p["key"])
     df = pd.DataFrame(out, columns=cols)
     if df.empty:
         return df
-    order = {s: i for i, s in enumerate(SYSTEM_ORDER)}
-    df["_o"] = df.system.map(lambda s: order.get(s, len(order)))
+    df["_o"] = df.system.map(system_rank)
     return df.sort_values(["_o", "series", "x"]).drop(columns="_o").reset_index(drop=True)
 
 
@@ -207,9 +212,31 @@ def _fmt(v, nd=1) -> str:
 CPU_BUSY_WARN_PCT = 70  # machine CPU busy over a run above which latency tails carry CPU queueing (2-core VM)
 
 
-def line_name(system: str, series: str = "") -> str:
-    """A protocol's line as the legend, tables and notes name it: 'DAST', or 'DAST [2 client proc/shard]'."""
-    return STYLES.get(system, {}).get("label", system) + (f" [{series}]" if series else "")
+def style(system: str, detail: str = "") -> dict:
+    """A system's line style: its protocol's (STYLES; black for one without); a variant's with VARIANT_LINESTYLE and
+    the label 'Tapir (backoff)', or with a detail 'Tapir (backoff 10 ms)'."""
+    protocol, variant = variants.protocol_of(system), system.partition(variants.SEP)[2]
+    st = dict(STYLES.get(protocol, dict(label=protocol, color="black", linestyle="-", marker="o")))
+    if variant:
+        st.update(label=f"{st['label']} ({variant}{' ' + detail if detail else ''})", linestyle=VARIANT_LINESTYLE)
+    return st
+
+
+def system_rank(system: str) -> tuple:
+    """Where a system's line goes among the others: SYSTEM_ORDER's protocols first, a variant right after its
+    protocol."""
+    protocol = variants.protocol_of(system)
+    return (SYSTEM_ORDER.index(protocol) if protocol in SYSTEM_ORDER else len(SYSTEM_ORDER), protocol, system)
+
+
+def line_name(system: str, series: str = "", runs: pd.DataFrame | None = None) -> str:
+    """A protocol's line as the legend, tables and notes name it: 'DAST', or 'DAST [2 client proc/shard]'; a variant's
+    with the value its runs (load_runs()) had of the knob it shows: 'Tapir (backoff 10 ms)' ('Tapir (backoff)' without
+    runs)."""
+    v = variants.variant_of(system)
+    vals = _values(runs[runs.system == system], v.shown[0]) if v and runs is not None and "system" in runs else []
+    detail = f"{_one_or_swept(vals)} {v.shown[1]}" if vals else ""
+    return style(system, detail)["label"] + (f" [{series}]" if series else "")
 
 
 def hot_points(agg: pd.DataFrame, limit: float = CPU_BUSY_WARN_PCT) -> list[str]:
@@ -218,7 +245,7 @@ def hot_points(agg: pd.DataFrame, limit: float = CPU_BUSY_WARN_PCT) -> list[str]
     if agg.empty or "busy_pct_max" not in agg:
         return []
     hot = agg[agg.busy_pct_max > limit]
-    return [f"{line_name(r.system, r.series)} at x={_xfmt(r.x)} ({r.busy_pct_max:.0f} %)" for r in hot.itertuples()]
+    return [f"{r.line} at x={_xfmt(r.x)} ({r.busy_pct_max:.0f} %)" for r in hot.itertuples()]
 
 
 def unkept_points(agg: pd.DataFrame) -> list[str]:
@@ -226,7 +253,7 @@ def unkept_points(agg: pd.DataFrame) -> list[str]:
     arrivals or left some unsent at the drain): its latencies are of the transactions it did run."""
     if agg.empty or "unkept_pct_max" not in agg:
         return []
-    return [f"{line_name(r.system, r.series)} at x={_xfmt(r.x)} ({r.unkept_pct_max:.1f} %)"
+    return [f"{r.line} at x={_xfmt(r.x)} ({r.unkept_pct_max:.1f} %)"
             for r in agg[agg.unkept_pct_max > 0].itertuples()]
 
 
@@ -267,12 +294,7 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     reps = n_repeat if n_repeat else int(runs.repeat.max()) + 1
     load = (f"load {_one_or_swept(_values(runs, 'clients_per_shard'))} client proc/shard x "
             f"{_one_or_swept(_values(runs, 'concurrency'))} closed-loop coordinators each")
-    backoffs = sorted({(b, float(r.retry_backoff_max) if b else 0.0) for r in runs.itertuples()
-                       for b in [float(r.retry_backoff or 0) if r.retry_backoff == r.retry_backoff else 0.0]}
-                      if "retry_backoff" in runs else {(0.0, 0.0)})
-    retries = "; ".join("aborted attempts retried at once (the artifact's)" if not b else
-                        f"aborted attempts retried after a randomized exponential backoff from {b:g} ms, at most "
-                        f"{m:g} ms" for b, m in backoffs)
+    retries = _retries(runs)
     parts = [workload or _one_or_swept(_values(runs, "workload"), str),
              f"{_one_or_swept(_values(runs, 'regions'))} regions x {_one_or_swept(_values(runs, 'shards_per_region'))}"
              f" shards x 3 replicas", f"scale {_one_or_swept(_values(runs, 'scale'))}",
@@ -297,17 +319,17 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     if len(unkept):  # an open load the system could not keep up with: its latencies are of what it did run
         worst = unkept.groupby(["system", "x"]).unkept_pct.max()
         parts.insert(-1, "open load NOT kept up with (arrivals shed or never sent): " + ", ".join(
-            f"{line_name(sy)} at x = {_xfmt(x)} ({v:.1f} %)" for (sy, x), v in worst.items()))
+            f"{line_name(sy, runs=runs)} at x = {_xfmt(x)} ({v:.1f} %)" for (sy, x), v in worst.items()))
     if "abandoned" in runs and runs["abandoned"].fillna(0).sum() > 0:
         ab = runs.groupby("system")["abandoned"].sum()
         parts.insert(-1, "abandoned in flight at the drain (outcome unknown, in no latency): " + ", ".join(
-            f"{line_name(sy)} {int(n)}" for sy, n in ab.items() if n > 0))
+            f"{line_name(sy, runs=runs)} {int(n)}" for sy, n in ab.items() if n > 0))
     if "given_up" in runs and runs["given_up"].fillna(0).sum() > 0:  # aborted on every attempt: not in the latencies
         gave = runs.groupby("system")["given_up"].sum()
         parts.insert(-1, "given up after the retry limit (started in the window, not in the latencies): " + ", ".join(
-            f"{line_name(sy)} {int(n)}" for sy, n in gave.items() if n > 0))
+            f"{line_name(sy, runs=runs)} {int(n)}" for sy, n in gave.items() if n > 0))
     for sy, sk in sorted(((manifest or {}).get("skipped_points") or {}).items()):  # by rule, not by failure
-        parts.insert(-1, f"{line_name(sy)} not run at x = "
+        parts.insert(-1, f"{line_name(sy, runs=runs)} not run at x = "
                          f"{', '.join(_xfmt(x) for x in sk.get('x', []))} ({sk.get('reason', 'skipped')})")
     shas = _values(runs, "git_sha")
     if shas:
@@ -315,10 +337,28 @@ def caption(runs: pd.DataFrame, manifest: dict | None, workload: str, n_repeat: 
     return " | ".join(parts)
 
 
+def _retries(runs: pd.DataFrame) -> str:
+    """How the runs retried an aborted attempt; where the lines did it differently (a variant 'tapir+backoff' beside
+    'tapir'), which line did what."""
+    policies = {}   # (first backoff, cap) -> the systems whose runs had it; (0, 0): at once
+    for r in runs.itertuples():
+        first = getattr(r, "retry_backoff", 0.0)
+        first = 0.0 if first != first or not first else float(first)   # NaN: a run folder without its deploy.yml
+        policies.setdefault((first, float(r.retry_backoff_max) if first else 0.0), set()).add(r.system)
+
+    def said(first, cap):
+        return ("aborted attempts retried at once (the artifact's)" if not first else "aborted attempts retried "
+                f"after a randomized exponential backoff from {first:g} ms, at most {cap:g} ms")
+    if len(policies) <= 1:
+        return said(*next(iter(policies), (0.0, 0.0)))
+    return "; ".join(said(*k) + ": " + ", ".join(line_name(sy, runs=runs) for sy in sorted(systems, key=system_rank))
+                     for k, systems in sorted(policies.items()))
+
+
 def _notes(agg: pd.DataFrame, limit: int = 9) -> list[str]:
     notes = []
     for _, r in agg.iterrows():
-        name = line_name(r.system, r.series)
+        name = r.line
         if r.status == "failed":
             notes.append(f"x  {name} at {_xfmt(r.x)}: failed ({r.reasons})")
         elif r.status == "partial":
@@ -357,7 +397,7 @@ def build_figure(agg: pd.DataFrame, runs: pd.DataFrame, *, title: str, x_label: 
     for m, ax in axes.items():
         plotted = False
         for (system, series), g in (agg.groupby(["system", "series"], sort=False) if not agg.empty else []):
-            st = STYLES.get(system, dict(label=system, color="black", linestyle="-", marker="o"))
+            st = style(system)
             g = g.sort_values("x")
             med, lo, hi = g[f"{m}_median"], g[f"{m}_min"], g[f"{m}_max"]
             ok = med.notna()
@@ -393,9 +433,10 @@ def build_figure(agg: pd.DataFrame, runs: pd.DataFrame, *, title: str, x_label: 
 
     handles = []
     for system in systems:
-        st = STYLES.get(system, dict(label=system, color="black", linestyle="-", marker="o"))
+        st, name = style(system), line_name(system, runs=runs)
         has = (not agg.empty) and ((agg.system == system) & (agg.status != "not run")).any()
-        label = st["label"] if has else f"{st['label']} (no data{': ' + no_data_reason[system] if no_data_reason.get(system) else ''})"
+        why = f": {no_data_reason[system]}" if no_data_reason.get(system) else ""
+        label = name if has else f"{name} (no data{why})"
         sers = sorted(agg[agg.system == system].series.unique()) if has else [""]
         for s in sers:
             handles.append(Line2D([], [], color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
@@ -492,7 +533,7 @@ def point_table(agg: pd.DataFrame, tail: float) -> str:
     cols = ["system", "x", "ok/fail", "tput/s", "IRT p50", f"IRT {t}", "CRT p50", f"CRT {t}", "busy %", "note"]
     rows = []
     for _, r in agg.iterrows():
-        name = line_name(r.system, r.series)
+        name = r.line
         note = r.status if r.status != "ok" else ""
         if r.reasons:
             note += f": {r.reasons}"

@@ -1,7 +1,8 @@
 """Load and validate exp_config.py (the experiment knobs) into a frozen ExpConfig.
 
 Every bad value raises ValueError naming the knob and its allowed range, before anything starts; a protocol name
-(SYSTEMS, PROTOCOL_OPTIONS' keys) that no protocol has, built or not, is one (testbed/core/protocols.py check_name).
+(SYSTEMS, PROTOCOL_OPTIONS' keys) that no protocol has, built or not, is one (testbed/core/protocols.py check_name),
+and so is a SYSTEMS item '<protocol>+<variant>' whose variant testbed/core/variants.py does not declare.
 
 Jitter rule (per direction sigma = JITTER_MS / sqrt(2), applied to cross-region links only; the smallest
 cross-region one-way delay is d = min off-diagonal RTT / 2): netem and the app transport clip negative
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from testbed.core import faults, knobs as knoblib, protocols, rtt
+from testbed.core import faults, knobs as knoblib, protocols, rtt, variants
 from testbed.core.paths import REPO
 
 MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
@@ -62,7 +63,8 @@ class ExpConfig:
     driver_ip: str = _default("DRIVER_IP")
     container_cpus: object = _default("CONTAINER_CPUS")
     ssh_connect_timeout_s: float = _default("SSH_CONNECT_TIMEOUT_S")
-    systems: tuple = _default("SYSTEMS")   # () = every protocol the engine has built (its registry)
+    systems: tuple = _default("SYSTEMS")   # () = every protocol the engine has built (its registry); an item is a
+    # protocol or '<protocol>+<variant>' (testbed/core/variants.py)
     n_repeat: int = _default("N_REPEAT")
     seed: int = _default("SEED")
     duration_s: float = _default("DURATION_S")
@@ -74,6 +76,7 @@ class ExpConfig:
     open_loop_max_outstanding: int = _default("OPEN_LOOP_MAX_OUTSTANDING")
     retry_backoff_ms: float = _default("RETRY_BACKOFF_MS")       # 0: an aborted attempt is retried at once
     retry_backoff_max_ms: float = _default("RETRY_BACKOFF_MAX_MS")
+    variant_retry_backoff_ms: float = _default("VARIANT_RETRY_BACKOFF_MS")   # a '<protocol>+backoff' system's
     concurrency_levels: tuple = _default("CONCURRENCY_LEVELS")
     exp1_offered_rates: tuple = _default("EXP1_OFFERED_RATES")   # () = exp 1 sweeps concurrency (closed loop)
     client_process_per_shard: tuple = _default("CLIENT_PROCESS_PER_SHARD")
@@ -288,12 +291,14 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     if isinstance(cfg.systems, str) or not hasattr(cfg.systems, "__iter__"):
         raise ValueError(f"SYSTEMS={cfg.systems!r}: must be a list of protocol names (`txn-server --list-modes`)")
     for s in cfg.systems:
-        if not isinstance(s, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", s):
-            raise ValueError(f"SYSTEMS item {s!r}: must be a protocol name (`txn-server --list-modes`)")
+        if not isinstance(s, str) or not re.fullmatch(r"[a-z][a-z0-9_]*(\+[a-z][a-z0-9_]*)?", s):
+            raise ValueError(f"SYSTEMS item {s!r}: must be a protocol name (`txn-server --list-modes`) or "
+                             "<protocol>+<variant> (testbed/core/variants.py)")
     c["systems"] = tuple(dict.fromkeys(cfg.systems))
     c["protocol_options"] = _protocol_options(cfg.protocol_options)
     for s in c["systems"]:   # a typo is refused here; a real protocol that is not built is skipped by the runner
-        protocols.check_name(s, f"SYSTEMS item {s!r}")
+        protocols.check_name(variants.protocol_of(s), f"SYSTEMS item {s!r}")
+        variants.check(s, f"SYSTEMS item {s!r}")
     for s, _ in c["protocol_options"]:
         protocols.check_name(s, f"PROTOCOL_OPTIONS key {s!r}")
     c["n_repeat"] = knoblib.check("N_REPEAT", cfg.n_repeat)
@@ -321,6 +326,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     if c["retry_backoff_max_ms"] < c["retry_backoff_ms"]:
         raise ValueError(f"RETRY_BACKOFF_MAX_MS={cfg.retry_backoff_max_ms}: must be >= RETRY_BACKOFF_MS="
                          f"{cfg.retry_backoff_ms}")
+    c["variant_retry_backoff_ms"] = knoblib.check("VARIANT_RETRY_BACKOFF_MS", cfg.variant_retry_backoff_ms)
 
     c["concurrency_levels"] = knoblib.check_sweep("CONCURRENCY_LEVELS", cfg.concurrency_levels)
     rates = cfg.exp1_offered_rates
@@ -351,6 +357,8 @@ def validate(cfg: ExpConfig) -> ExpConfig:
         raise ValueError(f"FAULT_REGION={c['fault_region']}: must be <= REGIONS={cfg.regions}")
 
     out = dataclasses.replace(cfg, **c)
+    for s in out.systems:   # a variant's settings, as it would set them (only when a system of SYSTEMS has it)
+        variants.knobs(s, out)
     for r, row in enumerate(rtt_matrix(out), 1):
         classes = {(v / 2, a != r - 1) for a, v in enumerate(row)}  # (one-way delay, jittered) per destination
         if len(classes) > MAX_DELAY_CLASSES:

@@ -119,6 +119,11 @@ KNOBS = (
          default=dict(retry_backoff=0.0, RETRY_BACKOFF_MS=0)),
     Knob(("retry_backoff_max", "RETRY_BACKOFF_MAX_MS"), 0, 600000, False, "ms", "the retry backoff's cap",
          default=dict(retry_backoff_max=5000.0, RETRY_BACKOFF_MAX_MS=5000)),
+    # the `backoff` variant's (a SYSTEMS item '<protocol>+backoff', testbed/core/variants.py): its first backoff, beside
+    # the protocol retrying as RETRY_BACKOFF_MS says; its cap is RETRY_BACKOFF_MAX_MS
+    Knob(("VARIANT_RETRY_BACKOFF_MS",), 0, 60000, False, "ms",
+         "a '<protocol>+backoff' system's retry backoff: uniform [0, min(RETRY_BACKOFF_MAX_MS, this x 2^(k-1))] after "
+         "the k-th abort", lo_open=True, default=dict(VARIANT_RETRY_BACKOFF_MS=10)),
     # workload
     Knob(("zipf", "ZIPFS"), 0, 1, False, "", "TPC-A zipf coefficient", default=dict(zipf=0.5, ZIPFS=(0.5, 0.7, 0.9))),
     Knob(("payment_crt_rate",), -1, 100, True, "%", "Payments forced cross-region (-1: natural)",
@@ -218,7 +223,8 @@ SETTINGS = (
     # open loop: transactions offered per second (rate_per: in total or per region), checked against
     # OPEN_LOOP_RATE's range; None: closed loop (the default, as the artifact's experiments are)
     Setting(("rate",), "open loop: transactions offered per second (None: closed loop)", default=dict(rate=None)),
-    Setting(("SYSTEMS",), "the protocols compared (empty: every built one)", default=dict(SYSTEMS=())),
+    Setting(("SYSTEMS",), "the protocols compared (empty: every built one), each a protocol or '<protocol>+<variant>' "
+            "(testbed/core/variants.py)", default=dict(SYSTEMS=())),
     Setting(("FAULT_KINDS",), "exp 6's faults, each a point: " + ", ".join(FAULT_KIND_WORDS),
             default=dict(FAULT_KINDS=FAULT_KIND_WORDS)),
     Setting(("DEPLOYMENT",), "names the deployment's containers, label and lock", default=dict(DEPLOYMENT="edge")),

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from testbed.analysis import claims, drawing, figures, runs_table
 from testbed.analysis.rundirs import run_outcome, scan_runs
-from testbed.core import deploy as deploylib, experiments, files, interrupts, lock, options, presets, protocols
+from testbed.core import (deploy as deploylib, experiments, files, interrupts, lock, options, presets, protocols,
+                          variants)
 from testbed.core.config import ExpConfig, load_exp_config, validate
 from testbed.core.experiments import Experiment, Point
 from testbed.core.runtypes import Interrupted, RunError
@@ -127,7 +128,9 @@ class Sweep:
 def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
     """Every (system, point, repeat) to run, knobs validated before anything starts (ValueError, also when there is
     nothing to run). What a protocol needs (its minimum number of regions, its options) comes from the engine's
-    registry; SYSTEMS holds protocol names only (testbed/core/config.py), of which an unbuilt one is skipped."""
+    registry; SYSTEMS holds protocol names (testbed/core/config.py), of which an unbuilt one is skipped, and
+    '<protocol>+<variant>' names (testbed/core/variants.py): the protocol runs (its mode, its registry entry, its
+    PROTOCOL_OPTIONS) with the variant's knobs, under the full name (the task's system, in its point key)."""
     sweep = Sweep(exp)
     try:
         registry = backend.registry()
@@ -138,32 +141,37 @@ def plan(exp: Experiment, cfg: ExpConfig, backend, log=print) -> Sweep:
     built = registry.names() if registry else []
     systems = []
     for s in cfg.systems or built:
-        if s in built:
+        mode = variants.protocol_of(s)
+        if mode in built:
             systems.append(s)
         else:   # a real protocol, not built (a name no protocol has is refused)
-            protocols.check_name(s, f"SYSTEMS item {s!r}", registry)
+            protocols.check_name(mode, f"SYSTEMS item {s!r}", registry)
             sweep.skipped[s] = "not built"
-            log(f"skipping {s}: not built ({lists})")
+            log(f"skipping {s}: {'' if mode == s else mode + ' is '}not built ({lists})")
     sweep.systems = list(cfg.systems or built)
     for name in sorted(set(dict(cfg.protocol_options)) - set(built)):
         log(f"PROTOCOL_OPTIONS[{name!r}] ignored: {name} is not built")
     points = exp.points(cfg)
     for s in systems:
-        proto = registry.get(s)
+        mode = variants.protocol_of(s)
+        proto = registry.get(mode)
         if all((p.regions or cfg.regions) < proto.min_regions for p in points):
             knob = "SCALABILITY_N_REGIONS" if any(p.regions for p in points) else "REGIONS"
             most = max(p.regions or cfg.regions for p in points)
             raise ValueError(f"{knob}={most if knob == 'REGIONS' else list(cfg.scalability_n_regions)}: {s} needs "
                              f"at least {proto.min_regions} regions; raise {knob} or drop {s} from SYSTEMS")
-        proto.check_options(cfg.options_of(s))
+        proto.check_options(cfg.options_of(mode))
+        note = variants.unchanged(s, cfg, base_knobs(cfg))
+        if note:
+            log(note)
         for p in points:
             if (p.regions or cfg.regions) < proto.min_regions:
                 log(f"skipping {s} at {p.label}: {s} needs at least {proto.min_regions} regions")
                 sk = sweep.skipped_points.setdefault(s, {"x": [], "reason": f"needs at least {proto.min_regions} regions"})
                 sk["x"].append(p.x)
                 continue
-            knobs = {**base_knobs(cfg, **p.base), **p.knobs, "mode": s, "name": exp.name,
-                     "protocol_options": cfg.options_of(s)}
+            knobs = {**base_knobs(cfg, **p.base), **variants.knobs(s, cfg), **p.knobs, "mode": mode,
+                     "name": exp.name, "protocol_options": cfg.options_of(mode)}
             key = point_key(exp.name, s, knobs, backend.name, backend.mechanism, cfg.seed)
             if knobs.get("faults"):   # its schedule against its deployment, as the run would plan it (exp 6)
                 _check_faults(exp, s, p, knobs, cfg.seed, backend)

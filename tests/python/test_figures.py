@@ -38,7 +38,8 @@ def make_run(root, exp="n_clients", system="dast", x=2.0, key="k1", repeat=0, st
     run_id = run_id or f"{start.replace(':', '').replace('-', '')}-{system}-{key}-{repeat}"
     d = root / exp / run_id
     (d / "clients").mkdir(parents=True)
-    dep = deploy.build_deployment(mode=system, regions=regions, shards=2, jitter=jitter, **WINDOW, **(deploy_extra or {}))
+    dep = deploy.build_deployment(mode=system.partition("+")[0], regions=regions, shards=2, jitter=jitter, **WINDOW,
+                                  **(deploy_extra or {}))   # a variant's ('tapir+backoff') runs its protocol
     deploy.write_yaml(dep, d / "deploy.yml")
     clients = clients if clients is not None else {"c0.0.0": records(tput, committed != 0, given_up)}
     for name, rows in clients.items():
