@@ -83,8 +83,9 @@ RETRY_BACKOFF_MS = 0        # how a protocol that aborts (TAPIR) retries an abor
                             # backoff, uniform [0, min(RETRY_BACKOFF_MAX_MS, this x 2^(k-1))] after the k-th abort,
                             # as TAPIR's authors' benchmark clients do (docs/workloads.md, "Retries")
 RETRY_BACKOFF_MAX_MS = 5000       # the backoff's cap (the harness's max_backoff)
-VARIANT_RETRY_BACKOFF_MS = 10     # a SYSTEMS item '<protocol>+backoff' retries after a randomized exponential backoff
-                            # from this many ms (> 0, at most RETRY_BACKOFF_MAX_MS, its cap), whatever RETRY_BACKOFF_MS
+VARIANT_RETRY_BACKOFF_MS = 100    # a SYSTEMS item '<protocol>+backoff' retries after a randomized exponential backoff
+                            # from this many ms (> 0, at most RETRY_BACKOFF_MAX_MS, its cap), whatever RETRY_BACKOFF_MS;
+                            # 100: the Basil/TAPIR harness's abort_backoff default
 
 FAULTS = None               # a fault schedule every run carries (docs/nemesis.md), e.g.
                             # 'partition:r1@5+3; pause:follower@4+2; clock:r2+50ms; spike:r0-r1+100ms@5+3';

@@ -123,7 +123,7 @@ KNOBS = (
     # the protocol retrying as RETRY_BACKOFF_MS says; its cap is RETRY_BACKOFF_MAX_MS
     Knob(("VARIANT_RETRY_BACKOFF_MS",), 0, 60000, False, "ms",
          "a '<protocol>+backoff' system's retry backoff: uniform [0, min(RETRY_BACKOFF_MAX_MS, this x 2^(k-1))] after "
-         "the k-th abort", lo_open=True, default=dict(VARIANT_RETRY_BACKOFF_MS=10)),
+         "the k-th abort", lo_open=True, default=dict(VARIANT_RETRY_BACKOFF_MS=100)),
     # workload
     Knob(("zipf", "ZIPFS"), 0, 1, False, "", "TPC-A zipf coefficient", default=dict(zipf=0.5, ZIPFS=(0.5, 0.7, 0.9))),
     Knob(("payment_crt_rate",), -1, 100, True, "%", "Payments forced cross-region (-1: natural)",

@@ -26,7 +26,7 @@ def test_a_variant_runs_its_protocol_with_its_knobs_under_its_own_name():
     assert len(by["tapir"]) == len(by["tapir+backoff"]) == 3 and logs == []
     for t in by["tapir+backoff"]:   # the protocol runs, with its options, and the variant's backoff (exp_config's cap)
         assert t.knobs["mode"] == "tapir" and t.knobs["protocol_options"] == {"prepare_timeout_ms": 700}
-        assert (t.knobs["retry_backoff"], t.knobs["retry_backoff_max"]) == (10, 5000)
+        assert (t.knobs["retry_backoff"], t.knobs["retry_backoff_max"]) == (100, 5000)
     assert all("retry_backoff" not in t.knobs for t in by["tapir"])   # the plain protocol retries at once
     assert {t.key for t in by["tapir"]}.isdisjoint({t.key for t in by["tapir+backoff"]})
     assert s.systems == ["dast", "tapir", "tapir+backoff"]
@@ -73,7 +73,7 @@ def test_a_refused_variant_stops_a_sweep_before_anything_runs(tmp_path, monkeypa
 
 
 def test_the_variants_cap_is_checked_with_the_config():
-    with pytest.raises(ValueError, match=r"^VARIANT_RETRY_BACKOFF_MS=10: must be <= RETRY_BACKOFF_MAX_MS=5, the "):
+    with pytest.raises(ValueError, match=r"^VARIANT_RETRY_BACKOFF_MS=100: must be <= RETRY_BACKOFF_MAX_MS=5, the "):
         load_exp_config({"SYSTEMS": ["tapir+backoff"], "RETRY_BACKOFF_MAX_MS": 5})
     assert load_exp_config({"SYSTEMS": ["tapir"], "RETRY_BACKOFF_MAX_MS": 5}).retry_backoff_max_ms == 5
     with pytest.raises(ValueError, match=r"^VARIANT_RETRY_BACKOFF_MS=0: must be a number in \(0, 60000\]$"):
@@ -86,9 +86,9 @@ def test_a_variant_that_changes_nothing_runs_and_says_so_once():
                     "dast's"]
     assert {t.knobs["mode"] for t in s.tasks if t.system == "dast+backoff"} == {"dast"}
     # nor does it change TAPIR's when every protocol backs off so already
-    _, logs = plan(cfg(SYSTEMS=["tapir", "tapir+backoff"], N_REPEAT=1, RETRY_BACKOFF_MS=10))
+    _, logs = plan(cfg(SYSTEMS=["tapir", "tapir+backoff"], N_REPEAT=1, RETRY_BACKOFF_MS=100))
     assert logs == ["tapir+backoff: the backoff variant changes nothing: exp_config.py already gives every protocol "
-                    "retry_backoff=10, retry_backoff_max=5000"]
+                    "retry_backoff=100, retry_backoff_max=5000"]
 
 
 def test_a_variant_of_a_protocol_not_built_is_skipped():
