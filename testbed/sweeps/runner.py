@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.analysis import claims, drawing, figures, runs_table
+from testbed.analysis import claims, drawing, figures, index, runs_table
 from testbed.analysis.rundirs import run_outcome, scan_runs
 from testbed.core import (deploy as deploylib, experiments, files, interrupts, lock, options, presets, protocols,
                           variants)
@@ -535,8 +535,9 @@ def render_plan(plans: list[PlannedSweep], preset: str | None = None, config=Non
 def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], script: str) -> int:
     """The command lines' common body: run on the host through the driver container (testbed/sweeps/mainjob.py), or
     here (local backend, or inside the driver) holding the job's lock; experiments stop at the first bad
-    configuration or interrupt. Prints the figure paths, and writes results/claims.md and the table of every run
-    (results/runs.parquet, runs.csv: testbed/analysis/runs_table.py).
+    configuration or interrupt. Prints the figure paths, and writes results/claims.md, the table of every run
+    (results/runs.parquet, runs.csv: testbed/analysis/runs_table.py) and the page of all of it (results/index.html:
+    testbed/analysis/index.py).
     With --plan: prints the job's plan (render_plan) and returns 0, starting nothing (2 and one line when it would
     be refused). With a preset or several experiments the plan is printed before anything starts too (on the host:
     not again by the job it starts in the driver)."""
@@ -597,8 +598,9 @@ def run_experiments(names: list[str], a: argparse.Namespace, argv: list[str], sc
     else:
         if table:
             print(f"every experiment's numbers beside the paper's claims: {table}")
-    line = runs_table.refresh(a.out)
-    print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
+    for refresh in (runs_table.refresh, index.refresh):   # the page last: it links the tables
+        line = refresh(a.out)
+        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     return rc
 
 
