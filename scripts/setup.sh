@@ -18,9 +18,10 @@ done
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libyaml-cpp-dev libgtest-dev libgmock-dev libasio-dev libgoogle-perftools-dev iproute2)
-# the netem test's VM (tests/python/test_netem_vm.py): a stock kernel with sch_netem, QEMU, its initramfs; only for
-# the tests (--engine: the main job, a run, the bench -- skips them)
-((ENGINE)) || APT_PKGS+=(qemu-system-x86 linux-image-amd64 busybox-static cpio dash)
+# the netem test's VM (tests/python/test_netem_vm.py): a stock kernel with sch_netem, QEMU, its initramfs; headless
+# Chromium for the results page's test (tests/python/test_index.py); only for the tests (--engine: the main job, a
+# run, the bench -- skips them)
+((ENGINE)) || APT_PKGS+=(qemu-system-x86 linux-image-amd64 busybox-static cpio dash chromium)
 PY=${PYTHON:-python3}
 # the image's deps: only where Docker answers (build_image.sh does nothing when the image is current); debootstrap
 # makes its base when that is missing (no registry has it) and is installed here, before the background starts
