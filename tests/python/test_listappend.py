@@ -310,18 +310,20 @@ def test_the_workload_check_of_append_dumps():
 # ---- cost ------------------------------------------------------------------------------------------------------
 
 def test_fifty_thousand_transactions_are_checked_in_seconds():
+    # CPU seconds of this process, not the wall clock: a busy host (a sweep beside `nice make test`) stretches the
+    # wall clock and would fail a check that is about the analysis growing too fast (quadratic), not about the host
     txns, lists = serial(random_specs(50_000, keys=8, seed=11, given_up=0.01))
-    t0 = time.monotonic()
+    t0 = time.process_time()
     res = analyze(txns, lists, keys=8)
-    took = time.monotonic() - t0
+    took = time.process_time() - t0
     assert res.lines == [] and sum(res.edges.values()) > 100_000
     assert took < 10, took
     # the same history with its busiest list reversed: one huge cycle component, bounded searches
     hot = max(lists, key=lambda k: len(lists[k]))
     lists[hot].reverse()
-    t0 = time.monotonic()
+    t0 = time.process_time()
     res = analyze(txns, lists, keys=8)
-    took = time.monotonic() - t0
+    took = time.process_time() - t0
     assert "incompatible-order" in res.counts and any(c in res.counts for c in ("G0", "G1c", "G-single", "G2"))
     assert took < 10, took
 
