@@ -59,6 +59,8 @@ MUTANTS = [
      "Accept round", "recovery"),
     ("janus.reply_on_first_result", "the coordinator answers on the first shard's result, not on every shard's",
      "safety"),
+    ("janus.settle_open", "a walk decides a component that reaches a transaction not committed here yet (its "
+     "component may still grow)", "safety"),
     ("tapir.none", "the protocol as built", "-"),
     ("tapir.no_abstain", "Prepare ignores conflicting prepared or committed-unapplied transactions", "safety"),
     ("tapir.no_stale_check", "Prepare ignores the read versions", "safety"),

@@ -45,6 +45,15 @@ constexpr bool kComponentOrderDescending = true;  // members of a component run 
 constexpr bool kComponentOrderDescending = false;
 #endif
 
+// Added for issue 51 (the walk that decides components, replica.cc decide_sccs). settle_open: a walk decides a
+// component that reaches a transaction not committed here yet, whose dependencies (and so the component) may still
+// grow: replicas may then order one component's members differently, or a member before its ancestors.
+#ifdef JANUS_MUTANT_SETTLE_OPEN
+constexpr bool kSettleOpen = true;   // a component is decided though it reaches a transaction not committed here
+#else
+constexpr bool kSettleOpen = false;
+#endif
+
 #ifdef JANUS_MUTANT_REPLY_ON_FIRST_RESULT
 constexpr bool kReplyOnFirstResult = true;  // the coordinator answers on the first shard's result, not on all
 #else

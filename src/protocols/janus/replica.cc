@@ -634,7 +634,7 @@ void Site::decide_sccs(Env& env, const std::vector<TxnId>& roots) {
       }
       for (TxnId y : members) mark.at(y).tainted = tainted;
       if (!dfs.empty() && tainted) mark.at(dfs.back().x).tainted = true;
-      if (tainted) continue;
+      if (tainted && !mutant::kSettleOpen) continue;
       std::sort(members.begin(), members.end());
       auto scc = std::make_shared<const std::vector<TxnId>>(std::move(members));
       set_scc(scc);
