@@ -607,7 +607,7 @@ void Site::decide_sccs(Env& env, const std::vector<TxnId>& roots) {
         }
         switch (kind(p)) {
           case Kind::Cut: break;
-          case Kind::Open: mark.at(f.x).tainted = true; break;
+          case Kind::Open: m.tainted = true; break;
           case Kind::Walk: enter(p); break;   // f is not used after this: dfs may have moved
         }
         continue;
