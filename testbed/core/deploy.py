@@ -6,12 +6,16 @@ from the engine's protocol registry (testbed/core/protocols.py); nothing here kn
 from __future__ import annotations
 
 import copy
+import fcntl
+import json
+import os
 import socket
+import time
 from pathlib import Path
 
 import yaml
 
-from testbed.core import faults as faultlib, knobs as knoblib, protocols, rtt as rttlib
+from testbed.core import faults as faultlib, knobs as knoblib, lock as locklib, protocols, rtt as rttlib
 
 REPLICAS = knoblib.default("REPLICAS")
 
@@ -159,16 +163,48 @@ def port_free(host: str, port: int) -> bool:
             return False
 
 
+# A port handed out stays reserved for this long to the process it went to (machine-wide, in the lock directory):
+# between the pick and its engine's bind, another job on this machine (a second run_local.py, a parallel test worker)
+# checking the same ports would find them free too. A reservation of an ended process lapses at once.
+PORT_HOLD_S = 120.0
+
+
 def allocate_ports(n: int, host: str, base: int) -> list[int]:
-    """n free ports counting up from base (busy ones are skipped)."""
-    ports, p = [], base
-    while len(ports) < n:
-        if p > 65535:
-            raise ValueError(f"base_port={base}: not enough free ports above it ({n} needed)")
-        if port_free(host, p):
-            ports.append(p)
-        p += 1
-    return ports
+    """n free ports counting up from base: busy ones are skipped, and so are those another live process of this
+    machine was given in the last PORT_HOLD_S seconds (the reservations: <lock dir>/ports-<host>.json)."""
+    path = locklib.lock_dir() / f"ports-{host}.json"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        fd = None   # no writable lock directory: the bind check alone, as before
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        now, me = time.time(), os.getpid()
+        held = {}
+        if fd is not None:
+            try:
+                held = json.loads(os.pread(fd, 1 << 22, 0) or b"{}")
+            except ValueError:
+                held = {}
+        held = {port: (pid, t) for port, (pid, t) in held.items()
+                if pid != me and now - t < PORT_HOLD_S and Path(f"/proc/{pid}").exists()}
+        ports, p = [], base
+        while len(ports) < n:
+            if p > 65535:
+                raise ValueError(f"base_port={base}: not enough free ports above it ({n} needed)")
+            if str(p) not in held and port_free(host, p):
+                ports.append(p)
+            p += 1
+        if fd is not None:
+            held.update({str(q): (me, now) for q in ports})
+            data = json.dumps(held).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        return ports
+    finally:
+        if fd is not None:
+            os.close(fd)   # drops the flock
 
 
 def build_deployment(place=None, **knobs) -> dict:

@@ -105,6 +105,32 @@ def test_busy_port_is_skipped():
         assert busy not in ports and min(ports) > busy
 
 
+
+def test_ports_given_to_another_live_process_are_not_given_again_until_it_ends(tmp_path, monkeypatch):
+    """Two jobs of one machine (parallel test workers, two run_local.py) pick their ports before their engines bind
+    them: the second must not get the first's while the first lives, and gets them back once it ended."""
+    import subprocess
+    import sys
+    import textwrap
+    monkeypatch.setenv("EDGE_TXN_LOCK_DIR", str(tmp_path))
+    other = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from testbed.core import deploy
+        print(*deploy.allocate_ports(5, "127.0.0.1", 31000), flush=True)
+        sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = [int(p) for p in other.stdout.readline().split()]
+        assert len(theirs) == 5
+        mine = deploy.allocate_ports(5, "127.0.0.1", 31000)
+        assert not set(mine) & set(theirs) and min(mine) > max(theirs)
+        assert deploy.allocate_ports(5, "127.0.0.1", 31000) == mine   # a process's own reservation is its own
+    finally:
+        other.communicate("")
+    assert deploy.allocate_ports(5, "127.0.0.1", 31000)[0] == min(theirs)
+    (tmp_path / "ports-127.0.0.1.json").write_text("not json")   # a torn file is no reservation, not an error
+    assert deploy.allocate_ports(2, "127.0.0.1", 31000)[0] == min(theirs)
+
 def test_cli_protocol_options_are_typed_by_yaml_and_checked_by_the_schema():
     from testbed.cli.run import parse_args
     from testbed.core.options import option_values
