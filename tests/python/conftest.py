@@ -31,6 +31,42 @@ def image():
     return IMAGE
 
 
+
+
+# `make test` runs the tests in parallel workers (pytest-xdist, `-n auto`). The Docker tests share the one daemon,
+# swarm and image (and some a deployment), so every test of a *_docker.py file goes to one worker, one after the
+# other, in file order; being the largest group (about 6 of the suite's 13 serial minutes) they are handed out first.
+# A file with a module-scoped fixture is a unit too. Every other test is a unit of its own: it shares nothing (its own tmp_path; ports reserved machine-wide,
+# testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup` does not group under pytest 9: it renames
+# item._nodeid, which pytest 9 no longer reads.)
+DOCKER_FILES = "_docker.py"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """The Docker tests as one unit; a file with a module-scoped fixture (a VM booted, a run made once for all its
+    tests) as one unit, so that the fixture is made once, not in every worker; every other test a unit of its own."""
+    import re
+
+    from xdist.scheduler import LoadScopeScheduling
+    here = Path(__file__).parent
+    shared = {f"{here.relative_to(config.rootpath)}/{f.name}" for f in here.glob("test_*.py")
+              if re.search(r"fixture\(scope=.module", f.read_text())}
+
+    class SharingTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return "docker" if path.endswith(DOCKER_FILES) else path if path in shared else nodeid
+    return SharingTestsTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A Docker test outside a *_docker.py file would run beside the others in parallel: refused by name."""
+    stray = [i.nodeid for i in items if i.get_closest_marker("docker") and not i.path.name.endswith(DOCKER_FILES)]
+    if stray:
+        raise pytest.UsageError(f"marked docker but not in a *{DOCKER_FILES} file (tests/python/conftest.py): "
+                                + ", ".join(stray[:5]))
+
 # the signals a test sends its child job: the child starts with each at its default action, as from a terminal,
 # whatever this pytest inherited (`nohup make test`: SIGHUP ignored; `make test &` from a script: SIGINT and SIGQUIT
 # ignored), so the test sets up the signal state it tests instead of inheriting it. Use as Popen(preexec_fn=...).
