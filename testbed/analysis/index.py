@@ -369,9 +369,15 @@ def _others(root: Path, runs: pd.DataFrame) -> Html:
     return join(out, "\n")
 
 
+def _title(root: Path) -> str:
+    """The page's heading: the results folder's name, unless it is the default's ("Results: results" says nothing)."""
+    name = root.resolve().name or str(root)
+    return "Edge transaction testbed: results" if name == "results" else f"Edge transaction testbed: results in {name}/"
+
+
 def _header(root: Path, runs: pd.DataFrame, present: list) -> Html:
     now = datetime.now().astimezone().isoformat(timespec="seconds")
-    out = [tag("h1", f"Results: {root.resolve().name or root}"),
+    out = [tag("h1", _title(root)),
            tag("p", f"Written {now} from the run folders of this results folder (testbed/analysis/index.py; "
                     "`genFigure.py --index` writes it again). Every link is relative: the folder can be moved or "
                     "copied whole.", "sub")]
@@ -413,7 +419,7 @@ def render(root="results") -> str | None:
             body.append(_experiment(root, exp, runs[runs.name == exp.name] if len(runs) else runs))
     if len(others):
         body.append(_others(root, others))
-    title = f"Results: {root.resolve().name}"
+    title = _title(root)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{esc(title)}</title>\n'
             f"<style>\n{CSS}\n</style>\n</head>\n<body>\n{join(body, chr(10))}\n</body>\n</html>\n")

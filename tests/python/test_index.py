@@ -313,3 +313,11 @@ def test_chromium_renders_the_page_from_the_file_system(site, tmp_path):
         with Image.open(site / src) as f:   # and whole: a cut PNG still has its size in its header
             assert f.format == "PNG" and f.size == (w, h)
             f.load()
+
+
+def test_the_heading_names_the_folder_unless_it_is_the_default(tmp_path):
+    assert index._title(tmp_path / "results") == "Edge transaction testbed: results"
+    assert index._title(tmp_path / "faults-jitter") == "Edge transaction testbed: results in faults-jitter/"
+    text, _ = read(build_results(tmp_path / "mine"))
+    assert "<title>Edge transaction testbed: results in mine/</title>" in text
+    assert "<h1>Edge transaction testbed: results in mine/</h1>" in text
