@@ -39,7 +39,7 @@ demo: engine
 bench: engine
 	.venv/bin/python scripts/bench.py
 
-# Deliberately broken protocol variants vs the tests (tests/mutants/README.md); ~45 min, not part of `make test`.
+# Deliberately broken protocol variants vs the tests (tests/mutants/README.md); ~60 min, not part of `make test`.
 mutants: setup
 	.venv/bin/python scripts/mutants.py
 
