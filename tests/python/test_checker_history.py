@@ -536,10 +536,12 @@ def _conflicting_neighbours(data, header, body):
 def _swap_alike(run, nodes, body, i):
     """History lines i + 1 moved just before line i at every replica of `nodes` (the same mistake made alike);
     the checker's CLI on the run."""
+    def at(b, line):   # the same transaction's same pieces: the rest of a line (a Janus replica's own vote, v=)
+        return [x.split()[:2] for x in b].index(line.split()[:2])   # may differ from one replica to the next
     for node in nodes:
         h, b = history_lines(run, node)
-        second = b.pop(b.index(body[i + 1]))
-        b.insert(b.index(body[i]), second)
+        second = b.pop(at(b, body[i + 1]))
+        b.insert(at(b, body[i]), second)
         write_history(run, node, h, b)
     return run_cli(run)
 
