@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -7,6 +9,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <chrono>
@@ -14,7 +17,10 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/link_emulator.h"
 #include "runtime/clock.h"
@@ -118,6 +124,40 @@ Envelope numbered(NodeId from, NodeId to, uint64_t i) {
   return m;
 }
 
+// A test's own ports on 127.0.0.1: the kernel picks free ones, and each stays bound (SO_REUSEADDR, never listening)
+// for as long as the test holds them, so no other test (ctest -j runs them side by side), no bind to port 0 and no
+// outgoing connection is given it, while the test's own listeners bind it beside the holder. Numbers written into
+// each test met when two tests were given the same pair (CI, 2026-11-29: "bind: Address already in use").
+class TestPorts {
+ public:
+  explicit TestPorts(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      const int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t len = sizeof a;
+      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+        throw std::runtime_error(std::string("no free port on 127.0.0.1: ") + std::strerror(errno));
+      fds_.push_back(fd);
+      ports_.push_back(ntohs(a.sin_port));
+    }
+  }
+  ~TestPorts() {
+    for (int fd : fds_) ::close(fd);
+  }
+  TestPorts(const TestPorts&) = delete;
+  TestPorts& operator=(const TestPorts&) = delete;
+  uint16_t operator[](size_t i) const { return ports_.at(i); }
+
+ private:
+  std::vector<int> fds_;
+  std::vector<uint16_t> ports_;
+};
+
 Deployment two_regions(uint16_t port_a, uint16_t port_b) {
   Deployment d = make_local_deployment("dast", 2, 1, 1, 0);
   d.link.rtt_ms = {{2, 60}, {60, 2}};
@@ -134,24 +174,24 @@ TransportOptions local_options(double connect_timeout_s = 5) {
 }
 }  // namespace
 
-// Every transport test runs on both transports (runtime.transport), on ports of their own.
+// Every transport test runs on both transports (runtime.transport), on ports of its own.
 class TransportTest : public ::testing::TestWithParam<std::string> {
  protected:
-  Deployment two(uint16_t port_a, uint16_t port_b) {
-    const uint16_t off = GetParam() == "grpc" ? 100 : 0;
-    Deployment d = two_regions(port_a + off, port_b + off);
+  Deployment two() {
+    Deployment d = two_regions(ports_[0], ports_[1]);
     d.runtime.transport = GetParam();
     return d;
   }
   static std::unique_ptr<Transport> make(const Deployment& d, NodeId self, Inbox& in, double connect_timeout_s = 5) {
     return make_transport(d, self, local_options(connect_timeout_s), in.deliver(), in.log());
   }
+  const TestPorts ports_{3};   // s0.0.0's, s1.0.0's and one nobody listens on
 };
 INSTANTIATE_TEST_SUITE_P(Both, TransportTest, ::testing::Values("tcp", "grpc"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST_P(TransportTest, LoopbackDeliveryFifoAndDelay) {
-  Deployment d = two(24711, 24712);
+  Deployment d = two();
   Inbox ia, ib;
   auto a = make(d, 0, ia), b = make(d, 3, ib);
   std::string err;
@@ -185,7 +225,7 @@ TEST_P(TransportTest, LoopbackDeliveryFifoAndDelay) {
 }
 
 TEST_P(TransportTest, JitteredDueTimesKeepEveryChannelFifo) {
-  Deployment d = two(24741, 24742);
+  Deployment d = two();
   d.link.jitter_ms = 20;
   Inbox ib;
   Inbox ia;
@@ -204,7 +244,7 @@ TEST_P(TransportTest, JitteredDueTimesKeepEveryChannelFifo) {
 }
 
 TEST_P(TransportTest, DeliversAgainAfterThePeerRestarts) {
-  Deployment d = two(24721, 24722);
+  Deployment d = two();
   d.link.rtt_ms = {{2, 4}, {4, 2}};
   Inbox ia, ib1, ib2;
   auto a = make(d, 0, ia);
@@ -239,9 +279,9 @@ TEST_P(TransportTest, DeliversAgainAfterThePeerRestarts) {
 }
 
 TEST_P(TransportTest, AClientThatIsGoneIsDroppedNotFatal) {
-  Deployment d = two(24731, 24732);
+  Deployment d = two();
   NodeId client = d.clients().front();
-  d.nodes[client].port = 24733;  // nobody listens there
+  d.nodes[client].port = ports_[2];  // nobody listens there
   Inbox ia;
   auto a = make(d, 0, ia, 0.3);
   std::string err;
@@ -400,7 +440,7 @@ TEST(EventLoop, InProcessMessagesAreDelayedUnderNetemTooAndNotWithNone) {
 }
 
 TEST_P(TransportTest, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
-  Deployment d = two(24751, 24752);
+  Deployment d = two();
   for (NodeId id : {0u, 1u, 2u}) d.nodes[id].process = "srv0";
   Inbox ia, ib;
   auto a = make(d, 0, ia), b = make(d, 3, ib);
@@ -450,7 +490,8 @@ struct RawConn {
 }  // namespace
 
 TEST(TcpTransport, FramesSplitAnywhereArriveWhole) {
-  Deployment d = two_regions(24761, 24762);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
   Inbox ib;
   TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
   std::string err;
@@ -458,7 +499,7 @@ TEST(TcpTransport, FramesSplitAnywhereArriveWhole) {
   std::vector<Envelope> msgs;
   for (int i = 0; i < 5; ++i) msgs.push_back(numbered(0, 3, i));
   const std::string f = TcpTransport::frame(msgs) + TcpTransport::frame({numbered(1, 3, 5)});
-  RawConn c(24762);
+  RawConn c(ports[1]);
   for (char byte : f) {   // one byte per write
     c.write(std::string(1, byte));
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -471,18 +512,19 @@ TEST(TcpTransport, FramesSplitAnywhereArriveWhole) {
 }
 
 TEST(TcpTransport, AFrameThatIsNoBatchIsMalformedAndEndsItsConnection) {
-  Deployment d = two_regions(24771, 24772);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
   Inbox ib;
   TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
   std::string err;
   ASSERT_TRUE(b.listen(&err)) << err;
   {
-    RawConn c(24772);
+    RawConn c(ports[1]);
     c.write(std::string("\0\0\0\4\xff\xff\xff\xff", 8));   // 4 bytes that are no protobuf message
     EXPECT_TRUE(c.closed_by_peer());
   }
   {
-    RawConn c(24772);
+    RawConn c(ports[1]);
     c.write(std::string("\x7f\xff\xff\xff", 4));   // 2 GiB: over the limit, refused before it is read
     EXPECT_TRUE(c.closed_by_peer());
   }
@@ -492,7 +534,7 @@ TEST(TcpTransport, AFrameThatIsNoBatchIsMalformedAndEndsItsConnection) {
   EXPECT_EQ(b.drops().malformed, 2u);
   EXPECT_TRUE(ib.got.empty());
   {   // the transport still serves good connections
-    RawConn c(24772);
+    RawConn c(ports[1]);
     c.write(TcpTransport::frame({numbered(0, 3, 9)}));
     ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 1; }));
   }
@@ -511,7 +553,8 @@ size_t resident_bytes() {
 // process what arrived, not 512 MiB (it allocated the announced size before 2026-11-29: 20 -> 545 MB). A large
 // frame that does come arrives whole, and the connection goes on with small ones.
 TEST(TcpTransport, AnAnnouncedFrameCostsWhatArrivesNotWhatItAnnounces) {
-  Deployment d = two_regions(24781, 24782);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
   Inbox ib;
   TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
   std::string err;
@@ -519,13 +562,13 @@ TEST(TcpTransport, AnAnnouncedFrameCostsWhatArrivesNotWhatItAnnounces) {
   const size_t before = resident_bytes();
   std::vector<std::unique_ptr<RawConn>> strangers;
   for (int i = 0; i < 8; ++i) {
-    strangers.push_back(std::make_unique<RawConn>(24782));
+    strangers.push_back(std::make_unique<RawConn>(ports[1]));
     strangers.back()->write(std::string("\x03\xff\xff\xff", 4) + std::string(100, 'x'));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_LT(resident_bytes(), before + (8u << 20)) << "8 announced frames of 64 MiB";
   strangers.clear();
-  RawConn c(24782);
+  RawConn c(ports[1]);
   Envelope big = numbered(0, 3, 1);
   (*big.mutable_submit()->mutable_txn()->add_pieces()->mutable_args())["x"].set_s(std::string(6 << 20, 'y'));
   c.write(TcpTransport::frame({big}) + TcpTransport::frame({numbered(0, 3, 2)}));
@@ -540,7 +583,8 @@ TEST(TcpTransport, AnAnnouncedFrameCostsWhatArrivesNotWhatItAnnounces) {
 // On the event loop's reactor the transport unpacks frames on the loop's own thread: the delivery callback
 // runs there, and the loop hands the message to its node when due.
 TEST(TcpTransport, RunsOnTheEventLoopsThread) {
-  Deployment d = two_regions(24781, 24782);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
   d.link.rtt_ms = {{2, 10}, {10, 2}};
   EventLoop loop(d, 3);
   std::thread::id deliver_thread;
@@ -587,7 +631,8 @@ TEST(EventLoop, TheLeastDelayIntoAProcessIsTheLeastLinkDelayFromTheOthers) {
 // A frame stamped with this kernel's steady clock (a sender on this host) counts its messages' delay from the
 // stamp; one stamped with another clock, from its arrival, and the transport says so once.
 TEST(TcpTransport, AFrameStampedWithThisKernelsClockCountsItsDelayFromTheStamp) {
-  Deployment d = two_regions(24791, 24792);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
   Inbox ib;
   TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
   int foreign = 0;
@@ -595,7 +640,7 @@ TEST(TcpTransport, AFrameStampedWithThisKernelsClockCountsItsDelayFromTheStamp) 
   std::string err;
   ASSERT_TRUE(b.listen(&err)) << err;
   ASSERT_NE(clock_domain(), 0u) << "no boot id";
-  RawConn c(24792);
+  RawConn c(ports[1]);
   const TimeUs stamp = steady_us() - 7'000;   // written 7 ms ago
   c.write(TcpTransport::frame({numbered(0, 3, 0), numbered(0, 3, 1)}, stamp, clock_domain()));
   ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 2; }));
@@ -627,7 +672,8 @@ std::string token_bytes(uint64_t t) {
 // frames, well-formed or not, empty or unstamped, are never read; the connection is closed and counted as junk, its
 // peer kept for the process's facts. Frames behind the token arrive; two transports of the deployment talk.
 TEST(TcpTransport, AConnectionWithoutTheDeploymentsTokenIsJunkAndNeverRead) {
-  Deployment d = two_regions(24815, 24816);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
   const uint64_t token = deployment_token(d);
   TransportOptions o = local_options();
   o.token = token;
@@ -638,17 +684,17 @@ TEST(TcpTransport, AConnectionWithoutTheDeploymentsTokenIsJunkAndNeverRead) {
   std::string err;
   ASSERT_TRUE(b.listen(&err)) << err;
   {
-    RawConn c(24816);   // a well-formed frame, no token
+    RawConn c(ports[1]);   // a well-formed frame, no token
     c.write(TcpTransport::frame({numbered(0, 3, 1)}));
     EXPECT_TRUE(c.closed_by_peer());
   }
   {
-    RawConn c(24816);   // empty, unstamped frames (4 bytes each: the first 8 bytes are read as a token), no token
+    RawConn c(ports[1]);   // empty, unstamped frames (4 bytes each: the first 8 bytes are read as a token), no token
     c.write(TcpTransport::frame({}) + TcpTransport::frame({}) + TcpTransport::frame({}));
     EXPECT_TRUE(c.closed_by_peer());
   }
   {
-    RawConn c(24816);   // another deployment's token
+    RawConn c(ports[1]);   // another deployment's token
     c.write(token_bytes(token + 1) + TcpTransport::frame({numbered(0, 3, 2)}));
     EXPECT_TRUE(c.closed_by_peer());
   }
@@ -660,7 +706,7 @@ TEST(TcpTransport, AConnectionWithoutTheDeploymentsTokenIsJunkAndNeverRead) {
   EXPECT_EQ(foreign, 0) << "nothing of a stranger switches how delays are counted";
   EXPECT_EQ(b.drops().malformed, 0u);
   {
-    RawConn c(24816);   // the token, split, then an empty frame (ignored) and a real one
+    RawConn c(ports[1]);   // the token, split, then an empty frame (ignored) and a real one
     c.write(token_bytes(token).substr(0, 3));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     c.write(token_bytes(token).substr(3) + TcpTransport::frame({}) + TcpTransport::frame({numbered(0, 3, 7)}));
@@ -737,14 +783,15 @@ QuietRun run_ticker(uint16_t port_a, uint16_t port_b, TimeUs horizon) {
 }  // namespace
 
 TEST(EventLoop, QuietWaitsReadSocketsAtTheLoopsOwnWakeUpsAndStillDeliverOnTime) {
-  const QuietRun quiet = run_ticker(24801, 24802, 4'000);
+  const TestPorts ports(4);
+  const QuietRun quiet = run_ticker(ports[0], ports[1], 4'000);
   EXPECT_GT(quiet.quiet, 0u);
   EXPECT_LE(quiet.empty, 2u) << "woke for sockets though a tick was due within the horizon";
   for (TimeUs l : quiet.late) {
     EXPECT_GE(l, -100) << "delivered before the delay from its write";   // the stamp comes just after `sent`
     EXPECT_LT(l, 4'000) << "held past its time";
   }
-  const QuietRun plain = run_ticker(24811, 24812, 0);
+  const QuietRun plain = run_ticker(ports[2], ports[3], 0);
   EXPECT_EQ(plain.quiet, 0u);
   EXPECT_GE(plain.empty, 5u) << "frames between ticks should each have woken the loop";
 }
@@ -797,12 +844,13 @@ std::vector<uint64_t> first_frame(int lfd) {
 }  // namespace
 
 TEST(TcpTransport, ADestinationOnLoopbackIsReachedOverItsUnixSocket) {
-  Deployment d = two_regions(24821, 24822);
-  // The destination (s1.0.0, port 24822) as two bare listeners: its Unix socket and its TCP port.
-  const int ufd = unix_listener(24822);
+  const TestPorts ports(6);
+  Deployment d = two_regions(ports[0], ports[1]);
+  // The destination (s1.0.0, at ports[1]) as two bare listeners: its Unix socket and its TCP port.
+  const int ufd = unix_listener(ports[1]);
   ASSERT_GE(ufd, 0);
   asio::io_context io;
-  asio::ip::tcp::acceptor tcp(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24822));
+  asio::ip::tcp::acceptor tcp(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), ports[1]));
   Inbox ia;
   auto a = make_transport(d, 0, local_options(), ia.deliver(), ia.log());
   std::string err;
@@ -811,19 +859,19 @@ TEST(TcpTransport, ADestinationOnLoopbackIsReachedOverItsUnixSocket) {
   EXPECT_EQ(first_frame(ufd), (std::vector<uint64_t>{7})) << "not over the Unix socket";
   ::close(ufd);
   // Without one (a process of another build, say), over TCP.
-  Deployment d2 = two_regions(24831, 24832);
-  asio::ip::tcp::acceptor tcp2(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24832));
+  Deployment d2 = two_regions(ports[2], ports[3]);
+  asio::ip::tcp::acceptor tcp2(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), ports[3]));
   Inbox ib;
   auto b = make_transport(d2, 0, local_options(), ib.deliver(), ib.log());
   ASSERT_TRUE(b->listen(&err)) << err;
   b->send(numbered(0, 3, 8));
   EXPECT_EQ(first_frame(tcp2.native_handle()), (std::vector<uint64_t>{8})) << "no fallback to TCP";
   // Under netem, whose qdiscs see IP packets only, over TCP though the Unix socket is there.
-  Deployment d3 = two_regions(24851, 24852);
+  Deployment d3 = two_regions(ports[4], ports[5]);
   d3.link.mechanism = "netem";
-  const int ufd3 = unix_listener(24852);
+  const int ufd3 = unix_listener(ports[5]);
   ASSERT_GE(ufd3, 0);
-  asio::ip::tcp::acceptor tcp3(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24852));
+  asio::ip::tcp::acceptor tcp3(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), ports[5]));
   Inbox ic;
   auto c = make_transport(d3, 0, local_options(), ic.deliver(), ic.log());
   ASSERT_TRUE(c->listen(&err)) << err;
@@ -833,14 +881,15 @@ TEST(TcpTransport, ADestinationOnLoopbackIsReachedOverItsUnixSocket) {
 }
 
 TEST(TcpTransport, AProcessWhoseUnixSocketNameIsTakenDoesNotStart) {
-  Deployment d = two_regions(24841, 24842);
-  const int ufd = unix_listener(24842);
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
+  const int ufd = unix_listener(ports[1]);
   ASSERT_GE(ufd, 0);
   Inbox ib;
   TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
   std::string err;
   EXPECT_FALSE(b.listen(&err));
-  EXPECT_NE(err.find("@edge-txn:24842"), std::string::npos) << err;
+  EXPECT_NE(err.find("@edge-txn:" + std::to_string(ports[1])), std::string::npos) << err;
   ::close(ufd);
   {
     TcpTransport again(d, {3}, local_options(), ib.deliver(), ib.log());
@@ -848,11 +897,11 @@ TEST(TcpTransport, AProcessWhoseUnixSocketNameIsTakenDoesNotStart) {
   }
   // Its TCP port taken: that is named, and its Unix socket is not left bound.
   asio::io_context io;
-  asio::ip::tcp::acceptor taken(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 24842));
+  asio::ip::tcp::acceptor taken(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), ports[1]));
   TcpTransport busy(d, {3}, local_options(), ib.deliver(), ib.log());
   EXPECT_FALSE(busy.listen(&err));
-  EXPECT_NE(err.find("cannot listen on 127.0.0.1:24842: bind"), std::string::npos) << err;
-  const int again_ufd = unix_listener(24842);
+  EXPECT_NE(err.find("cannot listen on 127.0.0.1:" + std::to_string(ports[1]) + ": bind"), std::string::npos) << err;
+  const int again_ufd = unix_listener(ports[1]);
   EXPECT_GE(again_ufd, 0) << "the Unix socket name stayed taken";
   if (again_ufd >= 0) ::close(again_ufd);
 }
