@@ -20,7 +20,7 @@ build:
 # tests/python/conftest.py); a test run by hand (`.venv/bin/pytest tests/python/test_x.py`) stays in one process
 test: setup
 	ctest --test-dir build --output-on-failure -j$$(nproc)
-	.venv/bin/pytest -n auto
+	.venv/bin/pytest -n auto --durations=15
 
 main: engine-image
 	.venv/bin/python run_experiments.py --quick
