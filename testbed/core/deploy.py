@@ -5,6 +5,7 @@ from the engine's protocol registry (testbed/core/protocols.py); nothing here kn
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import json
@@ -169,42 +170,48 @@ def port_free(host: str, port: int) -> bool:
 PORT_HOLD_S = 120.0
 
 
+@contextlib.contextmanager
+def _port_reservations(host: str):
+    """The reservations of host's ports (str(port) -> [pid, time]) under an exclusive flock on
+    <lock dir>/ports-<host>.json, written back when the block ends without an error; a torn file holds none. With no
+    writable lock directory: an empty dict, kept nowhere (the bind check alone, as before reservations)."""
+    try:
+        fd = os.open(locklib.lock_dir() / f"ports-{host}.json", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield {}
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            held = json.loads(os.pread(fd, 1 << 22, 0) or b"{}")
+        except ValueError:
+            held = {}
+        yield held
+        data = json.dumps(held).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)   # drops the flock
+
+
 def allocate_ports(n: int, host: str, base: int) -> list[int]:
     """n free ports counting up from base: busy ones are skipped, and so are those another live process of this
     machine was given in the last PORT_HOLD_S seconds (the reservations: <lock dir>/ports-<host>.json)."""
-    path = locklib.lock_dir() / f"ports-{host}.json"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        fd = None   # no writable lock directory: the bind check alone, as before
-    try:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        now, me = time.time(), os.getpid()
-        held = {}
-        if fd is not None:
-            try:
-                held = json.loads(os.pread(fd, 1 << 22, 0) or b"{}")
-            except ValueError:
-                held = {}
-        held = {port: (pid, t) for port, (pid, t) in held.items()
-                if pid != me and now - t < PORT_HOLD_S and Path(f"/proc/{pid}").exists()}
+    now, me = time.time(), os.getpid()
+    with _port_reservations(host) as held:
+        others = {port: (pid, t) for port, (pid, t) in held.items()
+                  if pid != me and now - t < PORT_HOLD_S and Path(f"/proc/{pid}").exists()}
         ports, p = [], base
         while len(ports) < n:
             if p > 65535:
                 raise ValueError(f"base_port={base}: not enough free ports above it ({n} needed)")
-            if str(p) not in held and port_free(host, p):
+            if str(p) not in others and port_free(host, p):
                 ports.append(p)
             p += 1
-        if fd is not None:
-            held.update({str(q): (me, now) for q in ports})
-            data = json.dumps(held).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+        held.clear()
+        held.update(others)
+        held.update({str(q): (me, now) for q in ports})
         return ports
-    finally:
-        if fd is not None:
-            os.close(fd)   # drops the flock
 
 
 def build_deployment(place=None, **knobs) -> dict:

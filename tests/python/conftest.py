@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,14 +32,12 @@ def image():
     return IMAGE
 
 
-
-
 # `make test` runs the tests in parallel workers (pytest-xdist, `-n auto`). The Docker tests share the one daemon,
 # swarm and image (and some a deployment), so every test of a *_docker.py file goes to one worker, one after the
 # other, in file order; being the largest group (about 6 of the suite's 13 serial minutes) they are handed out first.
-# A file with a module-scoped fixture is a unit too. Every other test is a unit of its own: it shares nothing (its own tmp_path; ports reserved machine-wide,
-# testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup` does not group under pytest 9: it renames
-# item._nodeid, which pytest 9 no longer reads.)
+# A file with a module-scoped fixture is a unit too. Every other test is a unit of its own: it shares nothing (its
+# own tmp_path; ports reserved machine-wide, testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup`
+# does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)
 DOCKER_FILES = "_docker.py"
 
 
@@ -46,8 +45,6 @@ DOCKER_FILES = "_docker.py"
 def pytest_xdist_make_scheduler(config, log):
     """The Docker tests as one unit; a file with a module-scoped fixture (a VM booted, a run made once for all its
     tests) as one unit, so that the fixture is made once, not in every worker; every other test a unit of its own."""
-    import re
-
     from xdist.scheduler import LoadScopeScheduling
     here = Path(__file__).parent
     shared = {f"{here.relative_to(config.rootpath)}/{f.name}" for f in here.glob("test_*.py")
