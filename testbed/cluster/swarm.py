@@ -158,6 +158,9 @@ def ssh_target(url: str) -> tuple[str, int, str | None, bool]:
     return host, port or 22, user, proxied
 
 
+RESET_HINT = "reset by the peer: a firewall or sshd dropping it (MaxStartups)?"
+
+
 def _tcp_connect(infos, host: str, port: int, timeout_s: float):
     """A socket connected to the first address of infos that accepts, all tried within timeout_s together (as
     paramiko tries them); else _Unreachable: timed out when one of them did, refused when all refused."""
@@ -182,8 +185,10 @@ def _tcp_connect(infos, host: str, port: int, timeout_s: float):
     if all(isinstance(e, ConnectionRefusedError) for e in errors):
         raise _Unreachable(f"connection refused by {where}", f"is sshd running on {host}, on port {port}?")
     if all(isinstance(e, ConnectionResetError) for e in errors):
-        raise _Unreachable(f"connection to {where} reset while connecting",
-                           "reset by the peer: a firewall or sshd dropping it (MaxStartups)?")
+        # a reset is the answer to an established connection (a SYN refused is ECONNREFUSED): it came after the
+        # handshake, before this thread saw the connect return (a loaded machine), so it is what probe_ssh says
+        # of a reset before the banner
+        raise _Unreachable(f"{where} reset the connection before its SSH banner", RESET_HINT)
     e = next(e for e in errors if not isinstance(e, ConnectionRefusedError))
     raise _Unreachable(f"cannot connect to {where} ({e.strerror or e})",
                        "is the host up and reachable from this machine?")
@@ -222,8 +227,7 @@ def probe_ssh(host: str, port: int, timeout_s: float) -> str:
             except TimeoutError:
                 chunk = None
             except ConnectionResetError:
-                raise _Unreachable(f"{where} reset the connection before its SSH banner",
-                                   "reset by the peer: a firewall or sshd dropping it (MaxStartups)?") from None
+                raise _Unreachable(f"{where} reset the connection before its SSH banner", RESET_HINT) from None
             except OSError as e:
                 raise _Unreachable(f"{where} dropped the connection before its SSH banner ({e.strerror or e})",
                                    f"is sshd on {host} refusing this machine (MaxStartups, tcp wrappers)?") from None

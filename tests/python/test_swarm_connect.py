@@ -279,3 +279,17 @@ def test_a_reset_before_the_banner_is_not_taken_for_a_refusing_sshd():
     assert msg.endswith(f"127.0.0.1:{port} closed the connection before its SSH banner; is sshd on 127.0.0.1 "
                         "refusing this machine (MaxStartups, tcp wrappers)?"), msg
     s.close()
+
+
+def test_a_reset_that_connect_itself_reports_is_the_same_reset_before_the_banner(monkeypatch):
+    """On a loaded machine the peer may accept and reset before this thread sees its connect return: connect then
+    fails with ECONNRESET (a SYN refused is ECONNREFUSED), and that is the same reset before the banner (the reset
+    test above met it under `make test` once, then named 'reset while connecting')."""
+    class ResetOnConnect(socket.socket):
+        def connect(self, addr):
+            raise ConnectionResetError(104, "Connection reset by peer")
+    monkeypatch.setattr(socket, "socket", ResetOnConnect)
+    with pytest.raises(swarm._Unreachable) as e:
+        swarm.probe_ssh("127.0.0.1", 2222, 1)
+    assert (e.value.what, e.value.hint) == ("127.0.0.1:2222 reset the connection before its SSH banner",
+                                            "reset by the peer: a firewall or sshd dropping it (MaxStartups)?")
