@@ -1,7 +1,9 @@
+import fcntl
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,37 +34,178 @@ def image():
     return IMAGE
 
 
-# `make test` runs the tests in parallel workers (pytest-xdist, `-n auto`). The Docker tests share the one daemon,
-# swarm and image (and some a deployment), so every test of a *_docker.py file goes to one worker, one after the
-# other, in file order; being the largest group (about 6 of the suite's 13 serial minutes) they are handed out first.
-# A file with a module-scoped fixture is a unit too. Every other test is a unit of its own: it shares nothing (its
-# own tmp_path; ports reserved machine-wide, testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup`
+# `make test` runs the tests in parallel workers (pytest-xdist, `-n auto`). A Docker test file (*_docker.py) is a unit:
+# one worker runs its tests one after the other, in file order. Files that share a deployment, or that make and leave
+# this machine's swarm and assert on it, are one unit together (DOCKER_UNITS). The Docker units run at the same time,
+# each on a deployment of its own (own name, network and subnet) in one swarm, except the swarm's owners
+# (SWARM_OWNERS: the multi-host rehearsal needs this machine out of any swarm), which run alone: they hold
+# SWARM_LOCK exclusively while the others hold it shared (pytest_runtest_protocol below): whichever comes first, the
+# Docker tests take the owners' time plus the longest other unit's. The Docker units are handed out first. A file with a module-scoped fixture (a VM booted, a run
+# made once for all its tests) is a unit too; every other test is a unit of its own: it shares nothing (its own
+# tmp_path; ports reserved machine-wide, testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup`
 # does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)
 DOCKER_FILES = "_docker.py"
+DOCKER_UNITS = {"test_unattended_docker.py": "test_lifecycle_docker.py",   # the same deployment (tstlife)
+                "test_swarm_docker.py": "test_rehearsal_docker.py"}        # both owners: one unit, one hold
+SWARM_OWNERS = {"test_rehearsal_docker.py", "test_swarm_docker.py"}
+# machine-wide, as the swarm is (tests/python/test_parallel.py's own suites name one of their own)
+SWARM_LOCK = Path(os.environ.get("EDGE_TXN_TESTS_SWARM_LOCK", Path(tempfile.gettempdir()) / "edge-txn-tests-swarm.lock"))
+SWARM_MADE = SWARM_LOCK.with_suffix(".json")   # the swarm the shared units made: its node id, docker_gwbridge before
+
+
+def _docker_unit(name: str) -> str | None:
+    return DOCKER_UNITS.get(name, name) if name.endswith(DOCKER_FILES) else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core, plus one per Docker unit (they mostly wait on Docker and on their runs'
+    fixed lengths, so the rest of the suite keeps every core)."""
+    units = {_docker_unit(f.name) for f in Path(__file__).parent.glob(f"test_*{DOCKER_FILES}")}
+    return (os.cpu_count() or 1) + len(units)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """The Docker tests as one unit; a file with a module-scoped fixture (a VM booted, a run made once for all its
-    tests) as one unit, so that the fixture is made once, not in every worker; every other test a unit of its own."""
+    """A unit per Docker unit; a file with a module-scoped fixture as one unit, so that the fixture is made once,
+    not in every worker; every other test a unit of its own. Units in collection order (see the next hook)."""
     from xdist.scheduler import LoadScopeScheduling
     here = Path(__file__).parent
     shared = {f"{here.relative_to(config.rootpath)}/{f.name}" for f in here.glob("test_*.py")
               if re.search(r"fixture\(scope=.module", f.read_text())}
+    config.option.loadscopereorder = False
 
     class SharingTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
-            return "docker" if path.endswith(DOCKER_FILES) else path if path in shared else nodeid
+            unit = _docker_unit(Path(path).name)
+            return f"docker:{unit}" if unit else path if path in shared else nodeid
     return SharingTestsTogether(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """A Docker test outside a *_docker.py file would run beside the others in parallel: refused by name."""
+    """A Docker test outside a *_docker.py file would run beside the others in parallel: refused by name. The swarm's
+    owners first, then the other Docker units (the longest units), then the rest, each in its own order."""
     stray = [i.nodeid for i in items if i.get_closest_marker("docker") and not i.path.name.endswith(DOCKER_FILES)]
     if stray:
         raise pytest.UsageError(f"marked docker but not in a *{DOCKER_FILES} file (tests/python/conftest.py): "
                                 + ", ".join(stray[:5]))
+    rank = {i: 0 if i.path.name in SWARM_OWNERS else 1 if _docker_unit(i.path.name) else 2 for i in items}
+    items.sort(key=rank.__getitem__)
+
+
+_swarm_hold = {}   # this process's hold of SWARM_LOCK: {"kind": "owner" | "shared", "fd": int}
+
+
+def _swarm_kind(item) -> str | None:
+    if item is None or not item.get_closest_marker("docker") or not item.path.name.endswith(DOCKER_FILES):
+        return None
+    return "owner" if item.path.name in SWARM_OWNERS else "shared"
+
+
+def _leave_the_tests_swarm() -> None:
+    """With SWARM_LOCK held exclusively: the swarm the shared units made (if any) is left, so that the machine's swarm
+    is as before the tests (and an owner finds it so)."""
+    if not SWARM_MADE.exists():
+        return
+    import json
+
+    from testbed.cluster import swarm
+    made = json.loads(SWARM_MADE.read_text())
+    c = docker_client()
+    if c is not None:
+        try:
+            if (c.info().get("Swarm") or {}).get("NodeID") == made["node"]:
+                c.swarm.leave(force=True)
+                if not made["gwbridge_before"]:
+                    swarm._remove_gwbridge(c)
+        finally:
+            c.close()
+    SWARM_MADE.unlink()
+
+
+def _make_the_tests_swarm() -> None:
+    """With SWARM_LOCK held shared: a one-node swarm when there is none, as a lone host's bring-up makes it, recorded
+    in SWARM_MADE so that the last shared unit leaves it. Made here, not by the units' own bring-ups: a deployment
+    that made the swarm leaves it when it goes down, under the others' feet."""
+    import json
+
+    from testbed.cluster import swarm
+    from testbed.cluster.hosts import Host
+    c = docker_client()
+    if c is None:
+        return
+    with open(SWARM_LOCK.with_suffix(".init"), "w") as f:   # one shared unit at a time makes it
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            if (c.info().get("Swarm") or {}).get("LocalNodeState") != "active":
+                gwbridge_before = bool(c.networks.list(names=["docker_gwbridge"]))
+                swarm.ensure_swarm({"localhost": c}, [Host("localhost")], log=print)
+                SWARM_MADE.write_text(json.dumps({"node": c.info()["Swarm"]["NodeID"],
+                                                  "gwbridge_before": gwbridge_before}))
+        finally:
+            c.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A Docker unit holds SWARM_LOCK from its first test's set-up to its last test's teardown: exclusively for the
+    swarm's owners, shared for the others (the last to leave takes down the swarm they made)."""
+    kind = _swarm_kind(item)
+    if kind and not _swarm_hold:
+        fd = os.open(SWARM_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if kind == "owner" else fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"\n{item.path.name}: waiting for {'the other Docker tests' if kind == 'owner' else 'the swarm owners'}"
+                  f" ({SWARM_LOCK})", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX if kind == "owner" else fcntl.LOCK_SH)
+        _swarm_hold.update(kind=kind, fd=fd)
+        (_leave_the_tests_swarm if kind == "owner" else _make_the_tests_swarm)()
+    yield
+    if _swarm_hold and _swarm_kind(nextitem) != _swarm_hold["kind"]:
+        fd = _swarm_hold.pop("fd")
+        kind = _swarm_hold.pop("kind")
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if kind == "shared":
+            try:   # the last shared unit out (nobody holds the lock now) leaves the swarm they made
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _leave_the_tests_swarm()
+            except BlockingIOError:
+                pass
+        os.close(fd)
+
+
+_SWARM_BEFORE = pytest.StashKey()   # the controller's (node state, node id) of this machine's swarm at the start
+
+
+def _swarm_membership():
+    c = docker_client()
+    if c is None:
+        return None
+    try:
+        sw = c.info().get("Swarm") or {}
+        return sw.get("LocalNodeState"), sw.get("NodeID") or None
+    finally:
+        c.close()
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):   # the controller (or a run without workers)
+        session.config.stash[_SWARM_BEFORE] = _swarm_membership()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """This machine's swarm is as before the suite (none, or the same node of the same swarm): the Docker units
+    leave the swarm they made, the owners the one they make."""
+    before = session.config.stash.get(_SWARM_BEFORE, None)
+    if before is not None and not hasattr(session.config, "workerinput") and exitstatus != pytest.ExitCode.INTERRUPTED:
+        after = _swarm_membership()
+        if after != before:
+            print(f"\nconftest: the test suite changed this machine's swarm: before {before}, after {after}",
+                  file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 # the signals a test sends its child job: the child starts with each at its default action, as from a terminal,
 # whatever this pytest inherited (`nohup make test`: SIGHUP ignored; `make test &` from a script: SIGINT and SIGQUIT
