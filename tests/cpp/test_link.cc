@@ -133,16 +133,19 @@ class TestPorts {
   explicit TestPorts(size_t n) {
     for (size_t i = 0; i < n; ++i) {
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd >= 0) fds_.push_back(fd);   // held from here: closed by the destructor or below
       const int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
       sockaddr_in a{};
       a.sin_family = AF_INET;
       a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       socklen_t len = sizeof a;
-      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
-          ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-        throw std::runtime_error(std::string("no free port on 127.0.0.1: ") + std::strerror(errno));
-      fds_.push_back(fd);
+      if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+          ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+        const std::string why = std::strerror(errno);   // before close() can change errno
+        for (int held : fds_) ::close(held);   // a constructor that throws runs no destructor
+        throw std::runtime_error("no free port on 127.0.0.1: " + why);
+      }
       ports_.push_back(ntohs(a.sin_port));
     }
   }

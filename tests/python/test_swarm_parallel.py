@@ -16,18 +16,19 @@ from testbed.core.config import load_exp_config
 
 def test_per_host_runs_each_hosts_items_in_order_and_the_hosts_at_once():
     seen, lock = [], threading.Lock()
+    all_hosts_at_once = threading.Barrier(3, timeout=10)   # one host after the other: broken after 10 s
 
     def work(item):
         host, i = item
         with lock:
             seen.append(item)
-        time.sleep(0.1)
+        if i == 0:
+            all_hosts_at_once.wait()
+        time.sleep(0.01)
         return i * 10
     items = {h: [(h, i) for i in range(4)] for h in ("a", "b", "c")}
-    t0 = time.monotonic()
     done = swarm._per_host(items, work)
-    took = time.monotonic() - t0
-    assert took < 0.8, took   # one after the other: 1.2 s
+    assert not all_hosts_at_once.broken
     assert list(done) == ["a", "b", "c"]
     for h in "abc":
         assert done[h] == [((h, i), i * 10) for i in range(4)]
@@ -82,8 +83,10 @@ class Closable:
 
 def test_connect_names_the_first_failing_host_in_order_and_closes_the_others(monkeypatch):
     opened = []
+    all_hosts_at_once = threading.Barrier(4, timeout=10)   # one host after the other: broken after 10 s
 
     def open_docker(url, timeout):
+        all_hosts_at_once.wait()
         if url == "tcp://h2:2375":
             time.sleep(0.3)     # h3 fails first in time; h2 comes first in hosts.yml
             raise ConnectionError("h2 refused")
@@ -96,10 +99,9 @@ def test_connect_names_the_first_failing_host_in_order_and_closes_the_others(mon
     monkeypatch.setattr(swarm, "_open_docker", open_docker)
     hosts = [Host(f"h{i}", docker_url=f"tcp://h{i}:2375") for i in range(1, 5)]
     said = []
-    t0 = time.monotonic()
     with pytest.raises(swarm.SwarmError) as e:
         swarm.connect(hosts, log=said.append)
-    assert time.monotonic() - t0 < 0.55   # one after the other: 0.6 s to h2's failure
+    assert not all_hosts_at_once.broken
     assert str(e.value) == ("host h2 (tcp://h2:2375): cannot reach Docker: h2 refused; can this machine ssh to h2 "
                             "with a key, and does Docker run there?")
     assert sorted(c.url for c in opened) == ["tcp://h1:2375", "tcp://h4:2375"] and all(c.closed for c in opened)
@@ -302,14 +304,21 @@ def test_wait_up_reports_a_death_by_name_and_returns_when_all_are_up(monkeypatch
 
 
 def test_wait_up_looks_at_the_hosts_at_once(monkeypatch):
+    host_of = {f"c{i}": f"h{i % 3}" for i in range(6)}
+    firsts, lock = set(), threading.Lock()
+    all_hosts_at_once = threading.Barrier(3, timeout=10)   # one host after the other: broken after 10 s
+
     def sshd_up(ct):
-        time.sleep(0.1)
+        with lock:
+            first = host_of[ct.name] not in firsts
+            firsts.add(host_of[ct.name])
+        if first:
+            all_hosts_at_once.wait()
         return True
     monkeypatch.setattr(swarm, "_sshd_up", sshd_up)
     cts = {f"c{i}": FakeCt(f"c{i}") for i in range(6)}
-    t0 = time.monotonic()
-    swarm._wait_up(cts, 5, host_of={f"c{i}": f"h{i % 3}" for i in range(6)})
-    assert time.monotonic() - t0 < 0.45   # one after the other: 0.6 s
+    swarm._wait_up(cts, 15, host_of=host_of)
+    assert not all_hosts_at_once.broken and firsts == {"h0", "h1", "h2"}
 
 
 # ---------------------------------------------------------------- down() and stop_engines()
