@@ -12,8 +12,8 @@ left out), oldest first, in these columns:
   - the sweep point: experiment, system, series, x_name, x, x_unit, point_label, point_key, repeat, n_repeat, and
     current (True when the run is one the experiment's figure draws: its sweep.json's points, the newest run of
     each repeat; testbed/analysis/figures.py select);
-  - where and how it ran: backend, shaping (the delay mechanism), git_sha, kernel, hostname, start_time,
-    end_time, quick, faults;
+  - where and how it ran: backend, shaping (the delay mechanism), git_sha, engine (meta.json's SHA-256 of the
+    txn-server that ran), kernel, hostname, start_time, end_time, quick, faults;
   - its outcome: status (ok | failed | interrupted) and reason as testbed/analysis/rundirs.py run_outcome says
     (a damaged or doctored folder is failed, whatever its meta.json says), verdict (check.json's, when there is
     one);
@@ -57,8 +57,8 @@ RECORDS_PARQUET, RECORDS_CSV = "records.parquet", "records.csv"
 CLASSES = {"irt": "IRT", "crt": "CRT", "all": "all"}
 STATS = ("committed", "throughput_tps", "p50_ms", "p90_ms", "p99_ms", "abort_rate", "given_up", "abandoned")
 COLUMNS = (["name", "run_id", "run_dir", "experiment", "system", "series", "x_name", "x", "x_unit", "point_label",
-            "point_key", "repeat", "n_repeat", "current", "backend", "shaping", "git_sha", "kernel", "hostname",
-            "start_time", "end_time", "quick", "faults", "status", "reason", "verdict"]
+            "point_key", "repeat", "n_repeat", "current", "backend", "shaping", "git_sha", "engine", "kernel",
+            "hostname", "start_time", "end_time", "quick", "faults", "status", "reason", "verdict"]
            + [f"{c}_{s}" for c in CLASSES for s in STATS] + ["busy_pct", "steal_pct", "cpu_seconds"])
 
 
@@ -101,7 +101,7 @@ def run_row(root: Path, run_dir: Path, meta: dict) -> dict:
                x_name=x.get("name"), x=x.get("value"), x_unit=x.get("unit"), point_label=meta.get("point_label"),
                point_key=meta.get("point_key"), repeat=meta.get("repeat"), n_repeat=meta.get("n_repeat"),
                current=False, backend=meta.get("backend"), shaping=meta.get("shaping"), git_sha=meta.get("git_sha"),
-               kernel=meta.get("kernel"), hostname=meta.get("hostname"), start_time=meta.get("start_time"),
+               engine=(meta.get("engine") or {}).get("txn-server"), kernel=meta.get("kernel"), hostname=meta.get("hostname"), start_time=meta.get("start_time"),
                end_time=meta.get("end_time"), quick=bool(config.get("quick", False)), faults=meta.get("faults"),
                status=status, reason=reason, verdict=check.get("verdict"),
                busy_pct=cpu.get("busy_pct"), steal_pct=cpu.get("steal_pct"), cpu_seconds=meta.get("cpu_seconds"))

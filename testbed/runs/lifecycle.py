@@ -16,6 +16,7 @@ order of the phases, the waits and their limits, progress, the verdict, and clea
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from tenacity import stop_before_delay
 
-from testbed.analysis import checker, results, validate
+from testbed.analysis import checker, derived, results, validate
 from testbed.core import deploy as deploylib, files, gitinfo, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
@@ -169,6 +170,20 @@ class Proc(ABC):
         """`<name> exited with code N ...; last lines of its log: ...`"""
 
 
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    return "sha256:" + derived.sha256(Path(path))
+
+
+def engine_digest(path: Path) -> str | None:
+    """`sha256:<hex>` of a program (hashed once per version of the file), None when it cannot be read."""
+    try:
+        st = os.stat(path)
+        return _digest(str(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+
+
 class Runner(ABC):
     """The lifecycle; subclasses implement the hooks below for where the processes run."""
     backend_name = ""
@@ -225,6 +240,13 @@ class Runner(ABC):
         copy writes that too."""
         (Path(run_dir) / LOAD_START).write_text(text)
 
+    def engine_binaries(self) -> dict[str, Path]:
+        """The engine programs the run's processes execute, as this process sees them (meta.json `engine`: their
+        SHA-256). By default the image's (TXN_SERVER): a swarm run's job runs in the driver, whose image the shard
+        containers run too."""
+        server = Path(os.environ.get("TXN_SERVER", "/usr/local/bin/txn-server"))
+        return {"txn-server": server, "txn-client": server.with_name("txn-client")}
+
     def replay_binary(self) -> Path | None:
         """The txn-replay the checker decodes this run's transaction logs and replays them with: the one built with
         the run's engine, where the backend knows it; None: the checkout's (testbed/analysis/histories.py)."""
@@ -262,6 +284,9 @@ class Runner(ABC):
                 "kernel": platform.release(), "hostname": platform.node(), "command_line": sys.argv,
                 "python": platform.python_version(), "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "pid": os.getpid(), **(meta_extra or {}), "status": "running"}
+        # which engine ran: git_sha names the code, this the programs built from it (a stale build, another
+        # --build-dir, an image not rebuilt); None for a program this process cannot read
+        meta["engine"] = {name: engine_digest(path) for name, path in self.engine_binaries().items()}
         if not probe:   # closed or open loop, and the offered rate (docs/workloads.md)
             meta["load"] = deploylib.load_of(deploy)
         if deploy.get("faults") and not probe:  # the nemesis's schedule; faults.json/faults.jsonl: what happened

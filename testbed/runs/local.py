@@ -131,6 +131,9 @@ class LocalRunner(Runner):
             self.say(f"stopped {len(left)} engine process(es) an earlier run left behind (its launcher died), "
                      f"e.g. {left[0][1][:120]}")
 
+    def engine_binaries(self):
+        return {"txn-server": self.build_dir / "txn-server", "txn-client": self.build_dir / "txn-client"}
+
     def replay_binary(self):
         """The build's own txn-replay, beside its txn-server (a run of another build, e.g. `make bench --build-dir`,
         is checked with that build's log format and workload code); the checkout's when that build has none."""

@@ -1,4 +1,5 @@
 """LocalBackend against the Python fake binaries (tests/python/fake_txn.py): lifecycle, errors, cleanup."""
+import hashlib
 import json
 
 import pytest
@@ -29,6 +30,9 @@ def test_successful_run(fake_bin, tmp_path):
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "ok" and meta["shaping"] == "app" and meta["kernel"] and meta["hostname"]
     assert set(meta["processes"]) == {n["name"] for n in small()["nodes"]}
+    # which programs ran: their SHA-256, as sha256sum says
+    assert meta["engine"] == {p: "sha256:" + hashlib.sha256((fake_bin / p).read_bytes()).hexdigest()
+                              for p in ("txn-server", "txn-client")}
     # where the wall time went, phase by phase, in their order
     assert list(meta["phases_s"]) == ["prepare", "servers_ready", "clients", "drain", "collect", "summarize",
                                       "check", "teardown"]

@@ -118,6 +118,10 @@ def test_bring_up_self_test_run_from_driver_and_teardown(image, clean):
         assert json.loads((run / "check.json").read_text())["verdict"] == "CONSISTENT"
         meta = json.loads((run / "meta.json").read_text())
         assert meta["backend"] == "swarm" and meta["shaping"] == state["mechanism"]
+        # the programs the shard containers ran, by their SHA-256 (the job in the driver hashed its own copies)
+        rc, sums = swarm.exec_run(by_name["tstswarm_r2_s1"], ["sha256sum", "/usr/local/bin/txn-server",
+                                                               "/usr/local/bin/txn-client"])
+        assert rc == 0 and meta["engine"] == {Path(f).name: f"sha256:{h}" for h, f in map(str.split, sums.splitlines())}
         # the engine's CPU and wake-ups, from what the processes in the containers said of themselves
         assert meta["engine_usage_from"] == "process facts" and meta["cpu_seconds"] > 0 < meta["engine_wakeups"]
         assert len(list((run / "servers").glob("s*.state.json"))) == 18           # replicas
