@@ -80,6 +80,19 @@ class GrpcTransport::ServerStream final : public Tag {
         }
         new ServerStream(t_);   // the next peer's stream
         peer_ = ctx_.peer();
+        state_ = State::kFinishing;
+        if (!t_->token_hex_.empty()) {   // a stranger's stream: refused before any batch of it is read
+          const auto& md = ctx_.client_metadata();
+          const auto it = md.find(kTokenKey);
+          if (it == md.end() || std::string(it->second.data(), it->second.size()) != t_->token_hex_) {
+            t_->junk(peer_, it == md.end() ? "its stream did not carry the deployment's token"
+                                           : "its stream carried another deployment's token");
+            t_->op_started();
+            reader_.FinishWithError(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "not this deployment's token"),
+                                    this);
+            return;
+          }
+        }
         state_ = State::kReading;
         read();
         return;
@@ -157,6 +170,11 @@ class GrpcTransport::PingCall final : public Tag {
 
 GrpcTransport::GrpcTransport(const Deployment& d, std::vector<NodeId> local, TransportOptions o, Deliver deliver, Log log)
     : Transport(d, std::move(local), std::move(o), std::move(deliver), std::move(log)), peers_(d.nodes.size()) {
+  if (o_.token) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(o_.token));
+    token_hex_ = hex;
+  }
   watcher_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "txn-watch");
     watch_loop();
@@ -332,6 +350,7 @@ void GrpcTransport::flush(PeerConn& p) {
   p.stream = std::make_unique<ClientStream>(this, &p);
   ClientStream& s = *p.stream;
   s.ctx.set_wait_for_ready(true);
+  if (!token_hex_.empty()) s.ctx.AddMetadata(kTokenKey, token_hex_);
   s.call = p.stub->PrepareAsyncStream(&s.ctx, &s.ack, cq_.get());
   s.ops = 2;
   op_started();

@@ -1,7 +1,9 @@
 // The grpc transport (runtime.transport: grpc; the default is tcp_transport.h):
 // gRPC on the completion-queue API, polled by one thread of its own
 // (docs/efficiency.md). Every engine process serves txn.Peer on its endpoint
-// (the first of its nodes' ports); outbound, one channel and one long-lived
+// (the first of its nodes' ports), and reads a stream only when it carries the
+// deployment's token in its metadata (as the tcp transport's connections open
+// with it); outbound, one channel and one long-lived
 // client stream per destination process, with one write in flight that
 // carries, as a Batch, everything sent meanwhile (and what the event loop
 // queued in one round, flushed together). One completion queue serves both
@@ -56,6 +58,7 @@ class GrpcTransport final : public Transport {
   struct ClientStream;
   class ServerStream;
   class PingCall;
+  static constexpr const char* kTokenKey = "edge-txn-token";
 
  private:
   // Completions of a peer's client stream, on the completion-queue thread.
@@ -72,6 +75,11 @@ class GrpcTransport final : public Transport {
   void watch_loop();
   void watch_connections(TimeUs now);
   void give_up(PeerConn& p);
+
+  // The deployment's token (TransportOptions::token), as every client stream of this process sends it in its
+  // metadata (kTokenKey) and every incoming stream must: a stream without it is junk, refused before its first read.
+  // Empty: no token asked or sent.
+  std::string token_hex_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> listening_{false};   // cq_ is there

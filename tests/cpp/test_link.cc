@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -442,6 +443,42 @@ TEST(EventLoop, InProcessMessagesAreDelayedUnderNetemTooAndNotWithNone) {
   }
 }
 
+// Both transports ask for the deployment's token (deployment_token): a process of a stranger sending without it, or
+// with another deployment's, is junk (counted, said once) and nothing of it is delivered; the deployment's own is.
+TEST_P(TransportTest, AStrangerWithoutTheDeploymentsTokenIsJunkAndNeverRead) {
+  const Deployment d = two();
+  TransportOptions o = local_options();
+  o.token = deployment_token(d);
+  Inbox ib;
+  auto b = make_transport(d, 3, o, ib.deliver(), ib.log());
+  std::string err;
+  ASSERT_TRUE(b->listen(&err)) << err;
+  for (const uint64_t stranger : {uint64_t{0}, o.token + 1}) {
+    TransportOptions so = o;
+    so.token = stranger;
+    Inbox is;
+    auto s = make_transport(d, 0, so, is.deliver(), is.log());
+    ASSERT_TRUE(s->listen(&err)) << err;
+    const uint64_t before = b->junk_connections();
+    s->send(numbered(0, 3, 1));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (b->junk_connections() == before && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_GT(b->junk_connections(), before) << "token " << stranger;
+  }
+  // the first stranger's peer (tcp's came over the Unix socket beside the port)
+  EXPECT_EQ(b->junk_from().rfind(GetParam() == "grpc" ? "ipv4:127.0.0.1:" : "a process on this host", 0), 0u)
+      << b->junk_from();
+  EXPECT_TRUE(ib.got.empty());
+  ASSERT_EQ(ib.logs.size(), 1u) << "said once";
+  Inbox ia;
+  auto a = make_transport(d, 0, o, ia.deliver(), ia.log());
+  ASSERT_TRUE(a->listen(&err)) << err;
+  a->send(numbered(0, 3, 8));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 1; }));
+  EXPECT_EQ(ib.got[0].probe_reply().seq(), 8u);
+}
+
 TEST_P(TransportTest, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
   Deployment d = two();
   for (NodeId id : {0u, 1u, 2u}) d.nodes[id].process = "srv0";
@@ -479,13 +516,12 @@ struct RawConn {
     sock.set_option(asio::ip::tcp::no_delay(true));
   }
   void write(const std::string& bytes) { asio::write(sock, asio::buffer(bytes)); }
-  bool closed_by_peer() {   // waits (up to 5 s) for the other end to close
-    sock.non_blocking(false);
-    timeval tv{5, 0};
-    setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  bool closed_by_peer() {   // waits (up to 5 s) for the other end to close: an orderly end of stream
+    // poll, not asio's blocking read: that one polls without a timeout, whatever SO_RCVTIMEO says
+    pollfd p{sock.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return false;
     char c;
-    std::error_code ec;
-    return sock.read_some(asio::buffer(&c, 1), ec) == 0 && ec == asio::error::eof;
+    return ::recv(sock.native_handle(), &c, 1, 0) == 0;
   }
   asio::io_context io;
   asio::ip::tcp::socket sock;
