@@ -25,9 +25,12 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def image():
-    """Builds the image exactly as a user would (docker/build_image.sh; cached layers make reruns quick)."""
-    p = subprocess.run(["bash", str(REPO / "docker" / "build_image.sh"), IMAGE], cwd=REPO, text=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    """Builds the image exactly as a user would (docker/build_image.sh; cached layers make reruns quick). One build
+    at a time on this machine: the Docker units' workers ask at once, and the first builds what the others reuse."""
+    with open(Path(tempfile.gettempdir()) / "edge-txn-tests-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        p = subprocess.run(["bash", str(REPO / "docker" / "build_image.sh"), IMAGE], cwd=REPO, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     print(p.stdout[-3000:])
     assert p.returncode == 0, p.stdout[-3000:]
     assert "build_image: built" in p.stdout
@@ -45,8 +48,7 @@ def image():
 # tmp_path; ports reserved machine-wide, testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup`
 # does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)
 DOCKER_FILES = "_docker.py"
-DOCKER_UNITS = {"test_unattended_docker.py": "test_lifecycle_docker.py",   # the same deployment (tstlife)
-                "test_swarm_docker.py": "test_rehearsal_docker.py"}        # both owners: one unit, one hold
+DOCKER_UNITS = {"test_swarm_docker.py": "test_rehearsal_docker.py"}   # both owners: one unit, one hold
 SWARM_OWNERS = {"test_rehearsal_docker.py", "test_swarm_docker.py"}
 # machine-wide, as the swarm is (tests/python/test_parallel.py's own suites name one of their own)
 SWARM_LOCK = Path(os.environ.get("EDGE_TXN_TESTS_SWARM_LOCK", Path(tempfile.gettempdir()) / "edge-txn-tests-swarm.lock"))

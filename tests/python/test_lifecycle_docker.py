@@ -3,110 +3,33 @@ the driver stopped mid-run, Ctrl-C / SIGTERM / SIGHUP on the host job and Ctrl-C
 shell, leftovers of an earlier run, a second job on a busy deployment. Each test bounds the time until the job
 ended, checks what was recorded, that nothing is left running in any container, and (where the fault broke the
 deployment) that the next bring-up repairs it and its run is CONSISTENT."""
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from testbed.cluster import swarm
 from testbed.core.config import load_exp_config
-from testbed.cluster.hosts import Host
 
-from conftest import IMAGE, REPO, docker_client, signals_as_from_a_terminal
+from conftest import REPO, docker_client, signals_as_from_a_terminal
+from one_node_deployment import LOCAL, OneNodeDeployment, finish, meta_of
 
 DOCKER = docker_client()
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(
     DOCKER is None, reason="no Docker daemon answers at DOCKER_HOST or unix:///var/run/docker.sock")]
 
-DEPLOYMENT = "tstlife"
-KNOBS = dict(IMAGE_NAME=IMAGE, DEPLOYMENT=DEPLOYMENT, NETWORK_NAME="tstlife_net", SUBNET="10.232.0.0/16",
-             DRIVER_IP="10.232.0.240", REGIONS=2, SHARDS_PER_REGION=1, SHAPING="app", INTER_RTT_MS=40,
-             SYSTEMS=["dast"], N_REPEAT=1, DURATION_S=8, WARMUP_S=1, COOLDOWN_S=1, CONCURRENCY_LEVELS=[1],
-             SCALABILITY_N_REGIONS=[2], ROBUST_RTT_VAR=[0])
-HOME = REPO / "results" / "_tests" / DEPLOYMENT   # inside the checkout: the driver sees it
-CFG_FILE = HOME / "exp_config.py"
-OUT = HOME / "results"
-SHARDS = [f"{DEPLOYMENT}_r1_s1", f"{DEPLOYMENT}_r2_s1"]
-DRIVER = f"{DEPLOYMENT}_driver"
-LOCAL = [Host("localhost")]
+D = OneNodeDeployment("tstlife", 232)
+DEPLOYMENT, DRIVER, SHARDS, KNOBS, CFG_FILE, OUT = D.name, D.driver, D.shards, D.knobs, D.cfg_file, D.out
+in_container, engines_left, host_run, wait_clients_running, by_hand = (
+    D.in_container, D.engines_left, D.host_run, D.wait_clients_running, D.by_hand)
 
 
 @pytest.fixture(scope="module")
 def dep(image):
-    HOME.mkdir(parents=True, exist_ok=True)
-    CFG_FILE.write_text("".join(f"{k} = {v!r}\n" for k, v in KNOBS.items()))
-    cfg = load_exp_config(CFG_FILE)
-    state = swarm.up(cfg, LOCAL, log=print)
-    yield cfg
-    swarm.down(cfg, LOCAL, log=print)
-    shutil.rmtree(HOME, ignore_errors=True)
-    assert DOCKER.containers.list(all=True, filters={"label": f"{swarm.LABEL}={DEPLOYMENT}"}) == []
-    assert state["deployment"] == DEPLOYMENT
-
-
-def in_container(name: str, cmd: str) -> str:
-    return swarm.exec_run(DOCKER.containers.get(name), ["sh", "-c", cmd])[1]
-
-
-def engines_left(jobs: bool = True) -> dict:
-    """Engine processes and run folders still in the shard containers, and (jobs) python jobs still in the driver."""
-    left = {}
-    for c in SHARDS:
-        ct = DOCKER.containers.get(c)
-        ct.reload()
-        if ct.status == "running":
-            out = in_container(c, "pgrep -a -x txn-server; pgrep -a -x txn-client; ls /tmp/edge-run 2>/dev/null; true")
-            if out.strip():
-                left[c] = out.strip()
-    drv = DOCKER.containers.get(DRIVER)
-    drv.reload()
-    if jobs and drv.status == "running":
-        out = swarm.exec_run(drv, ["pgrep", "-af", "python.*(testbed|run_experiments)"])[1]
-        if out.strip():
-            left[DRIVER] = out.strip()
-    return left
-
-
-def host_run(name: str, *extra, duration=20, new_session=True) -> subprocess.Popen:
-    """`run_local.py --backend swarm` on the host (it runs through the driver), output collected."""
-    return subprocess.Popen([sys.executable, "run_local.py", "--backend", "swarm", "--config", str(CFG_FILE),
-                             "--out", str(OUT), "--name", name, "--duration", str(duration), "--warmup", "1",
-                             "--cooldown", "1", "--concurrency", "1", "--regions", "2", "--shards", "1",
-                             "--inter-rtt", "40", *extra], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=new_session,
-                            preexec_fn=signals_as_from_a_terminal)
-
-
-def wait_clients_running(name: str, timeout=60, p: subprocess.Popen | None = None) -> Path:
-    """Once the run's clients run in a shard container: its run folder (meta.json says running)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if p is not None and p.poll() is not None:
-            raise AssertionError(f"the job ended before its run got going:\n{p.communicate()[0]}")
-        runs = list((OUT / name).glob("*/meta.json"))
-        # a client process, or a shard process whose clients started (it says GO in its log)
-        if runs and in_container(SHARDS[-1], "pgrep -x txn-client || grep -l '^GO ' /tmp/edge-run/*/logs/*.log "
-                                             "2>/dev/null || true").strip():
-            time.sleep(1.5)
-            return runs[0].parent
-        time.sleep(0.3)
-    raise AssertionError(f"the run {name} did not get going within {timeout}s")
-
-
-def finish(p: subprocess.Popen, within: float) -> tuple[int, str, float]:
-    t0 = time.monotonic()
-    out, _ = p.communicate(timeout=within)
-    return p.returncode, out, time.monotonic() - t0
-
-
-def meta_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "meta.json").read_text())
+    yield from D.brought_up()
 
 
 def next_run_is_consistent(dep, name: str) -> None:
@@ -156,14 +79,6 @@ def test_signal_on_the_host_job_stops_everything(dep, sig, code):
     meta = meta_of(run)
     assert meta["status"] == "interrupted" and meta["reason"].startswith(f"interrupted by {sig.name}"), meta
     assert engines_left() == {}
-
-
-def by_hand(name: str, duration=20, tty=False) -> list[str]:
-    """`docker exec -i[t] <driver> python -m testbed.cli ...`, the README's job by hand."""
-    return ["docker", "exec", "-it" if tty else "-i", DRIVER, "python", "-m", "testbed.cli", "--backend", "swarm",
-            "--out", f"/work/edge-txn/{OUT.relative_to(REPO)}", "--name", name, "--duration", str(duration),
-            "--warmup", "1", "--cooldown", "1", "--concurrency", "1", "--regions", "2", "--shards", "1",
-            "--inter-rtt", "40"]
 
 
 def test_ctrl_c_on_docker_exec_it_stops_the_run_in_the_driver(dep):

@@ -1,18 +1,33 @@
-"""Unattended jobs and jobs that die without a word, on the swarm (issue 29, finding 5 and its minor items), on the
-lifecycle tests' own deployment (tstlife, test_lifecycle_docker.py): the README's by-hand job with a closed stdin runs
-to its end and records the commit of the mounted checkout; it stops on the command a second job's busy message
-prints; kill -9 of the job in the driver is named on the host and its run recorded as failed; a run the host starts
+"""Unattended jobs and jobs that die without a word, on the swarm (issue 29, finding 5 and its minor items), on a
+deployment of the tests' own (tstunat, beside the lifecycle tests' tstlife; tests/python/one_node_deployment.py):
+the README's by-hand job with a closed stdin runs to its end and records the commit of the mounted checkout; it
+stops on the command a second job's busy message prints; kill -9 of the job in the driver is named on the host and its run recorded as failed; a run the host starts
 records the host checkout's version; a recent pass of the RTT self-test is reused, said so."""
 import re
 import shutil
 import subprocess
 import time
 
+import pytest
+
 from testbed.cluster import swarm
 from testbed.runs import selftest
 
-from test_lifecycle_docker import (DEPLOYMENT, DRIVER, OUT, REPO, by_hand, dep, engines_left, finish,  # noqa: F401
-                                   host_run, in_container, meta_of, pytestmark, wait_clients_running)
+from conftest import REPO
+from one_node_deployment import DOCKER, OneNodeDeployment, finish, meta_of
+
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(
+    DOCKER is None, reason="no Docker daemon answers at DOCKER_HOST or unix:///var/run/docker.sock")]
+
+D = OneNodeDeployment("tstunat", 234)
+DEPLOYMENT, DRIVER, OUT = D.name, D.driver, D.out
+in_container, engines_left, host_run, wait_clients_running, by_hand = (
+    D.in_container, D.engines_left, D.host_run, D.wait_clients_running, D.by_hand)
+
+
+@pytest.fixture(scope="module")
+def dep(image):
+    yield from D.brought_up()
 
 
 def git(*args) -> str:
