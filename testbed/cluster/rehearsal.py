@@ -23,6 +23,7 @@ import docker
 import yaml
 from tenacity import stop_after_delay, stop_before_delay
 
+from testbed.cluster import swarm as swarm_mod
 from testbed.core import knobs
 from testbed.core.polling import poll
 
@@ -149,6 +150,9 @@ def up(n: int = 2, image: str = knobs.default("IMAGE_NAME"), hosts_file: Path | 
     _run("ip", "link", "set", BRIDGE, "up")
     swarm = main.info().get("Swarm") or {}
     if swarm.get("LocalNodeState") != "active":
+        # Docker makes docker_gwbridge for a swarm's overlays when there is none: down() removes it then, as the
+        # one-node deployments' down does (testbed/cluster/swarm.py)
+        state["gwbridge_created"] = not main.networks.list(names=["docker_gwbridge"])
         main.swarm.init(advertise_addr=f"{NET}.1", listen_addr="0.0.0.0:2377")
         state["swarm_created"] = True
         _save_state(state)
@@ -268,6 +272,8 @@ def down(log=print) -> list[str]:
     if state.get("swarm_created"):
         try:
             main.swarm.leave(force=True)
+            if state.get("gwbridge_created"):   # unless a container of someone else's uses it by now
+                swarm_mod._remove_gwbridge(main)
         except docker.errors.APIError as e:
             left.append(f"swarm: {e.explanation or e}")
     if state.get("iptables"):

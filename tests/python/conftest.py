@@ -178,7 +178,7 @@ def pytest_runtest_protocol(item, nextitem):
         os.close(fd)
 
 
-_SWARM_BEFORE = pytest.StashKey()   # the controller's (node state, node id) of this machine's swarm at the start
+_SWARM_BEFORE = pytest.StashKey()   # the controller's (node state, node id, docker_gwbridge there) at the start
 
 
 def _swarm_membership():
@@ -187,7 +187,8 @@ def _swarm_membership():
         return None
     try:
         sw = c.info().get("Swarm") or {}
-        return sw.get("LocalNodeState"), sw.get("NodeID") or None
+        gwbridge = c.networks.list(names=["docker_gwbridge"]) != []   # Docker makes it for a swarm's overlays
+        return sw.get("LocalNodeState"), sw.get("NodeID") or None, gwbridge
     finally:
         c.close()
 
@@ -198,8 +199,8 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """This machine's swarm is as before the suite (none, or the same node of the same swarm): the Docker units
-    leave the swarm they made, the owners the one they make."""
+    """This machine's swarm is as before the suite (none, or the same node of the same swarm; docker_gwbridge there
+    or not): the Docker units leave the swarm they made, the owners the one they make."""
     before = session.config.stash.get(_SWARM_BEFORE, None)
     if before is not None and not hasattr(session.config, "workerinput") and exitstatus != pytest.ExitCode.INTERRUPTED:
         after = _swarm_membership()

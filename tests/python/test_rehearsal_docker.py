@@ -23,6 +23,7 @@ def test_a_three_host_swarm_on_one_machine(image):
     if why:  # .ci/run rehearses before `make main` brings its deployment up (make rehearsal)
         pytest.skip(why)
     swarm_before = (DOCKER.info().get("Swarm") or {}).get("LocalNodeState")
+    gwbridge_before = DOCKER.networks.list(names=["docker_gwbridge"]) != []
     facts = rehearse(n_hosts=2, duration=10, deployment="tstreh", image=image, subnet_b=58)
     print(summary(facts))
     s = facts["steps"]
@@ -35,3 +36,4 @@ def test_a_three_host_swarm_on_one_machine(image):
     assert ok(facts)
     assert not rehearsal.STATE.exists()
     assert (DOCKER.info().get("Swarm") or {}).get("LocalNodeState") == swarm_before
+    assert (DOCKER.networks.list(names=["docker_gwbridge"]) != []) == gwbridge_before   # Docker made it for the swarm
