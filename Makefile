@@ -16,8 +16,9 @@ build:
 	@[ -f build/build.ninja ] || cmake -S . -B build -G Ninja
 	ninja -C build -j2
 
-# ctest and pytest each in as many workers as the host has cores (pytest-xdist; the Docker tests stay in one worker,
-# tests/python/conftest.py); a test run by hand (`.venv/bin/pytest tests/python/test_x.py`) stays in one process
+# ctest in a worker per core; pytest (pytest-xdist) in a worker per core plus one per Docker test file, which run at
+# the same time, each on a deployment of its own (tests/python/conftest.py); a test run by hand
+# (`.venv/bin/pytest tests/python/test_x.py`) stays in one process
 test: setup
 	ctest --test-dir build --output-on-failure -j$$(nproc)
 	.venv/bin/pytest -n auto --durations=15
