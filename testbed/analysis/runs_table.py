@@ -101,7 +101,8 @@ def run_row(root: Path, run_dir: Path, meta: dict) -> dict:
                x_name=x.get("name"), x=x.get("value"), x_unit=x.get("unit"), point_label=meta.get("point_label"),
                point_key=meta.get("point_key"), repeat=meta.get("repeat"), n_repeat=meta.get("n_repeat"),
                current=False, backend=meta.get("backend"), shaping=meta.get("shaping"), git_sha=meta.get("git_sha"),
-               engine=(meta.get("engine") or {}).get("txn-server"), kernel=meta.get("kernel"), hostname=meta.get("hostname"), start_time=meta.get("start_time"),
+               engine=(meta.get("engine") or {}).get("txn-server"), kernel=meta.get("kernel"),
+               hostname=meta.get("hostname"), start_time=meta.get("start_time"),
                end_time=meta.get("end_time"), quick=bool(config.get("quick", False)), faults=meta.get("faults"),
                status=status, reason=reason, verdict=check.get("verdict"),
                busy_pct=cpu.get("busy_pct"), steal_pct=cpu.get("steal_pct"), cpu_seconds=meta.get("cpu_seconds"))

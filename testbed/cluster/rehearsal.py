@@ -152,7 +152,7 @@ def up(n: int = 2, image: str = knobs.default("IMAGE_NAME"), hosts_file: Path | 
     if swarm.get("LocalNodeState") != "active":
         # Docker makes docker_gwbridge for a swarm's overlays when there is none: down() removes it then, as the
         # one-node deployments' down does (testbed/cluster/swarm.py)
-        state["gwbridge_created"] = not main.networks.list(names=["docker_gwbridge"])
+        state["gwbridge_created"] = not swarm_mod.has_gwbridge(main)
         main.swarm.init(advertise_addr=f"{NET}.1", listen_addr="0.0.0.0:2377")
         state["swarm_created"] = True
         _save_state(state)

@@ -786,7 +786,7 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
     created_swarm, created_net, started, attempted = False, False, {}, set()
     fresh_key = not (state_dir / "id_ed25519").is_file()
     prev = load_state(containers_yml)
-    gwbridge_before = bool(clients[hosts[0].address].networks.list(names=["docker_gwbridge"]))
+    gwbridge_before = has_gwbridge(clients[hosts[0].address])
     try:
         check_owner(clients, deployment, repo, take_over, log)
         image_ids = check_image(clients, cfg.image_name)
@@ -967,6 +967,11 @@ def _remove_network(manager, name: str, deployment: str, timeout_s: float = 60) 
                 return None
             return "still listed on this node"
     return None
+
+
+def has_gwbridge(client) -> bool:
+    """Whether docker_gwbridge is there (Docker makes it for a swarm's overlays when there is none)."""
+    return bool(client.networks.list(names=["docker_gwbridge"]))
 
 
 def _remove_gwbridge(client) -> None:

@@ -38,21 +38,23 @@ def image():
 
 
 # `make test` runs the tests in parallel workers (pytest-xdist, `-n auto`). A Docker test file (*_docker.py) is a unit:
-# one worker runs its tests one after the other, in file order. Files that share a deployment, or that make and leave
-# this machine's swarm and assert on it, are one unit together (DOCKER_UNITS). The Docker units run at the same time,
-# each on a deployment of its own (own name, network and subnet) in one swarm, except the swarm's owners
-# (SWARM_OWNERS: the multi-host rehearsal needs this machine out of any swarm), which run alone: they hold
-# SWARM_LOCK exclusively while the others hold it shared (pytest_runtest_protocol below): whichever comes first, the
-# Docker tests take the owners' time plus the longest other unit's. The Docker units are handed out first. A file with a module-scoped fixture (a VM booted, a run
-# made once for all its tests) is a unit too; every other test is a unit of its own: it shares nothing (its own
-# tmp_path; ports reserved machine-wide, testbed/core/deploy.py allocate_ports). (xdist's own `--dist loadgroup`
-# does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)
+# one worker runs its tests one after the other, in file order. Files that would share a deployment, or that make and
+# leave this machine's swarm and assert on it, are one unit together (DOCKER_UNITS). The Docker units run at the same
+# time, each on a deployment of its own (own name, network and subnet) in one swarm, except the swarm's owners
+# (SWARM_OWNERS: the multi-host rehearsal needs this machine out of any swarm), which run alone: they hold SWARM_LOCK
+# exclusively while the others hold it shared (pytest_runtest_protocol below). Whichever comes first, the Docker
+# tests take the owners' time plus the longest other unit's. The Docker units are handed out first. A file with a
+# module-scoped fixture (a VM booted, a run made once for all its tests) is a unit too; every other test is a unit of
+# its own: it shares nothing (its own tmp_path; ports reserved machine-wide, testbed/core/deploy.py allocate_ports).
+# (xdist's own `--dist loadgroup` does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer
+# reads.)
 DOCKER_FILES = "_docker.py"
 DOCKER_UNITS = {"test_swarm_docker.py": "test_rehearsal_docker.py"}   # both owners: one unit, one hold
 SWARM_OWNERS = {"test_rehearsal_docker.py", "test_swarm_docker.py"}
 # machine-wide, as the swarm is (tests/python/test_parallel.py's own suites name one of their own)
-SWARM_LOCK = Path(os.environ.get("EDGE_TXN_TESTS_SWARM_LOCK", Path(tempfile.gettempdir()) / "edge-txn-tests-swarm.lock"))
-SWARM_MADE = SWARM_LOCK.with_suffix(".json")   # the swarm the shared units made: its node id, docker_gwbridge before
+SWARM_LOCK = Path(os.environ.get("EDGE_TXN_TESTS_SWARM_LOCK",
+                                Path(tempfile.gettempdir()) / "edge-txn-tests-swarm.lock"))
+SWARM_MADE = SWARM_LOCK.with_suffix(".json")   # the swarm the shared units made: its node id; docker_gwbridge before
 
 
 def _docker_unit(name: str) -> str | None:
@@ -141,7 +143,7 @@ def _make_the_tests_swarm() -> None:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             if (c.info().get("Swarm") or {}).get("LocalNodeState") != "active":
-                gwbridge_before = bool(c.networks.list(names=["docker_gwbridge"]))
+                gwbridge_before = swarm.has_gwbridge(c)
                 swarm.ensure_swarm({"localhost": c}, [Host("localhost")], log=print)
                 SWARM_MADE.write_text(json.dumps({"node": c.info()["Swarm"]["NodeID"],
                                                   "gwbridge_before": gwbridge_before}))
@@ -159,8 +161,8 @@ def pytest_runtest_protocol(item, nextitem):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if kind == "owner" else fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"\n{item.path.name}: waiting for {'the other Docker tests' if kind == 'owner' else 'the swarm owners'}"
-                  f" ({SWARM_LOCK})", flush=True)
+            whom = "the other Docker tests" if kind == "owner" else "the swarm owners"
+            print(f"\n{item.path.name}: waiting for {whom} ({SWARM_LOCK})", flush=True)
             fcntl.flock(fd, fcntl.LOCK_EX if kind == "owner" else fcntl.LOCK_SH)
         _swarm_hold.update(kind=kind, fd=fd)
         (_leave_the_tests_swarm if kind == "owner" else _make_the_tests_swarm)()
@@ -186,9 +188,9 @@ def _swarm_membership():
     if c is None:
         return None
     try:
+        from testbed.cluster import swarm
         sw = c.info().get("Swarm") or {}
-        gwbridge = c.networks.list(names=["docker_gwbridge"]) != []   # Docker makes it for a swarm's overlays
-        return sw.get("LocalNodeState"), sw.get("NodeID") or None, gwbridge
+        return sw.get("LocalNodeState"), sw.get("NodeID") or None, swarm.has_gwbridge(c)
     finally:
         c.close()
 
