@@ -86,9 +86,9 @@ MUTANTS = [
     ("slog.reply_on_first_result", "the handler answers on the first shard's result, not on every shard's", "safety"),
     # a restarted replica's catch-up (src/core/recovery.h), protocol-neutral: run k under CRASH_TOLERANT[k % 4]
     ("recovery.none", "the catch-up as built", "-"),
-    ("recovery.skips_event", "replica 0's catch-up leaves out the event each part after the first starts at: the "
-     "restarted replica skips a piece of a decided transaction", "safety"),
-    ("recovery.stops_when_caught_up", "the restarted replica stops following replica 0 once it has caught up",
+    ("recovery.skips_event", "a source's catch-up leaves out the first event of each Part after its snapshot: the "
+     "restarted replica skips a piece of a decided transaction (a gap)", "safety"),
+    ("recovery.stops_when_caught_up", "the restarted replica executes nothing after the snapshot it took over",
      "safety"),
 ]
 # Each protocol's own simulator suites, beside the protocol-neutral one.
@@ -195,18 +195,20 @@ def stress_faults(duration: float, crash: bool = False) -> str:
     of the run (a congested path into one replica: its shard's other replicas decide and apply a cross-region
     transaction, a transaction of the region that depends on it is decided, and its Commit, sent inside the region,
     reaches that follower before the cross-region one's own messages do). With `crash`, a follower (the seed's
-    choice) is killed for good after the last pause has ended: what a replica decided on the others' votes must
-    hold without it, and nothing its peers saw committed may be lost (the durability check); it is restarted
-    empty a moment later and must catch up from replica 0 of its shard and end as its peers (docs/nemesis.md)."""
+    choice) is killed between the first two pauses, unannounced (the engine reads no plan): what a replica decided on
+    the others' votes must hold without it, and nothing its peers saw committed may be lost (the durability check);
+    it is restarted empty before the second pause, a quarter of the way into the run, and must take over a live
+    replica's state and end as its peers with most of the run's load still to come (docs/nemesis.md)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
+    # down between the first pause's end and the second's start: no pause of it falls while it is down
+    crash_at, restart_at = round(t(0.2) + min(1.0, t(0.05)) + 0.1, 2), round(t(0.3) - 0.05, 2)
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
                       *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",
                       *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
-                      *([f"crash:follower@{round(t(0.8) + min(1.0, t(0.05)) + 0.1, 2)}+{min(1.0, t(0.05))}"]
-                        if crash else [])])
+                      *([f"crash:follower@{crash_at}+{round(restart_at - crash_at, 2)}"] if crash else [])])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,

@@ -223,51 +223,6 @@ void check_faults(const Deployment& d) {
     if (!(std::fabs(c.drift_ppm) <= 100000)) fail(key + ".drift_ppm", "must be in [-100000, 100000]");
     if (c.offset_us == 0 && c.drift_ppm == 0) fail(key, "neither offset_ms nor drift_ppm set: no fault");
   }
-  for (size_t i = 0; i < f.pauses.size(); ++i) {
-    const auto& p = f.pauses[i];
-    const std::string key = "faults[pause " + std::to_string(i) + (p.id.empty() ? "" : " " + p.id) + "]";
-    check_window(key, p.w, d, true);
-    const NodeInfo* n = d.find(p.node);
-    if (!n) fail(key + ".node", "'" + p.node + "' is not a node of the deployment");
-    if (n->kind == NodeKind::Client) fail(key + ".node", "'" + p.node + "' is a client: pause a server");
-    const TimeUs limit = static_cast<TimeUs>(std::llround(d.runtime.connect_timeout_s * 1e6));
-    if (p.w.end_us - p.w.start_us >= limit)
-      fail(key + ".end_s", "a pause of " + secs(p.w.end_us - p.w.start_us) +
-                               " is not shorter than runtime.connect_timeout_s (its peers would take it for dead)");
-    for (size_t j = 0; j < i; ++j)
-      if (d.process_of(d.find(f.pauses[j].node)->id) == d.process_of(n->id) && f.pauses[j].w.overlaps(p.w))
-        fail(key, "overlaps pause " + std::to_string(j) + " of the same process (" + d.process_of(n->id) + ")");
-  }
-  // A crash kills a follower for the rest of the run: it must be alone in its process (nothing else dies with it),
-  // and its shard keeps a majority (no second replica of it crashed; replica 0 leads or coordinates in every
-  // protocol here, and its failover comes later).
-  for (size_t i = 0; i < f.crashes.size(); ++i) {
-    const auto& c = f.crashes[i];
-    const std::string key = "faults[crash " + std::to_string(i) + (c.id.empty() ? "" : " " + c.id) + "]";
-    check_window(key, FaultWindow{c.start_us, c.end_us}, d, c.end_us != kNoTime);
-    if (c.end_us != kNoTime && d.runtime.transport == "grpc")
-      fail(key + ".end_s", "a restart needs transport tcp (the grpc transport does not take a given-up peer back)");
-    const NodeInfo* n = &d.node(c.node_id);
-    if (n->kind != NodeKind::Replica)
-      fail(key + ".node", "'" + c.node + "' is not a replica: only a follower replica may crash");
-    if (n->replica == 0)
-      fail(key + ".node", "'" + c.node + "' is replica 0 of its shard (its leader or coordinator): its failover "
-                          "is not implemented; crash a follower");
-    const auto members = d.process_nodes(d.process_of(n->id));
-    if (members.size() != 1)
-      fail(key + ".node", "'" + c.node + "' shares process " + d.process_of(n->id) + " with " +
-                              std::to_string(members.size() - 1) + " other node(s): a crash needs a process per node");
-    for (size_t j = 0; j < i; ++j) {
-      const NodeInfo& o = d.node(f.crashes[j].node_id);
-      if (o.id == n->id) fail(key + ".node", "'" + c.node + "' crashed twice (crash " + std::to_string(j) + ")");
-      if (o.shard == n->shard)
-        fail(key + ".node", "'" + c.node + "' and '" + o.name + "' (crash " + std::to_string(j) +
-                                ") are replicas of one shard: it would lose its majority");
-    }
-    for (size_t j = 0; j < f.pauses.size(); ++j)
-      if (f.pauses[j].node == c.node && f.pauses[j].w.end_us > c.start_us)
-        fail(key, "'" + c.node + "' is paused (pause " + std::to_string(j) + ") past its crash");
-  }
 }
 
 TimeUs seconds_us(const YAML::Node& n, const std::string& key) {
@@ -364,27 +319,8 @@ void parse_faults(const YAML::Node& list, Deployment& d) {
       c.start_us = w.start_us;
       c.end_us = w.end_us;
       d.faults.clocks.push_back(std::move(c));
-    } else if (kind == "pause") {
-      check_keys(y, key, {"id", "spec", "kind", "node", "start_s", "end_s"});
-      PauseFault p;
-      p.id = id;
-      if (!y["node"]) fail(key + ".node", "missing");
-      p.node = str(y["node"], key + ".node");
-      p.w = window(true);
-      d.faults.pauses.push_back(std::move(p));
-    } else if (kind == "crash") {
-      check_keys(y, key, {"id", "spec", "kind", "node", "start_s", "end_s"});
-      CrashFault c;
-      c.id = id;
-      if (!y["node"]) fail(key + ".node", "missing");
-      c.node = str(y["node"], key + ".node");
-      const NodeInfo* node = d.find(c.node);
-      if (!node) fail(key + ".node", "'" + c.node + "' is not a node of the deployment");
-      c.node_id = node->id;
-      if (!y["start_s"]) fail(key + ".start_s", "missing");
-      c.start_us = seconds_us(y["start_s"], key + ".start_s");
-      if (y["end_s"]) c.end_us = seconds_us(y["end_s"], key + ".end_s");   // restarted then
-      d.faults.crashes.push_back(std::move(c));
+    } else if (kind == "pause" || kind == "crash") {
+      // The runner's (a signal to a process, a new process): the engine never reads them (core/faults.h)
     } else {
       fail(key + ".kind", "'" + kind + "' unknown (expected partition|spike|jitter|clock|pause|crash)");
     }

@@ -15,8 +15,8 @@ ShardExecutor::ShardExecutor(const Workload& w, uint32_t shard) : w_(w), shard_(
 void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Vars* out, bool deferred,
                             const OrderKey& key) {
   history_.push_back(ExecEvent{txn_id, p.id(), deferred, key});
-  if (retain_) {
-    recovery::Event& e = retained_.emplace_back();
+  if (tap_) {
+    recovery::Event& e = tapped_.emplace_back();
     e.set_txn(txn_id);
     *e.mutable_piece() = p;
     *e.mutable_in() = in;
@@ -31,10 +31,41 @@ void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Var
   w_.execute(*store_, p, in, out);
 }
 
-void ShardExecutor::retain() {
-  if (!retain_ && !history_.empty())
-    throw std::logic_error("ShardExecutor::retain after " + std::to_string(history_.size()) + " events");
-  retain_ = true;
+bool ShardExecutor::snapshot(recovery::Snapshot* out) const {
+  out->set_shard(shard_);
+  if (!store_->encode(out->mutable_store())) return false;
+  out->mutable_history()->Reserve(static_cast<int>(history_.size()));
+  for (const ExecEvent& e : history_) {
+    recovery::Done* d = out->add_history();
+    d->set_txn(e.txn);
+    d->set_piece(e.piece);
+    d->set_deferred(e.deferred);
+    if (e.key.set) {
+      d->set_key_set(true);
+      d->set_key_domain(e.key.domain);
+      d->set_key_hi(e.key.hi);
+      d->set_key_lo(e.key.lo);
+    }
+  }
+  for (const auto& [txn, deps] : deps_) {
+    recovery::Deps* d = out->add_deps();
+    d->set_txn(txn);
+    for (uint64_t x : deps) d->add_deps(x);
+  }
+  return true;
+}
+
+bool ShardExecutor::install(const recovery::Snapshot& s) {
+  if (!history_.empty() || s.shard() != shard_) return false;
+  std::unique_ptr<ShardStore> st = w_.load(shard_);
+  if (!st->decode(s.store())) return false;
+  store_ = std::move(st);
+  history_.reserve(static_cast<size_t>(s.history_size()));
+  for (const recovery::Done& d : s.history())
+    history_.push_back(ExecEvent{d.txn(), d.piece(), d.deferred(),
+                                 d.key_set() ? order_key(d.key_domain(), d.key_hi(), d.key_lo()) : OrderKey{}});
+  for (const recovery::Deps& d : s.deps()) declare_deps(d.txn(), {d.deps().begin(), d.deps().end()});
+  return true;
 }
 
 namespace {

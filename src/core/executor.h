@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "recovery.pb.h"
@@ -97,12 +98,19 @@ class ShardExecutor {
   // The history file (format in docs/checker.md); returns the number of lines
   // written between the header and the trailer.
   size_t write_history(std::ostream& o, const std::string& node) const;
-  // Keep, from now on, every executed piece with the variables it ran with (recovery::Event, one per history
-  // event): what a restarted replica of the shard executes again to catch up (src/core/recovery.h). Off unless a
-  // restart of a replica of this shard is planned (it costs a copy of every piece).
-  void retain();
-  bool retaining() const { return retain_; }
-  const std::vector<recovery::Event>& retained() const { return retained_; }
+  // Hand over, from now on, every executed piece with the variables it ran with (recovery::Event, one per history
+  // event): what a restarted replica of the shard that follows this one executes too (src/core/recovery.h). Off
+  // while no restarted peer follows it (it costs a copy of every piece); take_tapped() takes what was kept so far.
+  void tap(bool on) { tap_ = on; if (!on) tapped_.clear(); }
+  bool tapping() const { return tap_; }
+  std::vector<recovery::Event> take_tapped() { return std::exchange(tapped_, {}); }
+  // This replica's state as a restarted peer takes it over: the store (ShardStore::encode) and the history so far
+  // (every event, and the dependencies declared; its votes and quorums are its own and stay here). False: the
+  // workload's store cannot be encoded.
+  bool snapshot(recovery::Snapshot* out) const;
+  // Take over a peer's snapshot: its store and history replace this executor's (which must have executed nothing).
+  // False (nothing changed) when it is not a snapshot of this shard and workload.
+  bool install(const recovery::Snapshot& s);
 
  private:
   const Workload& w_;
@@ -114,8 +122,8 @@ class ShardExecutor {
   std::unordered_map<uint64_t, uint64_t> vote_marks_;           // declare_vote: history_.size() then
   std::unordered_map<uint64_t, std::vector<uint64_t>> quorums_;  // declare_quorum, sorted replica indexes
   std::unordered_map<uint64_t, std::vector<uint64_t>> accepted_; // declare_quorum's acceptances (slow path)
-  bool retain_ = false;
-  std::vector<recovery::Event> retained_;   // retain(): from then on, one per history event
+  bool tap_ = false;
+  std::vector<recovery::Event> tapped_;   // tap(): from then on, one per history event, until taken
 };
 
 // The variables piece `p` executes with: its args, plus its inputs' values from `known`. When the piece has no

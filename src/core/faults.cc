@@ -31,27 +31,6 @@ bool LinkFault::shares_link_with(const LinkFault& o) const {
          });
 }
 
-bool FaultPlan::may_crash(NodeId id) const {
-  for (const auto& c : crashes)
-    if (c.node_id == id) return true;
-  return false;
-}
-
-bool FaultPlan::may_restart(NodeId id) const {
-  for (const auto& c : crashes)
-    if (c.node_id == id && c.end_us != kNoTime) return true;
-  return false;
-}
-
-bool FaultPlan::serves_restart(const Deployment& d, NodeId id) const {
-  const NodeInfo& l = d.node(id);
-  if (l.kind != NodeKind::Replica || l.replica != 0) return false;
-  for (const auto& c : crashes)
-    if (c.end_us != kNoTime && d.node(c.node_id).kind == NodeKind::Replica && d.node(c.node_id).shard == l.shard)
-      return true;
-  return false;
-}
-
 TimeUs FaultPlan::clock_shift(NodeId id, TimeUs t) const {
   for (const auto& c : clocks) {
     if (t < c.start_us || t >= c.end_us) continue;

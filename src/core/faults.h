@@ -9,12 +9,10 @@
 //   clock      a node's protocol clock (Env::now_us) offset by offset_us and drifting by drift_ppm from start on
 //              (to the end of the run, or to end_us, where it steps back to true time);
 //              the monotonic clock (Env::mono_us, latency) is never touched;
-//   pause      a node's process stopped (SIGSTOP) and resumed (SIGCONT) by the runner: not applied here.
-//   crash      a follower's process killed (SIGKILL) by the runner at start_us: not applied here, but its peers
-//              know it may go: a peer of that process that stays unreachable is dropped (its messages counted as
-//              `dropped_to_crashed`), where any other unreachable server ends the process. With end_us, the runner
-//              starts a new, empty process for it then (`txn-server --recover`): it catches up from its shard's
-//              replica 0 (src/core/recovery.h), and its peers take it back when it answers again.
+// The runner's kinds (pause, crash and its restart: signals to a process, a new process) are not read here at all:
+// the system under test learns of them only as a deployed system would, a peer going silent (its transport gives it
+// up after runtime.connect_timeout_s and keeps trying it) or a restarted peer asking to catch up
+// (src/core/recovery.h). config.cc skips their entries.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -72,37 +70,12 @@ struct ClockFault {
   TimeUs end_us = kNoTime;         // to the end of the run, or until then (the clock steps back to true time)
 };
 
-struct PauseFault {
-  std::string id;
-  std::string node;   // its process is paused by the runner (SIGSTOP .. SIGCONT)
-  FaultWindow w;
-};
-
-struct CrashFault {
-  std::string id;
-  std::string node;   // a follower replica alone in its process, killed by the runner (SIGKILL) at start_us
-  NodeId node_id = 0; // resolved by the loader
-  TimeUs start_us = 0;
-  TimeUs end_us = kNoTime;   // restarted then (a new, empty process that recovers); kNoTime: down to the end
-};
-
 struct FaultPlan {
   std::vector<PartitionFault> partitions;
   std::vector<LinkFault> links;
   std::vector<ClockFault> clocks;
-  std::vector<PauseFault> pauses;
-  std::vector<CrashFault> crashes;
 
-  bool empty() const {
-    return partitions.empty() && links.empty() && clocks.empty() && pauses.empty() && crashes.empty();
-  }
-  // Node `id` is planned to crash in this run (its process may vanish; docs/nemesis.md).
-  bool may_crash(NodeId id) const;
-  // Node `id` is planned to crash and be restarted: its peers take it back when it answers again.
-  bool may_restart(NodeId id) const;
-  // Node `id` is replica 0 of a shard with a restart planned: it serves that replica's catch-up (and only then keeps
-  // a record of what it executed).
-  bool serves_restart(const Deployment& d, NodeId id) const;
+  bool empty() const { return partitions.empty() && links.empty() && clocks.empty(); }
   bool delays_messages() const { return !partitions.empty() || !links.empty(); }
   bool engine_side() const { return delays_messages() || !clocks.empty(); }
   // What node `id`'s protocol clock adds to the true time `t` (since load start).

@@ -34,6 +34,11 @@ class ShardStore {
   // too). False: the store cannot (evaluate copies it with clone()). Trials do not nest.
   virtual bool begin_trial() { return false; }
   virtual void end_trial() {}
+  // The complete state as bytes (what a restarted replica of the shard takes over: src/core/recovery.h), and back:
+  // decode() replaces this store's state with what encode() of a store of the same workload and shard wrote; false
+  // (and the store unchanged) when the bytes are not such a state. A store that cannot: encode() returns false.
+  virtual bool encode(std::string* out) const { (void)out; return false; }
+  virtual bool decode(const std::string& in) { (void)in; return false; }
 };
 
 // What a client needs to know to generate transactions.

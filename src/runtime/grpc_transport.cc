@@ -455,7 +455,7 @@ void GrpcTransport::give_up(PeerConn& p) {
     p.pending.clear();
     if (p.stream) p.stream->ctx.TryCancel();   // its write and finish come back cancelled
   }
-  unreachable(p.to, dropped);   // fatal, unless a client's or draining
+  unreachable(p.to, dropped);   // given up for good: this transport does not take it back (docs/nemesis.md)
 }
 
 }  // namespace txn::runtime

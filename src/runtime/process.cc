@@ -80,12 +80,15 @@ std::string prepend_fields(const std::string& obj, const std::string& fields) {
 // messages and an unfinished drain fail the run.
 std::string process_facts(const Transport& t, uint64_t rejected, bool drain_timed_out) {
   const Transport::Drops d = t.drops();
-  return "{\"dropped_messages\": " + std::to_string(d.to_servers) +
+  std::string to = "{", given_up = "[";
+  for (const auto& [proc, n] : d.to_process) to += (to.size() > 1 ? ", " : "") + json_string(proc) + ": " + std::to_string(n);
+  for (const auto& proc : d.given_up) given_up += (given_up.size() > 1 ? ", " : "") + json_string(proc);
+  return "{\"dropped_messages\": " + std::to_string(d.to_servers) + ", \"dropped_to\": " + to + "}" +
+         ", \"unreachable_peers\": " + given_up + "]" +
          ", \"junk_connections\": " + std::to_string(t.junk_connections()) +
          (t.junk_connections() ? ", \"junk_from\": \"" + t.junk_from() + "\"" : std::string()) +
          ", \"dropped_to_clients\": " + std::to_string(d.to_clients) +
          ", \"malformed_messages\": " + std::to_string(d.malformed) +
-         ", \"dropped_to_crashed\": " + std::to_string(d.to_crashed) +
          ", \"rejected_messages\": " + std::to_string(rejected) +
          ", \"drain_timed_out\": " + (drain_timed_out ? "true" : "false") + "}";
 }
@@ -243,11 +246,10 @@ int run(Role role, const char* prog, int argc, char** argv) {
       throw Fatal{2, "node '" + name + "' is not the first node of process '" + d.process_of(me->id) +
                          "': its messages go to that process's port"};
     ids.push_back(me->id);
-    // A restarted replica (docs/nemesis.md, crash:NODE@S+T): the deployment must plan its restart, so that its
-    // shard's replica 0 kept what it executed and its peers take it back.
-    if (recover && !(me->kind == NodeKind::Replica && d.faults.may_restart(me->id)))
-      throw Fatal{2, "--recover: '" + name + "' is not a replica the deployment's faults restart (crash:" + name +
-                         "@S+T)"};
+    // A replica started again in a running deployment (docs/nemesis.md, crash:NODE@S+T, or by hand): it asks the
+    // live replicas of its shard for their state (src/core/recovery.h). Nothing else tells it or its peers.
+    if (recover && me->kind != NodeKind::Replica)
+      throw Fatal{2, "--recover: '" + name + "' is not a replica (only a replica is started again to catch up)"};
   } else {
     ids = d.process_nodes(process);
     if (ids.empty()) throw Fatal{2, "process '" + process + "' not in " + config};
@@ -275,16 +277,17 @@ int run(Role role, const char* prog, int argc, char** argv) {
       h.info = &d.node(ids[i]);
       if (h.info->kind == NodeKind::Replica && recover) {   // restarted empty: catches up, then follows
         auto l = std::make_unique<Learner>(d, h.info->id, *w);
-        l->on_caught_up([node = h.info->name](Env&, uint64_t events, TimeUs after_us) {
-          std::printf("CAUGHT_UP %s events=%llu after_us=%lld wall_us=%lld\n", node.c_str(),
+        l->on_caught_up([&d, node = h.info->name](Env&, uint64_t events, TimeUs after_us, NodeId source) {
+          std::printf("CAUGHT_UP %s events=%llu after_us=%lld wall_us=%lld source=%s\n", node.c_str(),
                       static_cast<unsigned long long>(events), static_cast<long long>(after_us),
-                      static_cast<long long>(wall_us()));
+                      static_cast<long long>(wall_us()), d.node(source).name.c_str());
           std::fflush(stdout);
         });
-        h.replica = l.get();
-        h.node = std::move(l);
+        auto r = serve_catch_up(d, h.info->id, std::move(l));   // and serves a later restarted peer in turn
+        h.replica = r.get();
+        h.node = std::move(r);
       } else if (h.info->kind == NodeKind::Replica) {
-        auto r = serve_restarts(d, h.info->id, spec.make_replica(d, h.info->id, *w));
+        auto r = serve_catch_up(d, h.info->id, spec.make_replica(d, h.info->id, *w));
         h.replica = r.get();
         h.node = std::move(r);
       } else if (h.info->kind == NodeKind::Role) {

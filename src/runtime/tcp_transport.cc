@@ -561,8 +561,10 @@ void TcpTransport::give_up(Peer& p) {
   if (p.retry_timer) r_.cancel(p.retry_timer);
   p.retry_timer = 0;
   close_peer(p);
-  unreachable(p.to, lost);   // fatal, unless a client's or draining
-  if (!draining_ && d_.faults.may_restart(p.to)) {   // it may come back (a restart): try it again with what comes
+  unreachable(p.to, lost);
+  // Whatever stopped it, it may come back (a restarted process listens on the same port): tried again with what
+  // comes next, its connection attempts a second apart. A client's is not (it exited at its run's end).
+  if (!draining_ && d_.node(p.to).kind != NodeKind::Client) {
     p.gone = false;
     p.blocked_since = 0;
     p.backoff_s = 1.0;

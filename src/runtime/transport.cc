@@ -1,7 +1,5 @@
 #include "runtime/transport.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -29,7 +27,7 @@ void Transport::use_faults(const FaultAnchor* zero) {
 bool Transport::route_out(Envelope& msg, NodeId* endpoint) {
   const NodeId to = msg.to();
   if (to >= d_.nodes.size()) {
-    ++drops_servers_;
+    count_drops(to, 1);
     log_("send to unknown node id " + std::to_string(to) + " dropped");
     return false;
   }
@@ -49,26 +47,20 @@ double Transport::watch_every_s() const { return std::clamp(o_.connect_timeout_s
 
 void Transport::unreachable(NodeId ep, uint64_t dropped) {
   const auto& n = d_.node(ep);
-  // A process planned to crash (a `crash` fault) may vanish: its messages are dropped, counted apart; any other
-  // server gone is fatal (its peers could only wait for it).
-  const bool may_crash = d_.faults.may_crash(ep);
-  if (!draining_ && n.kind != NodeKind::Client && !may_crash) {
-    std::string who = d_.process_of(ep);
-    const auto members = d_.process_nodes(who);
-    if (members.size() > 1 || who != n.name) {  // a process of several nodes: name them too
-      who += " (";
-      for (size_t i = 0; i < members.size(); ++i) who += (i ? ", " : "") + d_.node(members[i]).name;
-      who += ")";
-    }
-    std::fprintf(stderr, "%s: error: peer %s at %s:%u unreachable after %gs\n", o_.prog.c_str(), who.c_str(),
-                 n.host.c_str(), n.port, o_.connect_timeout_s);
-    std::fflush(stderr);
-    _exit(3);
-  }
   count_drops(ep, dropped);
-  if (n.kind == NodeKind::Client) log_("client " + d_.process_of(ep) + " unreachable; dropping its messages");
-  else if (may_crash) log_("peer " + d_.process_of(ep) + " unreachable (planned to crash); dropping its messages");
-  else log_("dropped " + std::to_string(dropped) + " message(s) to unreachable " + d_.process_of(ep));
+  if (n.kind == NodeKind::Client) {
+    log_("client " + d_.process_of(ep) + " unreachable; dropping its messages");
+    return;
+  }
+  const std::string who = d_.process_of(ep);
+  {
+    std::lock_guard<std::mutex> g(drops_mu_);
+    if (std::find(given_up_.begin(), given_up_.end(), who) == given_up_.end()) given_up_.push_back(who);
+  }
+  char after[32];
+  std::snprintf(after, sizeof after, "%g", o_.connect_timeout_s);
+  log_("peer " + who + " at " + n.host + ":" + std::to_string(n.port) + " unreachable for " + after + " s: " +
+       std::to_string(dropped) + " message(s) to it dropped" + (draining_ ? "" : "; trying it again"));
 }
 
 void Transport::dropped_after_breaks(NodeId ep, uint64_t dropped) {
@@ -79,9 +71,25 @@ void Transport::dropped_after_breaks(NodeId ep, uint64_t dropped) {
 }
 
 void Transport::count_drops(NodeId to, uint64_t n) {
-  if (d_.node(to).kind == NodeKind::Client) drops_clients_ += n;
-  else if (d_.faults.may_crash(to)) drops_crashed_ += n;
-  else drops_servers_ += n;
+  if (n == 0) return;
+  if (to < d_.nodes.size() && d_.node(to).kind == NodeKind::Client) {
+    drops_clients_ += n;
+    return;
+  }
+  drops_servers_ += n;
+  std::lock_guard<std::mutex> g(drops_mu_);
+  drops_to_[to < d_.nodes.size() ? d_.process_of(to) : "?"] += n;
+}
+
+Transport::Drops Transport::drops() const {
+  Drops d;
+  d.to_servers = drops_servers_;
+  d.to_clients = drops_clients_;
+  d.malformed = drops_malformed_;
+  std::lock_guard<std::mutex> g(drops_mu_);
+  d.to_process = drops_to_;
+  d.given_up = given_up_;
+  return d;
 }
 
 uint64_t deployment_token(const Deployment& d) {

@@ -15,11 +15,15 @@
 //   grpc txn.Peer client streams on gRPC's completion queue, polled by a
 //        thread of its own (grpc_transport.h).
 // What both share is here: the checks on incoming envelopes, the link
-// emulation, the drop counters and the fatal "unreachable" line.
+// emulation, the drop counters and the "unreachable" line. A peer process that stays unreachable for
+// runtime.connect_timeout_s is given up, whatever stopped it: what waited for it is dropped (counted per peer, for
+// the checker, which holds every drop to a peer that was never lost as a lost message) and it is tried again, so
+// that a restarted process is reached when it listens. Nothing here knows the nemesis's plan.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -68,7 +72,7 @@ class Transport {
   // The same, but written only by the next flush() (the event loop's way: one batch per destination per round).
   virtual void enqueue(Envelope msg) = 0;
   virtual void flush() = 0;
-  // While draining, an unreachable peer is no longer fatal: its messages are dropped.
+  // While draining, an unreachable peer is not tried again (its messages are dropped).
   void set_draining(bool v) { draining_ = v; }
   // The deployment's fault plan applies to incoming channels from load start on (`zero`: on the steady clock,
   // e.g. EventLoop::load_start_mono(); it outlives the transport). Call before listen().
@@ -93,18 +97,18 @@ class Transport {
   NodeId self() const { return self_; }   // the process's endpoint node
   bool hosts(NodeId id) const { return id < local_.size() && local_[id]; }
 
-  // Messages this transport dropped, for the state dump (the checker fails a
-  // run that lost any): outbound to a peer that was unreachable or whose
-  // connection kept breaking, or to an unknown id; to clients (which may have
-  // exited), counted apart; inbound ones rejected as malformed.
+  // Messages this transport dropped, for the state dump (the checker fails a run that dropped any to a process
+  // that was never lost): outbound to a peer that was unreachable or whose connection kept breaking, or to an
+  // unknown id; to clients (which may have exited), counted apart; inbound ones rejected as malformed.
   struct Drops {
     uint64_t to_servers = 0, to_clients = 0, malformed = 0;
-    uint64_t to_crashed = 0;   // to a process planned to crash (faults: crash), once it was unreachable
+    std::map<std::string, uint64_t> to_process;   // to_servers by destination process (an unknown id: "?")
+    std::vector<std::string> given_up;            // server processes given up as unreachable at least once
   };
   // Writes to other processes (batches) and the messages they carried (a retried batch counts again).
   uint64_t writes() const { return writes_; }
   uint64_t written() const { return written_; }
-  Drops drops() const { return {drops_servers_, drops_clients_, drops_malformed_, drops_crashed_}; }
+  Drops drops() const;
 
   // A batch whose connection broke this many times running is dropped.
   static constexpr int kMaxBreaks = 3;
@@ -114,9 +118,8 @@ class Transport {
   // process: delivered with the same link model; to an unknown id: dropped),
   // else *endpoint is the destination process's endpoint node.
   bool route_out(Envelope& msg, NodeId* endpoint);
-  // The destination process is unreachable: a fatal, named error (exit 3),
-  // unless it is a client's (clients exit when their run is over) or this
-  // process is draining; then the caller drops its messages and this logs it.
+  // The destination process stayed unreachable for the connect timeout: the caller drops what waited for it (counted
+  // here) and tries it again unless draining; this logs it (a server's once per time it is given up) and records it.
   void unreachable(NodeId endpoint, uint64_t dropped);
   void dropped_after_breaks(NodeId endpoint, uint64_t dropped);
   void count_drops(NodeId to, uint64_t n);
@@ -138,7 +141,10 @@ class Transport {
 
  private:
   std::atomic<uint64_t> writes_{0}, written_{0};
-  std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0}, drops_crashed_{0};
+  std::atomic<uint64_t> drops_servers_{0}, drops_clients_{0}, drops_malformed_{0};
+  mutable std::mutex drops_mu_;       // guards the two below
+  std::map<std::string, uint64_t> drops_to_;   // drops to servers by destination process
+  std::vector<std::string> given_up_;          // server processes given up at least once, in that order
   std::atomic<uint64_t> junk_{0};
   mutable std::mutex junk_mu_;        // guards junk_from_
   std::string junk_from_;             // the first junk connection's peer

@@ -170,6 +170,85 @@ std::string TpccStore::dump_json() const {
   return o.str();
 }
 
+
+// A snapshot holds every field the digest covers, and the derived index (by_name) is rebuilt from the customers.
+bool TpccStore::encode(std::string* out) const {
+  Writer w(out);
+  w.i(shard); w.i(sz.districts); w.i(sz.customers); w.i(sz.items); w.i(sz.orders);
+  w.i(static_cast<int64_t>(executed)); w.s(w_name); w.i(w_tax_bp); w.i(w_ytd);
+  w.i(static_cast<int64_t>(district.size()));
+  for (const auto& d : district) {
+    w.s(d.name); w.i(d.tax_bp); w.i(d.next_o_id); w.i(d.ytd); w.i(d.delivered_at_load); w.i(d.deliveries);
+  }
+  w.i(static_cast<int64_t>(customer.size()));
+  for (const auto& c : customer) {
+    w.i(c.last); w.i(c.bad_credit); w.i(c.discount_bp); w.i(c.balance); w.i(c.ytd_payment);
+    w.i(c.payment_cnt); w.i(c.delivery_cnt); w.i(c.last_o_id);
+  }
+  w.i(static_cast<int64_t>(history.size()));
+  for (const auto& h : history) { w.i(h.c_id); w.i(h.c_d); w.i(h.c_w); w.i(h.d); w.i(h.amount); w.s(h.data); }
+  w.i(static_cast<int64_t>(order.size()));
+  for (const auto& [k, o] : order) {
+    w.i(k.first); w.i(k.second); w.i(o.c_id); w.i(o.carrier); w.i(o.ol_cnt); w.i(o.all_local);
+  }
+  w.i(static_cast<int64_t>(new_order.size()));
+  for (const auto& [k, v] : new_order) { w.i(k.first); w.i(k.second); w.i(v); }
+  w.i(static_cast<int64_t>(order_line.size()));
+  for (const auto& [k, l] : order_line) {
+    for (auto x : k) w.i(x);
+    w.i(l.i_id); w.i(l.supply_w); w.i(l.qty); w.i(l.amount); w.i(l.delivered);
+  }
+  w.i(static_cast<int64_t>(item_price.size()));
+  for (auto p : item_price) w.i(p);
+  w.i(static_cast<int64_t>(stock.size()));
+  for (const auto& st : stock) { w.i(st.quantity); w.i(st.ytd); w.i(st.order_cnt); w.i(st.remote_cnt); }
+  return true;
+}
+
+bool TpccStore::decode(const std::string& in) {
+  Reader r(in);
+  TpccStore t(shard, sz);
+  const auto i32 = [&r] { return static_cast<int32_t>(r.i()); };
+  if (r.i() != shard || r.i() != sz.districts || r.i() != sz.customers || r.i() != sz.items || r.i() != sz.orders)
+    return false;
+  t.executed = static_cast<uint64_t>(r.i()); t.w_name = r.s(); t.w_tax_bp = i32(); t.w_ytd = r.i();
+  t.district.resize(r.n(6 * 8));
+  for (auto& d : t.district) {
+    d.name = r.s(); d.tax_bp = i32(); d.next_o_id = i32(); d.ytd = r.i(); d.delivered_at_load = i32();
+    d.deliveries = i32();
+  }
+  t.customer.resize(r.n(8 * 8));
+  for (auto& c : t.customer) {
+    c.last = i32(); c.bad_credit = r.i() != 0; c.discount_bp = i32(); c.balance = r.i(); c.ytd_payment = r.i();
+    c.payment_cnt = i32(); c.delivery_cnt = i32(); c.last_o_id = i32();
+  }
+  t.history.resize(r.n(6 * 8));
+  for (auto& h : t.history) { h.c_id = i32(); h.c_d = i32(); h.c_w = i32(); h.d = i32(); h.amount = r.i(); h.data = r.s(); }
+  for (size_t k = r.n(6 * 8); k > 0; --k) {
+    const int32_t a = i32(), b = i32();
+    Order& o = t.order[{a, b}];
+    o.c_id = i32(); o.carrier = i32(); o.ol_cnt = i32(); o.all_local = r.i() != 0;
+  }
+  for (size_t k = r.n(3 * 8); k > 0; --k) {
+    const int32_t a = i32(), b = i32();
+    t.new_order[{a, b}] = r.i() != 0;
+  }
+  for (size_t k = r.n(8 * 8); k > 0; --k) {
+    std::array<int32_t, 3> key{i32(), i32(), i32()};
+    OrderLine& l = t.order_line[key];
+    l.i_id = i32(); l.supply_w = i32(); l.qty = i32(); l.amount = r.i(); l.delivered = r.i() != 0;
+  }
+  t.item_price.resize(r.n(8));
+  for (auto& p : t.item_price) p = r.i();
+  t.stock.resize(r.n(4 * 8));
+  for (auto& st : t.stock) { st.quantity = i32(); st.ytd = i32(); st.order_cnt = i32(); st.remote_cnt = i32(); }
+  if (!r.ok() || t.customer.size() != static_cast<size_t>(sz.districts) * static_cast<size_t>(sz.customers)) return false;
+  for (int32_t d = 0; d < sz.districts; ++d)
+    for (int32_t c = 0; c < sz.customers; ++c) t.by_name[{d, t.cust(d, c).last}].push_back(c);
+  *this = std::move(t);
+  return true;
+}
+
 // ---- TPC-A ---------------------------------------------------------------------------
 
 int64_t TpcaTable::sum() const {
@@ -201,6 +280,36 @@ std::string TpcaStore::dump_json() const {
   }
   o << "}}}";
   return o.str();
+}
+
+
+bool TpcaStore::encode(std::string* out) const {
+  Writer w(out);
+  w.i(shard);
+  w.i(static_cast<int64_t>(executed));
+  for (const auto& t : table) {
+    w.i(t.initial_sum); w.i(t.applied_delta); w.i(t.applied_count);
+    w.i(static_cast<int64_t>(t.balance.size()));
+    for (const auto& [k, b] : t.balance) { w.i(k); w.i(b); }
+  }
+  return true;
+}
+
+bool TpcaStore::decode(const std::string& in) {
+  Reader r(in);
+  TpcaStore s(shard);
+  if (r.i() != shard) return false;
+  s.executed = static_cast<uint64_t>(r.i());
+  for (auto& t : s.table) {
+    t.initial_sum = r.i(); t.applied_delta = r.i(); t.applied_count = r.i();
+    for (size_t k = r.n(16); k > 0; --k) {
+      const int64_t key = r.i();
+      t.balance[key] = r.i();
+    }
+  }
+  if (!r.ok()) return false;
+  *this = std::move(s);
+  return true;
 }
 
 // ---- list-append ---------------------------------------------------------------------
@@ -242,6 +351,33 @@ std::string AppendStore::dump_json() const {
   }
   o << "}}}";
   return o.str();
+}
+
+
+bool AppendStore::encode(std::string* out) const {
+  Writer w(out);
+  w.i(shard); w.i(n_shards); w.i(static_cast<int64_t>(executed)); w.i(keys());
+  for (const auto& l : lists_) {
+    w.i(static_cast<int64_t>(l->size()));
+    for (int64_t v : *l) w.i(v);
+  }
+  return true;
+}
+
+bool AppendStore::decode(const std::string& in) {
+  Reader r(in);
+  if (r.i() != shard || r.i() != n_shards) return false;
+  const uint64_t ex = static_cast<uint64_t>(r.i());
+  std::vector<std::shared_ptr<std::vector<int64_t>>> lists(r.n(8));
+  if (lists.size() != lists_.size()) return false;
+  for (auto& l : lists) {
+    l = std::make_shared<std::vector<int64_t>>(r.n(8));
+    for (auto& v : *l) v = r.i();
+  }
+  if (!r.ok()) return false;
+  executed = ex;
+  lists_ = std::move(lists);
+  return true;
 }
 
 }  // namespace txn::wl

@@ -1,7 +1,9 @@
 // In-memory shard stores for TPC-C, TPC-A and list-append plus small shared helpers
 // (deterministic RNG draws, FNV-1a hashing, argument access).
 #pragma once
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <functional>
 #include <cstdint>
 #include <map>
@@ -82,6 +84,57 @@ class UndoLog {
   std::vector<std::function<void()>> undo_;
 };
 
+// ---- snapshots (ShardStore::encode/decode) -------------------------------------------
+// A store's state as bytes: fixed-width little-endian integers and length-prefixed strings, read back in the same
+// order. A Reader that runs past its end or is left with bytes over is not ok().
+class Writer {
+ public:
+  explicit Writer(std::string* out) : o_(out) {}
+  void i(int64_t v) { o_->append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void s(const std::string& v) {
+    i(static_cast<int64_t>(v.size()));
+    o_->append(v);
+  }
+
+ private:
+  std::string* o_;
+};
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  int64_t i() {
+    int64_t v = 0;
+    if (at_ + sizeof v > in_.size()) {
+      bad_ = true;
+      return 0;
+    }
+    std::memcpy(&v, in_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  // A count of items that each take at least `least` bytes: 0 (and not ok) when there cannot be that many.
+  size_t n(size_t least = 1) {
+    const int64_t v = i();
+    if (v < 0 || static_cast<uint64_t>(v) > (in_.size() - at_) / std::max<size_t>(least, 1)) {
+      bad_ = true;
+      return 0;
+    }
+    return static_cast<size_t>(v);
+  }
+  std::string s() {
+    const size_t len = n();
+    std::string v = bad_ ? std::string() : in_.substr(at_, len);
+    at_ += bad_ ? 0 : len;
+    return v;
+  }
+  bool ok() const { return !bad_ && at_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t at_ = 0;
+  bool bad_ = false;
+};
+
 // ---- TPC-C -------------------------------------------------------------------------
 // One warehouse per shard (w_id = shard). Money is int64 cents, tax in basis points.
 // d_id, c_id, i_id are 0-based; o_id is 1-based (d_next_o_id starts at orders+1).
@@ -133,6 +186,8 @@ class TpccStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::unique_ptr<ShardStore> clone() const override { return std::make_unique<TpccStore>(*this); }
+  bool encode(std::string* out) const override;
+  bool decode(const std::string& in) override;
   bool begin_trial() override { return undo.start(); }
   void end_trial() override { undo.rollback(); }
   std::vector<DistrictAgg> aggregates() const;
@@ -171,6 +226,8 @@ class TpcaStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::unique_ptr<ShardStore> clone() const override { return std::make_unique<TpcaStore>(*this); }
+  bool encode(std::string* out) const override;
+  bool decode(const std::string& in) override;
   bool begin_trial() override { return undo.start(); }
   void end_trial() override { undo.rollback(); }
   static constexpr const char* kTables[3] = {"customer", "teller", "branch"};
@@ -190,6 +247,8 @@ class AppendStore : public ShardStore {
   std::string digest() const override;
   std::string dump_json() const override;
   std::unique_ptr<ShardStore> clone() const override { return std::make_unique<AppendStore>(*this); }
+  bool encode(std::string* out) const override;
+  bool decode(const std::string& in) override;
   bool begin_trial() override { return undo.start(); }
   void end_trial() override { undo.rollback(); }
   int64_t keys() const { return static_cast<int64_t>(lists_.size()); }

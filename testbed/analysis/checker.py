@@ -233,8 +233,7 @@ def check_workload(dumps) -> list[str]:
     raise Unreadable(f"unknown workload {wl!r}")
 
 
-PROCESS_FACTS = (("dropped_messages", "dropped {} message(s) to servers"),
-                 ("dropped_to_clients", "dropped {} message(s) to clients"),
+PROCESS_FACTS = (("dropped_to_clients", "dropped {} message(s) to clients"),
                  ("malformed_messages", "received {} malformed message(s)"),
                  ("rejected_messages", "rejected {} message(s) (bad message)"))
 
@@ -319,10 +318,13 @@ def unfinished_transactions(run_dir) -> Unfinished:
     return out
 
 
-def check_run_health(run_dir, dumps, crashed=(), unfinished: Unfinished | None = None,
+def check_run_health(run_dir, dumps, lost=(), unfinished: Unfinished | None = None,
                      junk: list | None = None) -> list[str]:
     """Transactions stuck (unanswered through the whole drain: Unfinished), and what every process said about
-    itself: dropped, malformed or rejected messages, a drain that timed out, an interrupted client. Transactions
+    itself: malformed or rejected messages, messages dropped to a server process that was never lost (lost: the
+    processes faults.jsonl records gone at some time, durability.lost_processes: a drop to one of those is what a
+    peer going silent costs, a drop to any other a lost message), a server given up as unreachable that was never
+    lost, a drain that timed out, an interrupted client. Transactions
     given up after the retry limit, and those an overloaded open load abandoned at the drain, are not violations:
     check_run notes them, as it notes the connections from outside the deployment each process refused (junk: the
     list they are added to)."""
@@ -356,10 +358,22 @@ def check_run_health(run_dir, dumps, crashed=(), unfinished: Unfinished | None =
             said.add((proc, "junk"))   # not the protocol's doing: a note (check_run), never a violation
             junk.append(f"{who}: refused {facts['junk_connections']} connection(s) from outside the deployment "
                         f"(first from {facts.get('junk_from', '?')}; not opened with the deployment's token)")
-        if facts.get("dropped_to_crashed") and not crashed and (proc, "crashed") not in said:
-            said.add((proc, "crashed"))
-            v.append(f"{who}: dropped {facts['dropped_to_crashed']} message(s) to a peer planned to crash, but no "
-                     "crash was applied (faults.jsonl)")
+        if (proc, "dropped") not in said:
+            to = dict(facts.get("dropped_to") or {}) if isinstance(facts.get("dropped_to") or {}, dict) else {}
+            unnamed = (facts.get("dropped_messages") or 0) - sum(to.values())
+            if unnamed > 0:   # drops it did not say the destination of (an older engine): each counts as lost
+                to["?"] = to.get("?", 0) + unnamed
+            live = {p: n for p, n in to.items() if n and p not in lost}
+            never = [p for p in facts.get("unreachable_peers") or [] if p not in lost]
+            if live or never:
+                said.add((proc, "dropped"))
+            if live:
+                v.append(f"{who}: dropped {sum(live.values())} message(s) to servers that were never lost ("
+                         + ", ".join(f"{n} to {p}" if p != "?" else f"{n} to a process it did not name"
+                                     for p, n in sorted(live.items())) + ")")
+            if never:
+                v.append(f"{who}: gave up {', '.join(never)} as unreachable, but no such process was lost "
+                         "(faults.jsonl)")
     return v
 
 
@@ -390,6 +404,14 @@ def _deployed(run_dir, replicas) -> dict[int, list[str]]:
         for d in replicas:
             out.setdefault(int(d["shard"]), []).append(d["node"])
         return {s: sorted(ns) for s, ns in out.items()}
+
+
+def _duration(run_dir) -> float:
+    """deploy.yml's client.duration_s (the run's end, for what lasted to it); inf when it does not say."""
+    try:
+        return float(yaml.safe_load((Path(run_dir) / "deploy.yml").read_text())["client"]["duration_s"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return float("inf")
 
 
 def _declared(run_dir):
@@ -435,8 +457,8 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
         rep.run("workload", lambda: check_workload(replicas))
         unfinished = unfinished_transactions(run_dir)
         junk: list[str] = []
-        rep.run("run", lambda: check_run_health(run_dir, dumps,
-                                                crashed or durability.restarted_replicas(run_dir), unfinished, junk))
+        rep.run("run", lambda: check_run_health(run_dir, dumps, durability.lost_processes(run_dir), unfinished,
+                                                junk))
         try:
             data = histories.load_run(run_dir, replicas, replay_bin)
         except Skip as s:
@@ -479,6 +501,14 @@ def check_run(run_dir, write: bool = True, replay_bin=None, realtime_margin_us: 
         if unfinished.overloaded():
             notes.append(unfinished.overloaded())
         notes += junk
+        try:   # a shard without a live, running majority for a while: a note, and the seconds in stats
+            gaps = durability.majority_gaps(run_dir, _deployed(run_dir, replicas), _duration(run_dir))
+        except Unreadable:
+            gaps = []
+        notes += [durability.gap_note(g) for g in gaps]
+        rep.stats["no_majority_s"] = round(sum(g["seconds"] for g in gaps), 3)
+        if gaps:
+            rep.stats["no_majority"] = gaps
         res = {"verdict": "CONSISTENT" if not n else f"INCONSISTENT ({n} violations)", "exit_code": 1 if n else 0,
                "violations": rep.violations, "notes": notes, "given_up_after_retries": len(exhausted),
                "abandoned_at_drain": len(unfinished.abandoned), "overloaded": bool(unfinished.overloaded()),

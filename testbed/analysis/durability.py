@@ -1,10 +1,11 @@
 """The durability check (docs/checker.md): nothing a client saw committed is lost.
 
-A replica the nemesis crashed (faults.jsonl: a `crash` applied) left no state dump and no history: its memory died
-with it, and the checker holds it to nothing. One restarted after its crash (a `crash` healed by a restart) is live
-again: a new process that caught up from replica 0 of its shard (its `caught_up` event) and wrote a dump and history
-at the end, held to everything a live replica is (the replicas check compares its final state with its peers', the
-atomicity check its history with theirs); it must have caught up. Every other replica is live to the end, and for
+A replica whose process died mid-run (faults.jsonl: a `crash` the nemesis applied, or a `lost` process the runner saw
+gone, whatever killed it) left no state dump and no history: its memory died with it, and the checker holds it to
+nothing. One restarted after its death (healed by a restart) is live again: a new process that took over the state of
+a live replica of its shard (its `caught_up` event) and wrote a dump and history at the end, held to everything a live
+replica is (the replicas check compares its final state with its peers', the atomicity check its history with
+theirs); it must have caught up. Every other replica is live to the end, and for
 each transaction its client saw committed, every live replica of every shard it touched must hold it:
   - in its history (every piece of it there ran; the atomicity check says which pieces and how often);
   - in its final state, where the state says so item by item (append: every value the transaction appended is in
@@ -30,7 +31,8 @@ FAULTS_JSONL = "faults.jsonl"
 
 
 def _crash_events(run_dir) -> list[dict]:
-    """faults.jsonl's crash events (apply, heal by a restart, caught_up); [] without a faults.jsonl."""
+    """faults.jsonl's crash events (apply, heal by a restart, caught_up) and losses (a process seen gone mid-run,
+    whatever killed it), in time order; [] without a faults.jsonl."""
     f = Path(run_dir) / FAULTS_JSONL
     if not f.is_file():
         return []
@@ -44,40 +46,57 @@ def _crash_events(run_dir) -> list[dict]:
             continue
         try:
             ev = json.loads(line)
-            if ev.get("kind") == "crash":
+            if ev.get("kind") in ("crash", "loss"):
                 ev["nodes"] = [str(n) for n in (ev.get("nodes") or [ev["node"]])]
                 ev["t_s"] = float(ev["t_s"]) if ev.get("t_s") is not None else None
                 out.append(ev)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise Unreadable(f"{FAULTS_JSONL} line {i}: {type(e).__name__} {e}") from e
-    return out
+    return sorted(out, key=lambda ev: ev["t_s"] if ev["t_s"] is not None else 0.0)
+
+
+def _down(ev: dict) -> bool:
+    """The event takes its nodes down: a crash applied (its kill sent), or a loss seen."""
+    return ev.get("ok") and ((ev.get("kind") == "crash" and ev.get("event") == "apply") or ev.get("event") == "lost")
 
 
 def crashed_replicas(run_dir) -> dict[str, float]:
-    """node -> t_s of its crash, for every node whose process the nemesis killed (faults.jsonl, `crash` applied
-    with ok) and did not start again (restarted_replicas); {} without a faults.jsonl."""
-    evs = _crash_events(run_dir)
-    out = {n: ev["t_s"] for ev in evs if ev.get("event") == "apply" and ev.get("ok") for n in ev["nodes"]}
-    for n in restarted_replicas(run_dir, evs):
-        out.pop(n, None)
+    """node -> t_s of its loss, for every node whose process died mid-run (faults.jsonl: a crash applied, or a loss
+    seen, whatever killed it) and was not started again after it (restarted_replicas); {} without a faults.jsonl."""
+    out: dict[str, float] = {}
+    for ev in _crash_events(run_dir):
+        for n in ev["nodes"]:
+            if _down(ev):
+                out.setdefault(n, ev["t_s"])
+            elif ev.get("event") == "heal" and ev.get("ok") and ev.get("action") == "restart":
+                out.pop(n, None)
     return out
 
 
+def lost_processes(run_dir) -> set[str]:
+    """The engine processes (the deployment's names: a restarted node's new process counts as its own) faults.jsonl
+    records gone at any time: killed by a crash fault, or seen gone; set() without a faults.jsonl."""
+    return {str(ev.get("process") or n).removesuffix("+restart") for ev in _crash_events(run_dir) if _down(ev)
+            for n in ev["nodes"]}
+
+
 def restarted_replicas(run_dir, events: list[dict] | None = None) -> dict[str, dict]:
-    """node -> {crashed_t_s, restarted_t_s, caught_up_t_s (None: never), events} for every node crashed and
-    started again (faults.jsonl: its crash applied, then healed by a restart, both ok)."""
+    """node -> {crashed_t_s, restarted_t_s, caught_up_t_s (None: never), events, source} for every node that died
+    and was started again, and is live at the end (faults.jsonl: down, then healed by a restart, both ok, and not
+    down again after)."""
     evs = _crash_events(run_dir) if events is None else events
-    crashed = {n: ev["t_s"] for ev in evs if ev.get("event") == "apply" and ev.get("ok") for n in ev["nodes"]}
-    out = {}
+    down: dict[str, float] = {}
+    out: dict[str, dict] = {}
     for ev in evs:
-        if ev.get("event") == "heal" and ev.get("ok") and ev.get("action") == "restart":
-            for n in ev["nodes"]:
-                if n in crashed:
-                    out[n] = {"crashed_t_s": crashed[n], "restarted_t_s": ev["t_s"], "caught_up_t_s": None,
-                              "events": None}
-    for ev in evs:
-        if ev.get("event") == "caught_up" and ev.get("node") in out and out[ev["node"]]["caught_up_t_s"] is None:
-            out[ev["node"]].update(caught_up_t_s=ev["t_s"], events=ev.get("events"))
+        for n in ev["nodes"]:
+            if _down(ev):
+                out.pop(n, None)
+                down.setdefault(n, ev["t_s"])
+            elif ev.get("event") == "heal" and ev.get("ok") and ev.get("action") == "restart" and n in down:
+                out[n] = {"crashed_t_s": down.pop(n), "restarted_t_s": ev["t_s"], "caught_up_t_s": None,
+                          "events": None, "source": None}
+            elif ev.get("event") == "caught_up" and n in out and out[n]["caught_up_t_s"] is None:
+                out[n].update(caught_up_t_s=ev["t_s"], events=ev.get("events"), source=ev.get("from"))
     return out
 
 
@@ -87,6 +106,8 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
     restarted: restarted_replicas(); reports_copies: the run's protocol names the copies each commit rests on."""
     v = []
     restarted = restarted or {}
+    replicas = {n for names in deployed.values() for n in names}
+    crashed = {n: t for n, t in crashed.items() if n in replicas}   # a lost process's clients: not replicas
     by_node0 = {d["node"]: d for d in dumps}
     for node, r in sorted(restarted.items()):
         said = ((by_node0.get(node) or {}).get("counters") or {}).get("restarted")
@@ -94,8 +115,8 @@ def check(data: RunData, dumps: list[dict], deployed: dict[int, list[str]], cras
             v.append(f"{node} is recorded restarted at t={r['restarted_t_s']:g}s but its dump is not a restarted "
                      "process's (no `restarted` counter): the restart failed, or the run folder was changed")
         if r["caught_up_t_s"] is None:
-            v.append(f"{node}, restarted at t={r['restarted_t_s']:g}s, never caught up with replica 0 of its shard "
-                     "(no CAUGHT_UP in its log)")
+            v.append(f"{node}, restarted at t={r['restarted_t_s']:g}s, never caught up: it took over no live "
+                     "replica's state (no CAUGHT_UP in its log)")
     live = {s: sorted(data.replicas.get(s, [])) for s in deployed}
     by_node = {d["node"]: d for d in dumps}
     for node, t in sorted(crashed.items()):
@@ -178,6 +199,63 @@ def _committed_appends(data: RunData) -> dict:
     """txn -> {key: [values]} of the committed transactions of an append run."""
     appends, *_ = listappend._transactions(data, listappend._Lines())
     return {t: a for t, a in appends.items() if data.txns[t].committed}
+
+
+def majority_gaps(run_dir, deployed: dict[int, list[str]], end_s: float) -> list[dict]:
+    """Every span of the run during which a shard had no majority of its replicas live and running (down: from its
+    process's death, a crash applied or a loss seen, to its restart; paused: from a pause's apply to its heal, or the
+    run's end `end_s`), from faults.jsonl: [{shard, from_s, to_s, seconds, out: {node: down|paused}}], in time order.
+    No protocol can commit a shard's transactions then; a run may still be CONSISTENT, and say so (a note)."""
+    f = Path(run_dir) / FAULTS_JSONL
+    if not f.is_file():
+        return []
+    try:
+        evs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    except (OSError, ValueError) as e:
+        raise Unreadable(f"{FAULTS_JSONL}: {e}") from e
+    spans: dict[str, list[list]] = defaultdict(list)   # node -> [[from, to, why], ...]
+    opened: dict[tuple[str, str], float] = {}
+    for ev in sorted(evs, key=lambda e: e.get("t_s") if isinstance(e.get("t_s"), (int, float)) else 0.0):
+        t = ev.get("t_s")
+        if not isinstance(t, (int, float)) or not ev.get("ok"):
+            continue
+        why = "down" if _down(ev) else "paused" if ev.get("kind") == "pause" else None
+        for n in ev.get("nodes") or [ev.get("node")]:
+            if why == "down" or (why == "paused" and ev.get("event") == "apply"):
+                opened.setdefault((n, why), float(t))
+            elif ev.get("event") == "heal":
+                key = (n, "down" if ev.get("action") == "restart" else "paused")
+                if key in opened:
+                    spans[n].append([opened.pop(key), float(t), key[1]])
+    for (n, why), t in opened.items():
+        spans[n].append([t, end_s, why])
+    out = []
+    for shard, names in sorted(deployed.items()):
+        cuts = sorted({x for n in names for a, b, _ in spans.get(n, ()) for x in (a, b) if x <= end_s})
+        gap = None
+        for a, b in zip(cuts, cuts[1:]):
+            mid = (a + b) / 2
+            gone = {n: why for n in names for x, y, why in spans.get(n, ()) if x <= mid < y}
+            if 2 * (len(names) - len(gone)) > len(names):
+                gap = None
+                continue
+            if gap is not None and gap["to_s"] == a:
+                gap["to_s"] = b
+                gap["out"].update(gone)
+            else:
+                gap = {"shard": shard, "from_s": a, "to_s": b, "out": dict(gone)}
+                out.append(gap)
+    for g in out:
+        g["seconds"] = round(g["to_s"] - g["from_s"], 3)
+        g["from_s"], g["to_s"] = round(g["from_s"], 3), round(g["to_s"], 3)
+    return sorted(out, key=lambda g: (g["from_s"], g["shard"]))
+
+
+def gap_note(g: dict) -> str:
+    """One line for check.json's notes (and the captions) about a majority_gaps() span."""
+    return (f"shard {g['shard']} had no majority of its replicas live and running for {g['seconds']:.2f} s "
+            f"(t={g['from_s']:.2f}-{g['to_s']:.2f} s: " + ", ".join(f"{n} {w}" for n, w in sorted(g["out"].items()))
+            + "): no protocol could commit its transactions then")
 
 
 def deployed_replicas(deploy: dict) -> dict[int, list[str]]:

@@ -75,7 +75,8 @@ def collect(root, name: str = "faults") -> tuple[list[dict], dict | None]:
         meta = read_json(run_dir / "meta.json") or {}
         row = dict(system=r.system, fault=meta.get("point_label") or f"x={r.x:g}", x=r.x, status=r.status,
                    reason=r.reason or "", window=_window(meta), ts=None, effect=None, run_id=r.run_id,
-                   repeat=r.repeat, restarted=False, caught_up_after_s=None)
+                   repeat=r.repeat, restarted=False, caught_up_after_s=None,
+                   no_majority_s=((read_json(run_dir / "check.json") or {}).get("stats") or {}).get("no_majority_s"))
         try:   # a crashed follower started again: when it caught up (faults.jsonl)
             back = durability.restarted_replicas(run_dir)
         except Unreadable:
@@ -223,9 +224,14 @@ def caption(rows: list[dict], systems: list) -> str:
                      "shade); its recovery counts from the window's end, with the follower still gone.")
     if any(r.get("restarted") for r in crashes):
         after = [r["caught_up_after_s"] for r in crashes if r.get("caught_up_after_s") is not None]
-        parts.append("Crash: the follower killed at the window's start is restarted empty at its end and catches "
-                     "up from replica 0 of its shard" + (f" (caught up {min(after):.2f}-{max(after):.2f} s after "
-                                                         "its restart)" if after else "") + ".")
+        parts.append("Crash: the follower killed at the window's start is restarted empty at its end and takes "
+                     "over a live replica's state" + (f" (caught up {min(after):.2f}-{max(after):.2f} s after "
+                                                      "its restart)" if after else "") + ".")
+    gaps = [r for r in rows if r.get("no_majority_s")]
+    if gaps:
+        parts.append(f"{len(gaps)} run(s) left a shard without a majority of its replicas live and running for a while ("
+                     + ", ".join(f"{line_name(r['system'])} {r['fault']} {r['no_majority_s']:g} s" for r in gaps)
+                     + "): no protocol could commit its transactions then (check.json notes).")
     n_failed = sum(r["status"] != "ok" for r in rows)
     if n_failed:
         parts.append(f"{n_failed} run(s) failed, named in their panels.")

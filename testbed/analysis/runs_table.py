@@ -16,7 +16,8 @@ left out), oldest first, in these columns:
     txn-server that ran), kernel, hostname, start_time, end_time, quick, faults;
   - its outcome: status (ok | failed | interrupted) and reason as testbed/analysis/rundirs.py run_outcome says
     (a damaged or doctored folder is failed, whatever its meta.json says), verdict (check.json's, when there is
-    one);
+    one), no_majority_s (check.json's: the seconds some shard had no majority of its replicas live and running, a
+    crash beside a pause, say) and check_notes (check.json's notes, one a line);
   - per class c of irt, crt, all (summary.json: the measurement window): c_committed, c_throughput_tps, c_p50_ms,
     c_p90_ms, c_p99_ms, c_abort_rate, c_given_up, c_abandoned; the host: busy_pct, steal_pct, cpu_seconds;
   - every knob of the run (config.json's "knobs", flattened: knobs.concurrency, knobs.protocol_options.
@@ -58,7 +59,8 @@ CLASSES = {"irt": "IRT", "crt": "CRT", "all": "all"}
 STATS = ("committed", "throughput_tps", "p50_ms", "p90_ms", "p99_ms", "abort_rate", "given_up", "abandoned")
 COLUMNS = (["name", "run_id", "run_dir", "experiment", "system", "series", "x_name", "x", "x_unit", "point_label",
             "point_key", "repeat", "n_repeat", "current", "backend", "shaping", "git_sha", "engine", "kernel",
-            "hostname", "start_time", "end_time", "quick", "faults", "status", "reason", "verdict"]
+            "hostname", "start_time", "end_time", "quick", "faults", "status", "reason", "verdict", "no_majority_s",
+            "check_notes"]
            + [f"{c}_{s}" for c in CLASSES for s in STATS] + ["busy_pct", "steal_pct", "cpu_seconds"])
 
 
@@ -105,6 +107,8 @@ def run_row(root: Path, run_dir: Path, meta: dict) -> dict:
                hostname=meta.get("hostname"), start_time=meta.get("start_time"),
                end_time=meta.get("end_time"), quick=bool(config.get("quick", False)), faults=meta.get("faults"),
                status=status, reason=reason, verdict=check.get("verdict"),
+               no_majority_s=(check.get("stats") or {}).get("no_majority_s"),
+               check_notes="\n".join(check.get("notes") or []) or None,
                busy_pct=cpu.get("busy_pct"), steal_pct=cpu.get("steal_pct"), cpu_seconds=meta.get("cpu_seconds"))
     summary = (read_json(run_dir / "summary.json") or {}) if status == "ok" else {}
     for c, cls in CLASSES.items():

@@ -92,20 +92,21 @@ def _processes(kinds: dict) -> dict:
 
 
 def expected_processes(run_dir) -> dict:
-    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes, less the replicas the
-    nemesis crashed (faults.jsonl: they left no state dump); ValueError if unreadable."""
+    """{'replicas': [...], 'managers': [...], 'clients': [...]} from deploy.yml's nodes, less the nodes whose process
+    died mid-run and was not started again (faults.jsonl: they left no state dump or records); ValueError if
+    unreadable."""
     return _without_crashed(run_dir, _processes(_deployment(run_dir)[1]))
 
 
 def _without_crashed(run_dir, procs: dict) -> dict:
-    """procs less the replicas faults.jsonl records crashed (a malformed faults.jsonl excuses none)."""
+    """procs less the nodes faults.jsonl records down at the end (a malformed faults.jsonl excuses none)."""
     from testbed.analysis.durability import crashed_replicas
     from testbed.analysis.histories import Unreadable
     try:
         crashed = crashed_replicas(run_dir)
     except Unreadable:
         return procs
-    return {k: [n for n in v if not (k == "replicas" and n in crashed)] for k, v in procs.items()}
+    return {k: [n for n in v if n not in crashed] for k, v in procs.items()}
 
 
 def _n_records(run_dir: Path, client: str):

@@ -258,7 +258,8 @@ def build_deployment(place=None, **knobs) -> dict:
     }
     if k["faults"]:
         seed = int(k["seed"] if k["faults_seed"] is None else k["faults_seed"])
-        d["faults"] = faultlib.deploy_entries(faultlib.plan(k["faults"], seed, R, nodes, float(k["duration"])))
+        d["faults"] = faultlib.deploy_entries(faultlib.plan(k["faults"], seed, R, nodes, float(k["duration"]),
+                                                            transport=k["transport"]))
     return d
 
 

@@ -243,16 +243,16 @@ def _process_of(n: dict) -> str:
 
 
 def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration: float,
-         connect_timeout_s: float = CONNECT_TIMEOUT_S) -> list[dict]:
+         connect_timeout_s: float = CONNECT_TIMEOUT_S, transport: str = "tcp") -> list[dict]:
     """The deployment file's `faults` entries (docs/deploy-schema.md) for `spec`, its random targets drawn with
-    `seed`; FaultError (one line) for any problem."""
+    `seed`; FaultError (one line) for any problem. transport: the deployment's (a restart needs tcp)."""
     rng = random.Random(f"faults:{seed}")
     topo = _Topology(regions, nodes)
     out = []
     for i, item in enumerate(split_items(spec), 1):
         p = _parse(i, item)
         if p["kind"] == "restart":
-            _restart(i, item, p, out, topo, duration)
+            _restart(i, item, p, out, duration, transport)
             continue
         e: dict = {"id": f"f{i}", "spec": item, "kind": p["kind"]}
         if p["kind"] == "partition":
@@ -305,6 +305,8 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
             _fail(i, item, f"starts at {p['start']:g} s, not before the run's end (duration {duration:g} s)")
         if e.get("end_s", 0) > duration:
             _fail(i, item, f"ends at {e['end_s']:g} s, past the run's end (duration {duration:g} s)")
+        if p["kind"] == "crash" and "end_s" in e:
+            _restartable(i, item, e["end_s"], duration, transport)
         if p["kind"] == "pause" and p["length"] >= connect_timeout_s:
             _fail(i, item, f"a pause of {p['length']:g} s is not shorter than the engine's connect timeout "
                            f"({connect_timeout_s:g} s): its peers would take it for dead")
@@ -315,7 +317,7 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
     return out
 
 
-def _restart(i, item, p: dict, before: list[dict], topo: _Topology, duration: float) -> None:
+def _restart(i, item, p: dict, before: list[dict], duration: float, transport: str) -> None:
     """restart:NODE@S: the earlier crash item of NODE (by its text, or by the node it names) is restarted at S."""
     crashes = [e for e in before if e["kind"] == "crash"]
     c = next((e for e in crashes if e["target"] == p["target"]), None) or \
@@ -326,9 +328,18 @@ def _restart(i, item, p: dict, before: list[dict], topo: _Topology, duration: fl
         _fail(i, item, f"{c['node']} is restarted twice (item {c['id'][1:]} '{c['spec']}')")
     if p["start"] <= c["start_s"]:
         _fail(i, item, f"restarts {c['node']} at {p['start']:g} s, not after its crash at {c['start_s']:g} s")
-    if p["start"] >= duration:
-        _fail(i, item, f"starts at {p['start']:g} s, not before the run's end (duration {duration:g} s)")
+    _restartable(i, item, p["start"], duration, transport)
     c["end_s"], c["restart_spec"] = p["start"], item
+
+
+def _restartable(i, item, at: float, duration: float, transport: str) -> None:
+    """A restart at `at` is one the run can carry out: before its end, on a transport that takes a peer back."""
+    if at >= duration:
+        _fail(i, item, f"restarts at {at:g} s, not before the run's end (duration {duration:g} s): the restarted "
+                       "process would have no run to catch up with")
+    if transport != "tcp":
+        _fail(i, item, f"a restart needs transport tcp (the {transport} transport does not take a given-up peer "
+                       "back)")
 
 
 def _crashable(i, item, n: dict, nodes: list[dict]) -> None:
@@ -358,8 +369,10 @@ def _check_overlap(i, item, e, before):
             c, other = (o, e) if o["kind"] == "crash" else (e, o)
             if other["kind"] == "crash":
                 _fail(i, item, f"{e['node']} crashed twice (item {j} '{o['spec']}')")
-            if other.get("end_s", float("inf")) > c["start_s"]:
-                _fail(i, item, f"{c['node']} is paused past its crash (item {j} '{o['spec']}')")
+            if _overlap(other, c) or other["start_s"] <= c["start_s"] < other.get("end_s", float("inf")):
+                _fail(i, item, f"{c['node']} is paused while it is down (crashed at {c['start_s']:g} s"
+                               + (f", restarted at {c['end_s']:g} s" if "end_s" in c else "") + f"; item {j} "
+                               f"'{o['spec']}'): pause it before its crash or after its restart")
         if e["kind"] == "crash" and o["kind"] == "crash" and _shard(o) == _shard(e) and o["node"] != e["node"]:
             _fail(i, item, f"{e['node']} and {o['node']} (item {j}) are replicas of one shard: it would lose its "
                            "majority")

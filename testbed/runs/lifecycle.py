@@ -94,6 +94,23 @@ def exit_description(name: str, state: str, log_text: str, where: str) -> str:
     return f"{name} {state}" + (f": {said[-1]}" if said else "") + f"; last lines of {where}:\n{tail_lines(log_text)}"
 
 
+def killed_from_outside(code) -> str | None:
+    """How a process that exited mid-run with `code` was stopped from outside -- SIGKILL, as `kill -9`, `docker
+    kill`, the OOM killer and a crash fault do (-9 locally; 137, 128 + 9, through the swarm's `timeout` wrapper;
+    CONTAINER_GONE: its container is gone), or a stop before the drain (exit 0) -- or None: the engine's own failure
+    (an error exit, a crash of its own)."""
+    if code == CONTAINER_GONE:
+        return "its container is gone"
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return f"killed by SIGKILL (exit status {code})"
+    if code == 0:
+        return "exited with code 0 before the run's end (stopped from outside)"
+    return None
+
+
+CONTAINER_GONE = -1000   # a Proc's poll() when its container is gone (the swarm's: docker kill, a host lost)
+
+
 # ---------------------------------------------------------------- what a backend provides
 
 def engine_target(node: dict) -> list[str]:
@@ -305,6 +322,8 @@ class Runner(ABC):
                 self._finish(deploy, run_dir, probe, res)
             except RunError as e:
                 failure = e
+                if getattr(e, "salvaged", False):   # it failed, and what its live processes recorded is here
+                    self._finish_failed(deploy, run_dir, res, e)
             except OSError as e:
                 if not files.is_full(e):
                     failure = RunError(f"{type(e).__name__}: {e}".splitlines()[0])
@@ -386,6 +405,18 @@ class Runner(ABC):
                 meta.update(status=res.status, reason=res.reason)
         write_json(run_dir / "meta.json", meta)
 
+    def _finish_failed(self, deploy: dict, run_dir: Path, res: RunResult, failure: RunError) -> None:
+        """A failed run's summary and check, of what its live processes recorded (best effort: the failure is the
+        run's verdict either way); the failure's reason then says what the checker found."""
+        try:
+            self._finish(deploy, run_dir, 0, res)
+        except Exception as e:  # noqa: BLE001 -- e.g. records too few to summarize: the failure stands as it is
+            self.say(f"the failed run's records could not be summarized or checked: {str(e).splitlines()[0]}")
+            return
+        found = (res.check or {}).get("verdict")
+        if found:
+            failure.args = (f"{str(failure).splitlines()[0]}; what the live processes recorded checks {found}",)
+
     def _finish(self, deploy: dict, run_dir: Path, probe: int, res: RunResult) -> None:
         """Summary, checker verdict and the run's status (a probe run has the measured matrix instead)."""
         if probe:
@@ -445,48 +476,93 @@ class Runner(ABC):
             expected = 15.0
         else:
             go = mixed
+            # the nemesis: the schedule's faults, and a record of every process lost mid-run (docs/nemesis.md)
+            seed = ((self._config or {}).get("knobs") or {}).get("faults_seed")
+            self._nemesis = Nemesis(deploy, run_dir, servers, self.say,
+                                    seed=seed if seed is not None else deploy.get("seed"),
+                                    restart=lambda node: self._restart(node, deploy, cfg, run_dir, servers, procs))
             if deploy.get("faults"):  # load start fixed now, read by every process at the go (docs/nemesis.md)
-                seed = ((self._config or {}).get("knobs") or {}).get("faults_seed")
-                self._nemesis = Nemesis(deploy, run_dir, servers, self.say,
-                                        seed=seed if seed is not None else deploy.get("seed"),
-                                        restart=lambda node: self._restart(node, deploy, cfg, run_dir, servers,
-                                                                           procs))
                 self._nemesis.publish(lambda text: self.publish_load_start(run_dir, text), self.load_start_lead_s)
                 go = servers   # every server process learns load start at the go, not only those with clients
+            else:
+                self._nemesis.start_clock()
             self.signal_all(go, signal.SIGUSR1)  # their clients start now, as the client processes do
-            if self._nemesis is not None:
-                self._nemesis.start()
+            self._nemesis.start()
             clients = start("client", "clients", engine_processes(nodes, clients=True))
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
-        self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
-                           expected + self.margin_s, probe, stop)
+        try:
+            self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
+                               expected + self.margin_s, probe, stop, deploy)
+        except RunError as e:
+            if probe:
+                raise
+            self._salvage(e, servers, clients, run_dir, stop)   # what every live process recorded, then raise e
         self._phase("clients")
         self._drain(servers, stop)
         self._phase("drain")
         self.collect(run_dir)
         self._phase("collect")
-        crashed = self._crashed()   # killed by the nemesis (a crash fault): no exit code 0, no state dump
-        down = crashed - self._restarted()   # ... and not started again (a restarted node writes its dump)
-        bad = [p for p in servers if p.poll() != 0 and p.name not in crashed]
+        lost = self._lost()   # seen gone mid-run (a crash fault, kill -9, docker kill): no exit code 0, no state dump
+        down = self._down_nodes(deploy)   # ... their replicas, less those started again (a restart writes its dump)
+        bad = [p for p in servers if p.poll() != 0 and p.name not in lost]
         if bad:
             raise RunError(f"server {bad[0].describe_exit()}")
         # the engine's CPU: every process of the run has exited and been reaped, and the checker (txn-replay,
         # another child) has not started yet
         self._engine_cpu, self._machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
-        missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica"
-                                    and (n.get("process") or n["name"]) not in down
+        missing = [] if probe else [n["name"] for n in nodes if n["kind"] == "replica" and n["name"] not in down
                                     and not (run_dir / "servers" / f"{n['name']}.state.json").is_file()]
         if missing:
             raise RunError(f"replicas exited without a state dump: {', '.join(missing)}")
         return {p.name: {"argv": p.argv, "exit_code": p.poll()} for p in procs}
 
-    def _crashed(self) -> set[str]:
-        """The server processes the nemesis killed (crash faults) so far."""
-        return self._nemesis.crashed_processes() if self._nemesis is not None else set()
+    def _lost(self) -> set[str]:
+        """The processes seen gone mid-run so far (killed by a crash fault or from outside), and those the nemesis
+        killed whose end the runner has not polled yet."""
+        if self._nemesis is None:
+            return set()
+        return self._nemesis.lost_processes() | self._nemesis.crashed_processes()
 
-    def _restarted(self) -> set[str]:
-        """The nodes the nemesis started again after their crash (each alone in its process: its name)."""
-        return self._nemesis.restarted_nodes() if self._nemesis is not None else set()
+    def _down_nodes(self, deploy: dict) -> set[str]:
+        """The nodes of the processes lost so far, less those started again whose new process is not lost."""
+        if self._nemesis is None:
+            return set()
+        lost = self._lost()
+        procs = dict(deploylib.processes(deploy["nodes"]))
+        down = {m["name"] for p in lost for m in procs.get(p, [])} | \
+            {p.removesuffix("+restart") for p in lost if p.endswith("+restart")}
+        return down - {n for n, proc in self._nemesis.restarted.items() if proc not in lost}
+
+    def _majority_lost(self, deploy: dict) -> str | None:
+        """The reason a shard cannot go on by any protocol's rules (fewer than a majority of its replicas live, and
+        no restart of one of them planned later), or None."""
+        from testbed.analysis.durability import deployed_replicas
+        down = self._down_nodes(deploy)
+        if not down:
+            return None
+        pending = self._nemesis.pending_restarts()
+        events = {n: ev for ev in self._nemesis.events if ev.get("event") == "lost" for n in ev["nodes"]}
+        for shard, names in sorted(deployed_replicas(deploy).items()):
+            gone = [n for n in names if n in down]
+            if 2 * (len(names) - len(gone)) > len(names) or any(n in pending for n in gone):
+                continue
+            said = ", ".join(f"{n} lost at t={events[n]['t_s']:.2f}s ({events[n]['how']})" if n in events
+                             else f"{n} killed by the nemesis" for n in gone)
+            return (f"shard {shard} lost its majority ({len(names) - len(gone)} of {len(names)} replicas live: "
+                    f"{said}): no protocol here can go on without it")
+        return None
+
+    def _observe(self, p, code: int, deploy: dict, in_servers: bool) -> None:
+        """p exited mid-run with `code`: a loss (recorded; the run goes on, unless a shard lost its majority) when
+        it was killed from outside -- SIGKILL (kill -9, docker kill, the OOM killer, a crash fault) or a stop before
+        the drain (exit 0) -- else the engine's own failure (RunError)."""
+        how = killed_from_outside(code)
+        if how is None:
+            raise RunError(f"server died mid-run: {p.describe_exit()}" if in_servers else f"client {p.describe_exit()}")
+        self._nemesis.lost(p.name, how)
+        why = self._majority_lost(deploy)
+        if why:
+            raise RunError(why)
 
     def _restart(self, node_name: str, deploy: dict, cfg: Path, run_dir: Path, servers: list, procs: list) -> Proc:
         """A new, empty process for a crashed replica (the nemesis's restart, on its thread): `txn-server --recover`,
@@ -501,7 +577,8 @@ class Runner(ABC):
         stop.check()
         self.refresh()
 
-    def _wait_clients(self, servers, clients, duration: float, limit: float, probe: int, stop) -> None:
+    def _wait_clients(self, servers, clients, duration: float, limit: float, probe: int, stop,
+                      deploy: dict | None = None) -> None:
         self.say(f"clients running in {len(clients)} processes for {duration:g}s")
         bar = None
         if self.progress and sys.stderr.isatty() and not probe:
@@ -510,17 +587,23 @@ class Runner(ABC):
                        bar_format="  run {n:.0f}/{total:.0f}s |{bar}| elapsed {elapsed}, remaining {remaining}")
         t0, next_line = time.monotonic(), PROGRESS_EVERY_S
 
-        def finished(p) -> bool:  # a client process exits; a server process running clients says DONE, serving on
-            return p.done() if p in servers else p.poll() == 0
+        def finished(p) -> bool:  # a client process exits; a server process running clients says DONE, serving on;
+            # a lost one's clients are lost with it (their records too)
+            return p.name in self._lost() or (p.done() if p in servers else p.poll() == 0)
         try:
             while True:
                 self._poll_round(stop)
+                seen = self._nemesis.lost_processes() if self._nemesis is not None else set()
                 for p in servers:
-                    if p.poll() is not None and p.name not in self._crashed():
-                        raise RunError(f"server died mid-run: {p.describe_exit()}")
+                    if p.poll() is not None and p.name not in seen:
+                        if probe or self._nemesis is None:
+                            raise RunError(f"server died mid-run: {p.describe_exit()}")
+                        self._observe(p, p.poll(), deploy, True)
                 for p in clients:
-                    if p.poll() not in (None, 0) and p not in servers:
-                        raise RunError(f"client {p.describe_exit()}")
+                    if p.poll() not in (None, 0) and p not in servers and p.name not in seen:
+                        if probe or self._nemesis is None:
+                            raise RunError(f"client {p.describe_exit()}")
+                        self._observe(p, p.poll(), deploy, False)
                 if all(finished(p) for p in clients):
                     break
                 el = time.monotonic() - t0
@@ -538,6 +621,27 @@ class Runner(ABC):
             if bar is not None:
                 bar.close()
         self.say(f"clients finished after {time.monotonic() - t0:.1f}s; stopping servers")
+
+    def _salvage(self, failure: RunError, servers, clients, run_dir: Path, stop) -> None:
+        """The run failed while its clients ran (a shard lost its majority, clients that did not finish in time, an
+        engine's own error): stop what still runs the way a finished run is stopped, so that every live process writes
+        what it recorded (clients their records, summaries and transactions; servers their dumps and histories), bring
+        it into run_dir, and raise `failure`, marked salvaged (run() then summarizes and checks what there is)."""
+        self.say(f"run failed ({str(failure).splitlines()[0]}); stopping it and keeping what every live process "
+                 "recorded")
+        try:
+            lost = self._lost()
+            live_clients = [p for p in clients if p not in servers and p.poll() is None and p.name not in lost]
+            for p in live_clients:
+                p.signal(signal.SIGTERM)   # a client process writes what it has and exits
+            poll(lambda: (self._poll_round(stop), all(p.poll() is not None for p in live_clients))[1],
+                 stop_before_delay(10), 0.1, sleep=stop.sleep)
+            self._drain([p for p in servers if p.name not in lost and p.poll() is None], stop)
+            self.collect(run_dir)
+            failure.salvaged = True
+        except RunError as e:
+            self.say(f"could not keep the failed run's records: {str(e).splitlines()[0]}")
+        raise failure
 
     def _drain(self, servers, stop) -> None:
         for p in servers:

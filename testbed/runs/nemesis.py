@@ -19,9 +19,13 @@ is restarted then: `restart(node)` (the runner's) starts a new, empty process fo
 of its shard, recorded as a `caught_up` event; `restarted` names the nodes restarted, whose state dump the runner
 expects again.
 
+Every loss of a process the runner sees during the run is recorded too, whatever caused it (a crash fault, `kill -9`,
+`docker kill`, the OOM killer): `lost(process, how)` adds a `lost` event (kind `loss`, source `observed`: when the
+runner saw it gone, and how: its exit status, or its container's state). The engine processes are told none of this.
+
 Records: faults.json (the plan, the seed, load start, what each process read) and faults.jsonl (one event a line:
-load_start, then apply/heal of every fault in time order, `source` plan or driver, with wall time and t_s since
-load start).
+load_start, then apply/heal of every fault and every loss in time order, `source` plan, driver or observed, with
+wall time and t_s since load start); both are written when the run had a schedule or lost a process.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ from testbed.core.faults import DRIVER_KINDS
 
 FAULTS_JSON, FAULTS_JSONL, LOAD_START = "faults.json", "faults.jsonl", "load_start"
 _ANCHOR = re.compile(r"^FAULTS (\S+) load_start_us=(\d+) read_at_us=(\d+) source=(.*)$", re.M)
-_CAUGHT_UP = re.compile(r"^CAUGHT_UP (\S+) events=(\d+) after_us=(\d+) wall_us=(\d+)$", re.M)
+_CAUGHT_UP = re.compile(r"^CAUGHT_UP (\S+) events=(\d+) after_us=(\d+) wall_us=(\d+)(?: source=(\S+))?$", re.M)
 
 
 def _us(t: float) -> int:
@@ -62,7 +66,44 @@ class Nemesis:
         self.crashed: dict[str, dict] = {}   # process -> the crash entry that killed it (the signal was sent)
         self.restarted: dict[str, str] = {}  # node -> the process started for it again (restart(node) returned)
         self.restart = restart                # node name -> its new process (a Proc); None: restarts fail
+        self._lost: dict[str, dict] = {}      # process -> its `lost` event (seen gone mid-run)
         self.lead_s = 0.0
+
+    def start_clock(self) -> float:
+        """A run without a schedule: t = 0 is now (its go), for the losses it may record; nothing is written for the
+        engine processes, which read no load start."""
+        self.t0 = time.time()
+        self._record({"event": "load_start", "wall_unix_us": _us(self.t0), "t_s": 0.0,
+                      "driver_host": socket.gethostname()})
+        return self.t0
+
+    def lost(self, process: str, how: str) -> dict:
+        """Record that `process` (a server or client process of the run, or a restarted one's) was seen gone mid-run,
+        and how; returns the event. Its nodes: the deployment's process's, or the restarted node."""
+        now = time.time()
+        nodes = self.members.get(process) or [process.removesuffix("+restart")]
+        ev = {"id": None, "kind": "loss", "event": "lost", "source": "observed", "process": process, "nodes": nodes,
+              "how": how, "t_s": round(now - self.t0, 6) if self.t0 is not None else None,
+              "wall_unix_us": _us(now), "ok": True,
+              "planned": process in self.crashed_processes()}
+        with self._lock:
+            self._lost[process] = ev
+        self._record(ev)
+        self.say(f"lost: t={ev['t_s'] if ev['t_s'] is not None else '?'}s {process} ({', '.join(nodes)}): {how}")
+        return ev
+
+    def lost_processes(self) -> set[str]:
+        """The processes seen gone so far (a copy)."""
+        with self._lock:
+            return set(self._lost)
+
+    def pending_restarts(self) -> set[str]:
+        """The nodes the schedule still restarts later in the run (a crash entry with an end not yet reached)."""
+        if self.t0 is None:
+            return set()
+        now = time.time() - self.t0
+        return {e["node"] for e in self.entries if e["kind"] == "crash" and "end_s" in e and e["end_s"] > now
+                and e["node"] not in self.restarted_nodes()}
 
     def crashed_processes(self) -> set[str]:
         """The processes crashed so far (a copy: the nemesis thread adds to them)."""
@@ -135,6 +176,7 @@ class Nemesis:
             try:
                 p = self.restart(e["node"])
                 name, ok = p.name, True
+                self.servers[p.name] = p   # a later pause of the node is this process's
             except Exception as x:  # noqa: BLE001 -- recorded; the run goes on (and fails its dump check)
                 err = f"{type(x).__name__}: {x}".splitlines()[0]
         done = time.time()
@@ -155,6 +197,8 @@ class Nemesis:
         if e["kind"] == "crash" and what == "heal":
             return self._restart(e, planned)
         proc_name = self.process_of.get(e["node"], e["node"])
+        if e["node"] in self.restarted_nodes():   # a pause after its restart: the new process's
+            proc_name = self.restarted[e["node"]]
         p = self.servers.get(proc_name)
         crash = e["kind"] == "crash"
         sig = signal.SIGKILL if crash else signal.SIGSTOP if what == "apply" else signal.SIGCONT
@@ -201,7 +245,7 @@ class Nemesis:
         for e in held:
             if e["kind"] == "pause":
                 self._signal(e, "heal", e["end_s"], early=True)
-        if self.t0 is not None or self.entries:
+        if self.entries or self.lost_processes():
             self._write()
 
     # ---- records
@@ -222,7 +266,7 @@ class Nemesis:
 
     def caught_up(self) -> list[dict]:
         """A `caught_up` event per restarted process that said `CAUGHT_UP` in its log (the time it said it, the
-        events it had executed again, its time from start to caught up)."""
+        events its snapshot held, its time from start to caught up, the replica it took them over from)."""
         out = []
         by_node = {e["node"]: e for e in self.entries if e["kind"] == "crash" and "end_s" in e}
         for log in sorted((self.run_dir / "logs").glob("*+restart.log")):
@@ -234,7 +278,7 @@ class Nemesis:
                 node, e = m.group(1), by_node.get(m.group(1))
                 wall = int(m.group(4))
                 out.append({"id": e["id"] if e else None, "kind": "crash", "event": "caught_up", "source": "engine",
-                            "node": node, "process": log.stem, "events": int(m.group(2)),
+                            "node": node, "process": log.stem, "events": int(m.group(2)), "from": m.group(5),
                             "after_start_s": round(int(m.group(3)) / 1e6, 6), "wall_unix_us": wall,
                             "t_s": round((wall - _us(self.t0)) / 1e6, 6) if self.t0 else None})
         return out

@@ -51,8 +51,8 @@ struct SimCluster {
     net = std::make_unique<sim::Network>(d, std::move(o));
     for (const auto& n : d.nodes) {
       if (n.kind == NodeKind::Replica) {
-        auto r = serve_restarts(d, n.id, spec.make_replica(d, n.id, *w));   // as the engine builds it
-        replicas.push_back(r.get());
+        auto r = serve_catch_up(d, n.id, spec.make_replica(d, n.id, *w));   // as the engine builds it
+        replicas.push_back(&static_cast<CatchUpServer*>(r.get())->inner());
         net->add(n.id, std::move(r));
       } else if (n.kind == NodeKind::Role) {
         net->add(n.id, spec.role(n.role)->make(d, n.id));
@@ -73,7 +73,14 @@ struct SimCluster {
     net->add(id, std::move(probe));
     return p;
   }
+  // The protocol's replica (or a restarted one's Learner) inside the catch-up server the engine wraps it in.
   ReplicaNode* replica(uint32_t shard, uint32_t r) const {
+    auto* n = static_cast<ReplicaNode*>(net->node(d.replica_id(shard, r)));
+    auto* served = dynamic_cast<CatchUpServer*>(n);
+    return served ? &served->inner() : n;
+  }
+  // The node as the engine runs it (the catch-up server, with its counters).
+  ReplicaNode* served(uint32_t shard, uint32_t r) const {
     return static_cast<ReplicaNode*>(net->node(d.replica_id(shard, r)));
   }
   bool clients_finished() const {

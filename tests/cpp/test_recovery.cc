@@ -1,7 +1,8 @@
 // A restarted replica's catch-up (src/core/recovery.h), for every registered protocol on the simulated network: a
-// follower of shard 0 is crashed (its node replaced by one that hears nothing) and restarted empty (a Learner); it
-// must catch up from replica 0 of its shard and end the run with replica 0's state and history, and the run must
-// check as every run does (history_check.h, with the restarted replica's history among the others).
+// follower of shard 0 is crashed (its node replaced by one that hears nothing) and restarted empty (a Learner, as
+// `txn-server --recover` builds it); no fault plan tells anyone. It must take over the state of a live replica of
+// its shard, follow it, and end the run with that replica's state and history, and the run must check as every run
+// does (history_check.h, with the restarted replica's history among the others).
 #include <gtest/gtest.h>
 
 #include "core/recovery.h"
@@ -22,128 +23,211 @@ class Down final : public Node {
 };
 
 struct Restarted {
-  test::SimCluster* c;
   Learner* learner = nullptr;
   TimeUs caught_up_at = -1;
   uint64_t caught_up_events = 0;
+  NodeId source = 0;
 };
 
+// Replica `r` of shard 0 as the engine starts it again: a Learner serving its own restarted peers in turn.
+std::unique_ptr<Node> restarted(test::SimCluster& c, uint32_t r, Restarted* out) {
+  auto l = std::make_unique<Learner>(c.d, c.d.replica_id(0, r), *c.w);
+  out->learner = l.get();
+  l->on_caught_up([&c, out](Env&, uint64_t events, TimeUs, NodeId source) {
+    out->caught_up_at = c.net->now();
+    out->caught_up_events = events;
+    out->source = source;
+  });
+  return serve_catch_up(c.d, c.d.replica_id(0, r), std::move(l));
+}
+
 // Crash follower `r` of shard 0 at `crash_us` and restart it at `restart_us`, then run the clients to their end and
-// 3 s more; returns the learner.
+// 3 s more.
 Restarted crash_and_restart(test::SimCluster& c, uint32_t r, TimeUs crash_us, TimeUs restart_us) {
-  Restarted out{&c};
+  Restarted out;
   const NodeId victim = c.d.replica_id(0, r);
   c.net->start();
   c.net->run_until(crash_us);
   c.net->replace(victim, std::make_unique<Down>());
   c.net->run_until(restart_us);
-  auto l = std::make_unique<Learner>(c.d, victim, *c.w);
-  out.learner = l.get();
-  l->on_caught_up([&c, &out](Env&, uint64_t events, TimeUs) {
-    out.caught_up_at = c.net->now();
-    out.caught_up_events = events;
-  });
-  c.net->replace(victim, std::move(l));
+  c.net->replace(victim, restarted(c, r, &out));
   EXPECT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 120'000'000)) << c.d.mode;
   c.net->run_until(c.net->now() + 3'000'000);
   return out;
 }
 
-Deployment with_restart(const std::string& mode, uint32_t r, TimeUs crash_us, TimeUs restart_us) {
+Deployment small(const std::string& mode) {
   Deployment d = test::small_deployment(mode, mode == "tapir" ? "tpca" : "append");
   d.client.duration_s = 4;
   d.client.retry_limit = 1000;
-  const NodeId victim = d.replica_id(0, r);
-  d.nodes[victim].process = d.nodes[victim].name;   // alone in its process, as a crash needs
-  CrashFault f;
-  f.id = "c";
-  f.node = d.node(victim).name;
-  f.node_id = victim;
-  f.start_us = crash_us;
-  f.end_us = restart_us;
-  d.faults.crashes.push_back(f);
+  EXPECT_TRUE(d.faults.empty());   // nothing is planned: the engine learns of the crash as a deployed system would
   return d;
+}
+
+void expect_same_history(const ReplicaNode& a, const ReplicaNode& b, const std::string& what) {
+  EXPECT_EQ(a.store().digest(), b.store().digest()) << what;
+  const auto& x = a.executor().history();
+  const auto& y = b.executor().history();
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].txn, y[i].txn) << what << " event " << i;
+    ASSERT_EQ(x[i].piece, y[i].piece) << what << " event " << i;
+    ASSERT_EQ(x[i].key, y[i].key) << what << " event " << i;
+  }
 }
 
 class RestartSim : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(RestartSim, ARestartedFollowerCatchesUpAndEndsAsItsPeers) {
+TEST_P(RestartSim, ARestartedFollowerTakesOverALiveReplicasStateAndEndsAsIt) {
   const std::string mode = GetParam();
-  test::SimCluster c(with_restart(mode, 1, 1000 * kMs, 1500 * kMs), test::sim_options(11, 0), true);
+  test::SimCluster c(small(mode), test::sim_options(11, 0), true);
   Restarted got = crash_and_restart(c, 1, 1000 * kMs, 1500 * kMs);
   ASSERT_NE(got.learner, nullptr);
-  const ReplicaNode* leader = c.replica(0, 0);
   const ReplicaNode* back = c.replica(0, 1);
-  ASSERT_EQ(back, got.learner);
-  // it caught up soon after its restart, with what replica 0 had executed by then
+  // it took over the state of whichever live replica answered first, soon after its restart
   EXPECT_TRUE(got.learner->caught_up()) << mode;
   EXPECT_GT(got.caught_up_events, 0u) << mode;
   EXPECT_LT(got.caught_up_at, 1500 * kMs + 200 * kMs) << mode << ": caught up at " << got.caught_up_at;
-  // and it ends as replica 0: the same state, the same history, event by event
-  EXPECT_EQ(back->store().digest(), leader->store().digest()) << mode;
-  const auto& a = leader->executor().history();
-  const auto& b = back->executor().history();
-  ASSERT_EQ(a.size(), b.size()) << mode;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].txn, b[i].txn) << mode << " event " << i;
-    ASSERT_EQ(a[i].piece, b[i].piece) << mode << " event " << i;
-    ASSERT_EQ(a[i].key, b[i].key) << mode << " event " << i;
-  }
+  ASSERT_TRUE(got.source == c.d.replica_id(0, 0) || got.source == c.d.replica_id(0, 2)) << got.source;
+  // and it ends as that replica: the same state, the same history, event by event
+  const ReplicaNode* source = c.replica(0, c.d.node(got.source).replica);
+  expect_same_history(*source, *back, mode);
   EXPECT_TRUE(back->idle()) << mode;
   const auto k = back->counters();
   EXPECT_EQ(k.at("restarted"), 1);
-  EXPECT_EQ(static_cast<size_t>(k.at("recovered_events")), a.size());
+  EXPECT_EQ(static_cast<size_t>(k.at("recovered_events")), source->executor().history().size());
   EXPECT_GT(k.at("ignored_protocol_messages"), 0) << mode << ": its protocol's messages reach it and are dropped";
-  EXPECT_GT(leader->counters().at("catch_up_events_served"), 0);
+  const auto served = c.served(0, c.d.node(got.source).replica)->counters();
+  EXPECT_EQ(served.at("catch_up_joins_served"), 1);
+  EXPECT_GT(served.at("catch_up_events_served"), 0);
   // every replica's copy of every committed transaction, the restarted one's too (the history checker)
   const auto n = test::count_records(c);
   EXPECT_EQ(n.given_up, 0u) << mode;
   test::check_history(c);
 }
 
-// A restart whose replica 0 has executed nothing since its catch-up began still ends idle and equal; a replica 0
-// that answers an Ask from beyond what it executed refuses it (a BadMessage, counted, state unchanged).
-TEST(Recovery, AnAskBeyondWhatReplicaZeroExecutedIsRefused) {
-  Deployment d = with_restart("dast", 2, 100 * kMs, 200 * kMs);
-  auto w = make_workload(d);
-  const NodeId leader_id = d.replica_id(0, 0);
-  CatchUpServer s(find_protocol("dast").make_replica(d, leader_id, *w));
-  EXPECT_TRUE(s.executor().retaining());
-  Envelope ask;
-  ask.set_from(d.replica_id(0, 2));
-  ask.mutable_recovery()->mutable_ask()->set_from(5);
-  struct NoEnv : Env {
-    TimeUs now_us() override { return 0; }
-    TimeUs mono_us() override { return 0; }
-    void send(NodeId, Envelope) override { ++sent; }
-    void set_timer(uint64_t, TimeUs) override {}
-    std::mt19937_64& rng() override { return r; }
-    NodeId self() const override { return 0; }
-    void log(const std::string&) override {}
-    std::mt19937_64 r;
-    int sent = 0;
-  } env;
-  EXPECT_THROW(s.on_message(env, ask), BadMessage);
-  ask.mutable_recovery()->mutable_ask()->set_from(0);
-  s.on_message(env, ask);
-  EXPECT_EQ(env.sent, 1);
+// A fake Env for driving one node by hand.
+struct HandEnv : Env {
+  TimeUs now_us() override { return t; }
+  TimeUs mono_us() override { return t; }
+  void send(NodeId to, Envelope m) override { sent.emplace_back(to, std::move(m)); }
+  void set_timer(uint64_t, TimeUs) override {}
+  std::mt19937_64& rng() override { return r; }
+  NodeId self() const override { return 0; }
+  void log(const std::string&) override {}
+  std::mt19937_64 r;
+  TimeUs t = 0;
+  std::vector<std::pair<NodeId, Envelope>> sent;
+};
+
+Envelope from_node(NodeId from, Envelope m) {
+  m.set_from(from);
+  return m;
 }
 
-// Only replica 0 of a shard with a planned restart keeps what it executes (a copy of every piece): no other replica,
-// and nobody in a run without restarts.
-TEST(Recovery, OnlyTheLeaderOfARestartedReplicasShardRetains) {
-  Deployment d = with_restart("janus", 1, 100 * kMs, 200 * kMs);
+// Its source goes silent while it follows: it asks every other replica again, takes over the state of the first to
+// answer, and ignores what the old source or an earlier attempt still sends.
+TEST(Recovery, ARestartedReplicaWhoseSourceGoesSilentFollowsAnother) {
+  Deployment d = test::small_deployment("janus", "append");
   auto w = make_workload(d);
-  for (const auto& n : d.nodes) {
-    if (n.kind != NodeKind::Replica) continue;
-    auto r = serve_restarts(d, n.id, find_protocol("janus").make_replica(d, n.id, *w));
-    EXPECT_EQ(r->executor().retaining(), n.shard == 0 && n.replica == 0) << n.name;
-  }
-  d.faults.crashes.front().end_us = kNoTime;   // crashed for good: nobody to catch up
-  for (const auto& n : d.nodes) {
-    if (n.kind != NodeKind::Replica) continue;
-    EXPECT_FALSE(serve_restarts(d, n.id, find_protocol("janus").make_replica(d, n.id, *w))->executor().retaining());
-  }
+  const NodeId lead = d.replica_id(0, 0), f1 = d.replica_id(0, 1), f2 = d.replica_id(0, 2);
+  // two live replicas, each with some history of its own
+  CatchUpServer a(find_protocol("janus").make_replica(d, lead, *w));
+  CatchUpServer b(find_protocol("janus").make_replica(d, f2, *w));
+  Learner l(d, f1, *w);
+  HandEnv env;
+  l.start(env);
+  // `server` (node `id`) answers the Join `join` of the learner: the Part it sends, as the learner receives it
+  auto answer = [&](CatchUpServer& server, NodeId id, Envelope join) {
+    env.sent.clear();
+    Envelope j = from_node(f1, join);
+    server.on_message(env, j);
+    EXPECT_EQ(env.sent.size(), 1u);
+    Envelope part = from_node(id, env.sent.back().second);
+    env.sent.clear();
+    return part;
+  };
+  ASSERT_EQ(env.sent.size(), 2u);   // a Join to each other replica of its shard
+  EXPECT_EQ(env.sent[0].first, lead);
+  EXPECT_EQ(env.sent[1].first, f2);
+  Envelope snap = answer(b, f2, env.sent[1].second);
+  l.on_message(env, snap);
+  EXPECT_TRUE(l.caught_up());
+  EXPECT_EQ(l.source(), f2);
+  // silence: after kSilentUs it asks again (attempt 2), both replicas
+  env.t = Learner::kSilentUs;
+  l.on_timer(env, Learner::kTimer);
+  ASSERT_EQ(env.sent.size(), 2u);
+  EXPECT_EQ(env.sent[0].second.recovery().join().attempt(), 2u);
+  Envelope join2 = env.sent[0].second;
+  env.sent.clear();
+  // a late heartbeat of the old source (attempt 1) changes nothing
+  Envelope beat;
+  beat.set_from(f2);
+  auto* bp = beat.mutable_recovery()->mutable_part();
+  bp->set_attempt(1);
+  bp->set_from(l.events());
+  l.on_message(env, beat);
+  EXPECT_EQ(l.counters().at("catch_up_stale_parts"), 1);
+  Envelope snap2 = answer(a, lead, join2);
+  l.on_message(env, snap2);
+  EXPECT_EQ(l.source(), lead);
+  EXPECT_EQ(l.counters().at("catch_up_sources"), 2);
+  EXPECT_EQ(l.executor().store().digest(), a.executor().store().digest());
+}
+
+// A replica copies what it executes only while a restarted peer follows it (its executor's tap): not before the
+// first Join, not after the last Leave, and not once its follower went silent; memory does not grow for a restart
+// that never comes.
+TEST(Recovery, AReplicaCopiesWhatItExecutesOnlyWhileFollowed) {
+  Deployment d = test::small_deployment("janus", "append");
+  auto w = make_workload(d);
+  const NodeId lead = d.replica_id(0, 0), f = d.replica_id(0, 1);
+  CatchUpServer s(find_protocol("janus").make_replica(d, lead, *w));
+  HandEnv env;
+  EXPECT_FALSE(s.executor().tapping());
+  Envelope join;
+  join.set_from(f);
+  join.mutable_recovery()->mutable_join()->set_attempt(3);
+  s.on_message(env, join);
+  EXPECT_TRUE(s.executor().tapping());
+  ASSERT_EQ(env.sent.size(), 1u);
+  EXPECT_EQ(env.sent[0].first, f);
+  const recovery::Part& p = env.sent[0].second.recovery().part();
+  EXPECT_EQ(p.attempt(), 3u);
+  EXPECT_TRUE(p.has_snapshot());
+  EXPECT_EQ(p.from(), 0u);
+  EXPECT_FALSE(p.snapshot().store().empty());
+  Envelope leave;
+  leave.set_from(f);
+  leave.mutable_recovery()->mutable_leave()->set_attempt(2);   // an earlier attempt's: it still follows
+  s.on_message(env, leave);
+  EXPECT_TRUE(s.executor().tapping());
+  leave.mutable_recovery()->mutable_leave()->set_attempt(3);
+  s.on_message(env, leave);
+  EXPECT_FALSE(s.executor().tapping());
+  EXPECT_EQ(s.followers(), 0u);
+  // a follower that goes silent is forgotten, and the tap closed
+  s.on_message(env, join);
+  EXPECT_EQ(s.followers(), 1u);
+  env.t = CatchUpServer::kForgetUs;
+  s.on_timer(env, CatchUpServer::kTimer);
+  EXPECT_EQ(s.followers(), 0u);
+  EXPECT_FALSE(s.executor().tapping());
+}
+
+// A snapshot that is not one of this shard's is refused and changes nothing.
+TEST(Recovery, ASnapshotOfAnotherShardIsNotTakenOver) {
+  Deployment d = test::small_deployment("dast", "append");
+  auto w = make_workload(d);
+  ShardExecutor a(*w, 0), b(*w, 1);
+  recovery::Snapshot snap;
+  ASSERT_TRUE(a.snapshot(&snap));
+  EXPECT_FALSE(b.install(snap));
+  ShardExecutor c(*w, 0);
+  snap.set_store(snap.store().substr(0, snap.store().size() - 1));   // cut short: not a state
+  EXPECT_FALSE(c.install(snap));
+  EXPECT_EQ(c.store().digest(), w->load(0)->digest());
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, RestartSim, ::testing::ValuesIn(protocol_names()),

@@ -224,6 +224,16 @@ def signals_as_from_a_terminal() -> None:
         signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
+def built_modes() -> list[str]:
+    """Every protocol built into txn-server (the end-to-end runs cover each); dast when it cannot be asked (not
+    built: the modules that use it are skipped anyway)."""
+    from testbed.core import protocols
+    try:
+        return protocols.load().names()
+    except Exception:  # noqa: BLE001
+        return ["dast"]
+
+
 def procs_mentioning(text: str) -> list[str]:
     """Command lines of live processes whose argv mentions text (e.g. a run folder)."""
     out = []

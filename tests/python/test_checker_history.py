@@ -669,7 +669,7 @@ def test_run_health_and_truncation(dast_run, tmp_path):
     dump_file.write_text(json.dumps(dump))
     p = run_cli(run)
     assert p.returncode == 1
-    assert "[run] m1 (process shard1.0): dropped 3 message(s) to servers" in p.stdout
+    assert "[run] m1 (process shard1.0): dropped 3 message(s) to servers that were never lost" in p.stdout
     assert "[run] m1 (process shard1.0): still busy when its 10 s drain ran out" in p.stdout
     # a history cut short: nothing can be concluded
     h = run / "servers" / "s0.0.0.history.txt"

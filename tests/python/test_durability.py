@@ -63,12 +63,17 @@ def test_a_crashed_follower_loses_nothing_and_the_run_says_so(crash_run):
     assert stats["copies_checked"] == want and VICTIM not in data.histories
     crash = [e for e in _events(run) if e.get("kind") == "crash"]
     assert [(e["event"], e["signal"], e["ok"], e["process"]) for e in crash] == [("apply", "SIGKILL", True, VICTIM)]
+    lost = [e for e in _events(run) if e.get("event") == "lost"]   # and the runner saw it die
+    assert [(e["process"], e["planned"], e["source"]) for e in lost] == [(VICTIM, True, "observed")], lost
+    assert lost[0]["how"].startswith("killed by SIGKILL") and 2.9 < lost[0]["t_s"] < 3.5
     assert not (run / "servers" / f"{VICTIM}.state.json").exists()
-    # its peers gave it up (connect timeout) and went on, dropping what they had for it, counted apart from lost
-    # messages
+    # its peers, told nothing, gave it up (connect timeout) and went on, dropping what they had for it: drops to a
+    # process that was lost, which the checker tells from lost messages
     facts = [json.loads(f.read_text())["process"] for f in (run / "servers").glob("*.state.json")]
-    assert sum(f["dropped_to_crashed"] for f in facts) > 0 and all(f["dropped_messages"] == 0 for f in facts)
-    assert f"peer {VICTIM} unreachable (planned to crash)" in (run / "logs" / "s1.0.0.log").read_text()
+    assert sum(f["dropped_to"].get(VICTIM, 0) for f in facts) > 0
+    assert all(set(f["dropped_to"]) <= {VICTIM} and f["unreachable_peers"] in ([], [VICTIM]) for f in facts), facts
+    log = (run / "logs" / "s1.0.0.log").read_text()
+    assert f"peer {VICTIM} at " in log and "unreachable for 2 s" in log and "planned" not in log
     # after the crash, commits go on: the coordinator's Prepare timeout decides on the two replicas left
     assert sum(json.loads(f.read_text()).get("counters", {}).get("prepare_timeouts", 0)
                for f in (run / "servers").glob("s1.0.0.state.json")) > 0
@@ -132,7 +137,7 @@ def test_a_crash_record_does_not_excuse_a_live_replica_or_go_missing(crash_run, 
     p = run_cli(run)
     assert p.returncode == 1 and "[durability] s0.0.1 is recorded crashed" in p.stdout, p.stdout
     # without the record, the crashed replica's missing dump is what it is: the folder cannot be checked
-    _write_events(run, [e for e in events if e.get("kind") != "crash"])
+    _write_events(run, [e for e in events if e.get("kind") not in ("crash", "loss")])
     p = run_cli(run)
     assert p.returncode == 2 and f"missing state dump(s) for {VICTIM}" in p.stderr, p.stderr
     assert any(x.startswith("faults.jsonl: ") and "(truncated or changed)" in x for x in validate.validate_run(run))
@@ -140,14 +145,24 @@ def test_a_crash_record_does_not_excuse_a_live_replica_or_go_missing(crash_run, 
     assert any(f"replica {VICTIM}: no state dump" in x for x in validate.validate_run(run))
 
 
-def test_drops_to_a_peer_planned_to_crash_need_a_crash(tmp_path):
-    dumps = [{"node": "s0.0.0", "process": {"name": "s0.0.0", "dropped_to_crashed": 4}}]
-    v = checker.check_run_health(tmp_path, dumps, crashed={})
-    assert v == ["s0.0.0: dropped 4 message(s) to a peer planned to crash, but no crash was applied (faults.jsonl)"]
-    assert checker.check_run_health(tmp_path, dumps, crashed={"s0.0.1": 3.0}) == []
+def test_drops_to_a_server_that_was_never_lost_are_lost_messages(tmp_path):
+    """A process says to whom it dropped messages and which peers it gave up: what it dropped for a process that was
+    lost (faults.jsonl) is the cost of a peer going silent; for any other it is a lost message, and giving up a peer
+    that never died is a transport that lost a live one."""
+    dumps = [{"node": "s0.0.0", "process": {"name": "s0.0.0", "dropped_messages": 6,
+                                            "dropped_to": {"s0.0.1": 4, "s0.0.2": 2}, "unreachable_peers": ["s0.0.1"]}}]
+    assert checker.check_run_health(tmp_path, dumps, lost=set()) == [
+        "s0.0.0: dropped 6 message(s) to servers that were never lost (4 to s0.0.1, 2 to s0.0.2)",
+        "s0.0.0: gave up s0.0.1 as unreachable, but no such process was lost (faults.jsonl)"]
+    assert checker.check_run_health(tmp_path, dumps, lost={"s0.0.1"}) == [
+        "s0.0.0: dropped 2 message(s) to servers that were never lost (2 to s0.0.2)"]
+    assert checker.check_run_health(tmp_path, dumps, lost={"s0.0.1", "s0.0.2"}) == []
+    old = [{"node": "s0.0.0", "process": {"name": "s0.0.0", "dropped_messages": 3}}]   # an engine that named none
+    assert checker.check_run_health(tmp_path, old, lost={"s0.0.1"}) == [
+        "s0.0.0: dropped 3 message(s) to servers that were never lost (3 to a process it did not name)"]
 
 
-# ---- a crashed follower restarted empty (crash:NODE@S+T): it catches up from replica 0 of its shard
+# ---- a crashed follower restarted empty (crash:NODE@S+T): it takes over a live replica's state and follows it
 
 
 @pytest.fixture(scope="module")
@@ -171,14 +186,17 @@ def test_a_restarted_follower_catches_up_and_ends_as_its_peers(restart_run):
     back = stats["restarted"][VICTIM]
     assert 1.9 < back["crashed_t_s"] < 2.5 and 3.4 < back["restarted_t_s"] < 4.0 and back["events"] > 0
     assert 0 <= back["caught_up_after_s"] < 5
-    # live again: its dump and history are there, and its history is replica 0's, event by event
+    # live again: its dump and history are there, and its history is that of the live replica it took over, event by
+    # event
     data = load(run)
     want = sum(3 for t in data.txns.values() if t.committed for s in t.shards())
     assert stats["copies_checked"] == want
-    assert history_lines(run, VICTIM)[1] == history_lines(run, "s1.0.0")[1]
+    source = back["source"]
+    assert source in ("s1.0.0", "s1.0.2"), back
+    assert history_lines(run, VICTIM)[1] == history_lines(run, source)[1]
     dump = json.loads((run / "servers" / f"{VICTIM}.state.json").read_text())
     assert dump["counters"]["restarted"] == 1 and dump["counters"]["ignored_protocol_messages"] > 0
-    assert dump["append"]["lists"] == json.loads((run / "servers" / "s1.0.0.state.json").read_text())["append"]["lists"]
+    assert dump["append"]["lists"] == json.loads((run / "servers" / f"{source}.state.json").read_text())["append"]["lists"]
     events = [e for e in _events(run) if e.get("kind") == "crash"]
     assert [(e["event"], e.get("action"), e["process"]) for e in events] == [
         ("apply", None, VICTIM), ("heal", "restart", f"{VICTIM}+restart"), ("caught_up", None, f"{VICTIM}+restart")]
@@ -326,3 +344,29 @@ def test_a_commit_answered_on_one_copy_or_naming_none_is_flagged(restart_run, tm
     p = run_cli(run)
     assert p.returncode == 1 and f"[durability] txn {txn} " in p.stdout and "without naming the replicas of shard" \
         in p.stdout, p.stdout
+
+
+def test_a_shard_without_a_live_running_majority_for_a_while_is_found_from_the_record(tmp_path):
+    """A follower down (crashed at 2 s, restarted at 6 s) while its peer is paused (3-4.5 s), another shard's
+    follower lost for good at 5 s: shard 1 had no majority of live, running replicas from 3 to 4.5 s, shard 0 never
+    (one of three gone)."""
+    evs = [{"event": "load_start", "t_s": 0.0},
+           {"kind": "crash", "event": "apply", "ok": True, "nodes": ["s1.0.1"], "t_s": 2.0},
+           {"kind": "loss", "event": "lost", "ok": True, "nodes": ["s1.0.1"], "t_s": 2.05},
+           {"kind": "pause", "event": "apply", "ok": True, "nodes": ["s1.0.2"], "t_s": 3.0},
+           {"kind": "pause", "event": "heal", "ok": True, "nodes": ["s1.0.2"], "t_s": 4.5},
+           {"kind": "loss", "event": "lost", "ok": True, "nodes": ["s0.0.2"], "t_s": 5.0},
+           {"kind": "crash", "event": "heal", "action": "restart", "ok": True, "nodes": ["s1.0.1"], "t_s": 6.0}]
+    (tmp_path / "faults.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evs))
+    deployed = {0: ["s0.0.0", "s0.0.1", "s0.0.2"], 1: ["s1.0.0", "s1.0.1", "s1.0.2"]}
+    from testbed.analysis import durability
+    gaps = durability.majority_gaps(tmp_path, deployed, 10.0)
+    assert gaps == [{"shard": 1, "from_s": 3.0, "to_s": 4.5, "seconds": 1.5,
+                     "out": {"s1.0.1": "down", "s1.0.2": "paused"}}], gaps
+    assert durability.gap_note(gaps[0]).startswith("shard 1 had no majority of its replicas live and running for "
+                                                   "1.50 s (t=3.00-4.50 s: s1.0.1 down, s1.0.2 paused)")
+    # a pause the run ended in, beside a loss for good: to the run's end
+    evs2 = evs[:4] + [evs[5]]
+    (tmp_path / "faults.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evs2))
+    assert [(g["shard"], g["from_s"], g["to_s"]) for g in durability.majority_gaps(tmp_path, deployed, 10.0)] == \
+        [(1, 3.0, 10.0)]

@@ -1,0 +1,134 @@
+"""Faults nobody announced (docs/nemesis.md, "Losses"): an engine process killed from outside mid-run, as a user does it
+(`kill -9` of a follower's process in a local run), with no fault schedule at all. The engine reads no plan, so its
+peers learn of the death only as a deployed system would (the peer goes silent); the runner sees the process gone and
+records the loss; the run goes on and is checked as every run is. A shard that loses its majority this way cannot go
+on by any protocol's rules: the run fails saying so, and still keeps and checks what every live process recorded.
+(`docker kill` of a follower's container in a swarm run: tests/python/test_unannounced_docker.py.)"""
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from testbed.core import deploy
+from testbed.runs.local import LocalRunner
+
+from conftest import built_modes, procs_mentioning
+from test_checker_history import BINARIES, BUILD
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not all(os.access(b, os.X_OK) for b in BINARIES), reason="binaries not built")]
+
+
+MODES = built_modes()
+
+
+def _pid_of(run_root, node: str) -> int | None:
+    """The pid of the txn-server running `node` of the run under run_root (found by its command line)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"txn-server") and str(run_root).encode() in b" ".join(argv) \
+                and b"--name" in argv and argv[argv.index(b"--name") + 1] == node.encode():
+            return int(pid)
+    return None
+
+
+def _kill_at(run_root, nodes: list[str], at_s: float, killed: list) -> threading.Thread:
+    """A thread that, `at_s` seconds after the node's process appears, kills each of `nodes` with SIGKILL (as
+    `kill -9` from a shell), recording (node, pid, wall time)."""
+    def go():
+        deadline = time.time() + 30
+        while time.time() < deadline and _pid_of(run_root, nodes[0]) is None:
+            time.sleep(0.05)
+        time.sleep(at_s)
+        for n in nodes:
+            pid = _pid_of(run_root, n)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                killed.append((n, pid, time.time()))
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_follower_killed_from_outside_is_ridden_out_and_recorded(tmp_path, mode):
+    """No schedule: the deployment file says nothing of a crash. s1.0.1's process is killed 2.5 s after the servers
+    start; the run ends ok and CONSISTENT, nothing committed is lost at the live replicas, and faults.jsonl records
+    the loss (which process, when, how it was seen)."""
+    d = deploy.build_deployment(mode=mode, workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=2, duration=7, warmup=1, cooldown=1, processes="node",
+                                base_port=28000 + 60 * MODES.index(mode))
+    assert "faults" not in d
+    killed = []
+    t = _kill_at(tmp_path, ["s1.0.1"], 2.5, killed)
+    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "unannounced", out_root=tmp_path)
+    t.join(timeout=5)
+    assert [k[0] for k in killed] == ["s1.0.1"], killed
+    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
+    stats = res.check["stats"]["durability"]
+    assert stats["lost"] == 0 and list(stats["crashed"]) == ["s1.0.1"] and stats["committed"] > 20, stats
+    events = [json.loads(x) for x in (res.run_dir / "faults.jsonl").read_text().splitlines()]
+    lost = [e for e in events if e.get("event") == "lost"]
+    assert len(lost) == 1 and lost[0]["process"] == "s1.0.1" and lost[0]["nodes"] == ["s1.0.1"], lost
+    assert lost[0]["source"] == "observed" and not lost[0]["planned"] and lost[0]["how"].startswith("killed by SIGKILL")
+    assert 1.0 < lost[0]["t_s"] < 7, lost   # seen while the clients ran
+    assert not (res.run_dir / "servers" / "s1.0.1.state.json").exists()
+    assert procs_mentioning(str(res.run_dir)) == []
+
+
+def test_a_shard_that_loses_its_majority_fails_the_run_saying_so_and_keeps_what_was_recorded(tmp_path):
+    """Both followers of shard 1.0 killed: no protocol can commit its transactions. The run fails at once with a
+    reason that names the shard and the losses; every live process still wrote what it recorded, and the folder is
+    summarized and checked (check.json says what it could of it)."""
+    d = deploy.build_deployment(mode="janus", workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=2, duration=8, warmup=1, cooldown=1, processes="node", base_port=28400)
+    killed = []
+    t = _kill_at(tmp_path, ["s1.0.1", "s1.0.2"], 2.0, killed)
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as e:
+        LocalRunner(build_dir=BUILD, progress=False).run(d, "majority", out_root=tmp_path)
+    took = time.monotonic() - t0
+    t.join(timeout=5)
+    assert len(killed) == 2, killed
+    why = str(e.value)
+    assert why.startswith("shard 1 lost its majority (1 of 3 replicas live: s1.0.1 lost at t="), why
+    assert "s1.0.2 lost at t=" in why and "killed by SIGKILL" in why, why
+    assert took < 8 + 15, f"{took:.1f} s: the run should stop at the loss, not wait out its clients"
+    run = e.value.run_dir
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "failed" and meta["reason"].startswith("shard 1 lost its majority"), meta["reason"]
+    assert "what the live processes recorded checks" in meta["reason"], meta["reason"]
+    # what every live process recorded is there: every live replica's dump and history, every client's records
+    for n in ("s0.0.0", "s0.0.1", "s0.0.2", "s1.0.0", "s2.0.0", "s2.0.1", "s2.0.2"):
+        assert (run / "servers" / f"{n}.state.json").is_file() and (run / "servers" / f"{n}.history.txt").is_file(), n
+    for c in ("c0.0.0", "c1.0.0", "c2.0.0"):
+        recs = run / "clients" / f"{c}.records.csv"
+        assert recs.is_file() and recs.stat().st_size > 0, c
+    check = json.loads((run / "check.json").read_text())
+    assert check["verdict"] != "CONSISTENT" or check["stats"]["durability"]["crashed"], check["verdict"]
+    assert any("shard 1 kept 1 of its 3 replicas live" in v for v in check["violations"]), check["violations"][:5]
+    assert (run / "summary.json").is_file()
+    assert procs_mentioning(str(run)) == []
+
+
+def test_a_shard_without_a_live_running_majority_for_a_while_is_a_note(tmp_path):
+    """One follower of shard 1.0 crashed (and restarted 3 s later) while the other is paused for 1.5 s: for that
+    while no protocol can commit the shard's transactions; the run may still end CONSISTENT, and check.json, the run
+    table and the caption say it (it used to be `ok`, CONSISTENT, `notes: []`)."""
+    from testbed.analysis import runs_table
+    d = deploy.build_deployment(mode="janus", workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=2, duration=8, warmup=1, cooldown=1, processes="node", base_port=28500,
+                                faults="crash:s1.0.1@2+3; pause:s1.0.2@3+1.5")
+    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "gap", out_root=tmp_path)
+    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
+    notes = [n for n in res.check["notes"] if n.startswith("shard 1 had no majority of its replicas live and running")]
+    assert len(notes) == 1 and "s1.0.1 down, s1.0.2 paused" in notes[0], res.check["notes"]
+    assert 1.3 < res.check["stats"]["no_majority_s"] < 1.7, res.check["stats"]
+    row = runs_table.runs(tmp_path).iloc[0]
+    assert 1.3 < row.no_majority_s < 1.7 and "s1.0.2 paused" in row.check_notes
