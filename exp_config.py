@@ -10,8 +10,8 @@ REGIONS = 3                 # R regions (1..64) every experiment but exp 4 uses 
 MAX_REGIONS = None          # regions deployed (containers for each, brought up once; 1..64): None = the most any
                             # experiment uses (here 10, exp 4's largest); each of REGIONS and SCALABILITY_N_REGIONS
                             # must be <= it. Regions deployed but not used by a run stay idle (sshd only)
-SHARDS_PER_REGION = 2       # N shards per region (1..239); one container per shard
-REPLICAS = 3                # replicas per shard, inside the shard's container (only 3 is supported)
+SHARDS_PER_REGION = 2       # N shards per region (1..239; 1..63 with CONTAINERS='replica'); a container per shard
+REPLICAS = 3                # replicas per shard (only 3 is supported), in the shard's container (CONTAINERS)
 SCALE = 0.01                # workload table sizes x SCALE (1.0 = the original artifact's sizes), 0.0001..10
 TPCC_DISTRICT = 'fixed'     # TPC-C district of a transaction: 'fixed' per coordinator (the artifact's way: with few
                             # coordinators per shard no two concurrent New-Orders share a district) or 'uniform' per
@@ -43,6 +43,12 @@ CONTROL_PORTS = [22, 19000]  # never delayed, source or destination: ssh from th
 # ---------------------------------------------------------------- containers (Docker Swarm)
 DEPLOYMENT = 'edge'         # names the deployment: containers <DEPLOYMENT>_r<region>_s<shard> and <DEPLOYMENT>_driver,
                             # its Docker label and its lock (one job at a time per deployment, across checkouts)
+CONTAINERS = 'shard'        # 'shard': a container per shard holds its 3 replicas and its clients; 'replica': replica 0
+                            # and the shard's clients (and a region's role nodes) in the shard's container as with
+                            # 'shard', each follower (replica 1, 2) in a container of its own,
+                            # <DEPLOYMENT>_r<region>_s<shard>_f<k> at a.b.<region>.<128 + 2 x (shard - 1) + k - 1> (so
+                            # at most 63 shards per region), running in an engine process of its own: `docker kill`
+                            # of a follower's container kills that follower alone (docs/nemesis.md, "Losses")
 IMAGE_NAME = 'edge-txn:latest'  # image every container runs (built by docker/)
 NETWORK_NAME = 'edge_txn'   # attachable overlay network
 SUBNET = '10.55.0.0/16'     # overlay subnet, a.b.0.0/16 (up to /23 if fewer regions); regions use a.b.<region>.0/24

@@ -61,6 +61,10 @@ MUTANTS = [
      "safety"),
     ("janus.settle_open", "a walk decides a component that reaches a transaction not committed here yet (its "
      "component may still grow)", "safety"),
+    ("janus.mixes_epochs", "the coordinator counts a PreAccept reply of an older epoch beside the newer ones (a "
+     "restarted replica's forgotten vote with its new one)", "safety"),
+    ("janus.keeps_epoch", "a replica answers a restarted peer's Seal without moving to the new epoch: the fast path "
+     "never comes back", "recovery"),
     ("tapir.none", "the protocol as built", "-"),
     ("tapir.no_abstain", "Prepare ignores conflicting prepared or committed-unapplied transactions", "safety"),
     ("tapir.no_stale_check", "Prepare ignores the read versions", "safety"),
@@ -77,6 +81,10 @@ MUTANTS = [
      "safety"),
     ("tapir.finalize_on_one", "a shard decided on the slow path counts once 1 replica confirmed its Finalize, not a "
      "majority", "recovery"),
+    ("tapir.mixes_epochs", "the coordinator counts a Prepare result of an older epoch beside the newer ones (a "
+     "restarted replica's forgotten vote with its new one)", "safety"),
+    ("tapir.keeps_epoch", "a replica answers a restarted peer's Seal without moving to the new epoch: the fast quorum "
+     "never comes back", "recovery"),
     ("slog.none", "the protocol as built", "-"),
     ("slog.no_conflict_wait", "an entry runs past earlier unfinished entries that hold its keys", "latency"),
     ("slog.reversed_batches", "replica 1 of every shard appends each batch in reverse", "safety"),
@@ -90,6 +98,10 @@ MUTANTS = [
      "restarted replica skips a piece of a decided transaction (a gap)", "safety"),
     ("recovery.stops_when_caught_up", "the restarted replica executes nothing after the snapshot it took over",
      "safety"),
+    ("recovery.votes_before_sealed", "a restarted replica votes as soon as it holds a state, in its peers' epoch, "
+     "with no record of what they voted: its forgotten votes can be contradicted", "safety"),
+    ("recovery.reuses_epoch", "a restarted replica seals its peers in their own epoch, not a new one: its votes "
+     "count beside those of the incarnation it replaced", "safety"),
 ]
 # Each protocol's own simulator suites, beside the protocol-neutral one.
 OWN_SUITES = {"dast": "DastSim.*:Executor.Dast*", "janus": "JanusSim.*", "tapir": "TapirSim.*", "slog": "SlogSim.*",

@@ -18,6 +18,10 @@ void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Var
   if (tap_) {
     recovery::Event& e = tapped_.emplace_back();
     e.set_txn(txn_id);
+    if (auto d = deps_.find(txn_id); d != deps_.end()) {
+      e.set_deps_set(true);   // a follower declares them as this replica did (the first declaration stands)
+      for (uint64_t x : d->second) e.add_deps(x);
+    }
     *e.mutable_piece() = p;
     *e.mutable_in() = in;
     e.set_deferred(deferred);
@@ -82,19 +86,21 @@ void declare_ids(std::unordered_map<uint64_t, std::vector<uint64_t>>& into, uint
 
 void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& deps) { declare_ids(deps_, txn_id, deps); }
 
-void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked) {
+void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked, uint64_t epoch) {
   if (marked && !votes_.count(txn_id)) vote_marks_.try_emplace(txn_id, history_.size());
   declare_ids(votes_, txn_id, deps);
+  if (epoch > 0) vote_epochs_[txn_id] = epoch;
 }
 
 void ShardExecutor::declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas,
-                                   const std::vector<uint32_t>* accepted) {
+                                   const std::vector<uint32_t>* accepted, uint64_t epoch) {
   if (quorums_.count(txn_id)) return;
   declare_ids(quorums_, txn_id, std::vector<uint64_t>(replicas.begin(), replicas.end()));
   if (accepted) declare_ids(accepted_, txn_id, std::vector<uint64_t>(accepted->begin(), accepted->end()));
+  if (epoch > 0) quorum_epochs_[txn_id] = epoch;
 }
 
-void ShardExecutor::declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uint32_t accepted) {
+void ShardExecutor::declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uint32_t accepted, uint64_t epoch) {
   const auto bits = [](uint32_t mask) {
     std::vector<uint32_t> out;
     for (uint32_t r = 0; r < 32; ++r)
@@ -102,7 +108,7 @@ void ShardExecutor::declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uin
     return out;
   };
   const std::vector<uint32_t> acc = bits(accepted);
-  declare_quorum(txn_id, bits(replicas), accepted ? &acc : nullptr);
+  declare_quorum(txn_id, bits(replicas), accepted ? &acc : nullptr, epoch);
 }
 
 bool ShardExecutor::evaluate(const TxnRequest& t, Vars* vars) const {
@@ -161,8 +167,9 @@ void write_ids(std::ostream& o, const std::vector<uint32_t>& ids) {
 // flag and one order key: "<txn id> <piece ids>" plus " d" when deferred, plus
 // " k=<domain>:<hi>.<lo>" (decimal) when the key is set, plus " v=<ids>" (this
 // replica's vote) and " p=<ids>" (its declared dependencies), comma-separated,
-// possibly none, on the transaction's first line when the protocol declared them. Piece ids keep their execution
-// order; only ascending runs are collapsed.
+// possibly none, on the transaction's first line when the protocol declared them; " qe=<epoch>" after q= (and a=)
+// and " e=<epoch>" after v= when the decision's votes, or this replica's vote, were of an epoch above 0 (a rejoin's).
+// Piece ids keep their execution order; only ascending runs are collapsed.
 size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) const {
   o << "# txn-history v1 node=" << node << " shard=" << shard_ << "\n";
   size_t lines = 0;
@@ -194,10 +201,12 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
     if (auto q = quorums_.find(first.txn); q != quorums_.end() && counted.insert(first.txn).second) {
       ids_out(" q=", q->second);
       if (auto a = accepted_.find(first.txn); a != accepted_.end()) ids_out(" a=", a->second);
+      if (auto e = quorum_epochs_.find(first.txn); e != quorum_epochs_.end()) o << " qe=" << e->second;
     }
     if (auto v = votes_.find(first.txn); v != votes_.end() && voted.insert(first.txn).second) {
       auto m = vote_marks_.find(first.txn);
       ids_out(m == vote_marks_.end() ? " v=" : (" v=" + std::to_string(m->second) + "/").c_str(), v->second);
+      if (auto e = vote_epochs_.find(first.txn); e != vote_epochs_.end()) o << " e=" << e->second;
     }
     if (auto d = deps_.find(first.txn); d != deps_.end() && declared.insert(first.txn).second) ids_out(" p=", d->second);
     o << '\n';

@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -81,7 +82,9 @@ class ShardExecutor {
   // still to execute here (a vote that must name them, or be named by theirs: Janus's pending ones). `marked`
   // false: no such mark (" v=<ids>"), where a vote need not name what is pending (TAPIR's Prepare OK: a replica
   // refuses a transaction that conflicts with one it holds, so its votes name applied transactions only).
-  void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked = true);
+  // `epoch`: the epoch the vote was cast in (a rejoin's, ReplicaNode::epoch), written " e=<epoch>" when above 0; a
+  // vote cast again in a later epoch (asked again, the same) keeps its first dependencies and takes the later epoch.
+  void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked = true, uint64_t epoch = 0);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& votes() const { return votes_; }
   const std::unordered_map<uint64_t, uint64_t>& vote_marks() const { return vote_marks_; }
   // The replicas (indexes in the shard) whose votes the decision of `txn_id` counted, where it may count fewer
@@ -90,9 +93,11 @@ class ShardExecutor {
   // checker then holds only the counted replicas to their votes, and requires the decision the same at every
   // replica of the shard, on a majority's votes, and either on every replica's (the fast quorum) or accepted by a
   // majority. Without it every vote counts. The first declaration stands.
-  void declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas, const std::vector<uint32_t>* accepted);
+  // `epoch`: the epoch of the votes the decision counted, written " qe=<epoch>" when above 0.
+  void declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas, const std::vector<uint32_t>* accepted,
+                      uint64_t epoch = 0);
   // The same from masks as messages carry them (bit r: replica r); `accepted` 0: a fast-path decision.
-  void declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uint32_t accepted);
+  void declare_quorum_masks(uint64_t txn_id, uint32_t replicas, uint32_t accepted, uint64_t epoch = 0);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& quorums() const { return quorums_; }
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& acceptances() const { return accepted_; }
   // The history file (format in docs/checker.md); returns the number of lines
@@ -101,7 +106,10 @@ class ShardExecutor {
   // Hand over, from now on, every executed piece with the variables it ran with (recovery::Event, one per history
   // event): what a restarted replica of the shard that follows this one executes too (src/core/recovery.h). Off
   // while no restarted peer follows it (it costs a copy of every piece); take_tapped() takes what was kept so far.
-  void tap(bool on) { tap_ = on; if (!on) tapped_.clear(); }
+  void tap(bool on) {
+    tap_ = on;
+    if (!on) tapped_.clear();
+  }
   bool tapping() const { return tap_; }
   std::vector<recovery::Event> take_tapped() { return std::exchange(tapped_, {}); }
   // This replica's state as a restarted peer takes it over: the store (ShardStore::encode) and the history so far
@@ -122,6 +130,7 @@ class ShardExecutor {
   std::unordered_map<uint64_t, uint64_t> vote_marks_;           // declare_vote: history_.size() then
   std::unordered_map<uint64_t, std::vector<uint64_t>> quorums_;  // declare_quorum, sorted replica indexes
   std::unordered_map<uint64_t, std::vector<uint64_t>> accepted_; // declare_quorum's acceptances (slow path)
+  std::unordered_map<uint64_t, uint64_t> vote_epochs_, quorum_epochs_;   // the epochs above 0 declared
   bool tap_ = false;
   std::vector<recovery::Event> tapped_;   // tap(): from then on, one per history event, until taken
 };

@@ -69,6 +69,35 @@ class ReplicaNode : public Node {
   // Protocol counters written into the state dump under "counters" and summed
   // over the run (testbed/analysis/results.py server_counters); name -> value.
   virtual std::map<std::string, int64_t> counters() const { return {}; }
+  // A restarted peer's rejoin (src/core/recovery.h, docs/fault-tolerance.md): the epoch this replica's votes carry
+  // (0 until a peer of its shard rejoined), and its record for that peer. seal() moves it to `epoch` when that is
+  // above its own, so that none of its votes cast before can count together with one cast after, and writes what a
+  // rejoining replica's votes must respect (the protocol's own format, read by its Voter). False (the default): the
+  // protocol keeps no votes a restarted replica could contradict, and a restarted replica of it votes nothing.
+  virtual uint64_t epoch() const { return 0; }
+  virtual bool seal(uint64_t epoch, std::string* record) { (void)epoch; (void)record; return false; }
+};
+
+// A restarted replica's part in its protocol (src/core/recovery.h): its state (store, history, execution) follows a
+// live replica of its shard as a Learner's does; its votes are its own, cast from what the records of every other
+// replica of its shard, sealed in the epoch it votes in, said, and from the protocol's messages it gets after. A
+// protocol whose replicas vote (Janus's PreAccept replies, TAPIR's Prepare results, DAST's acknowledgements of a copy)
+// gives one (ProtocolSpec::make_voter); one whose followers vote nothing (SLOG's execute their log) need not.
+class Voter {
+ public:
+  virtual ~Voter() = default;
+  // Start voting in `epoch` from the sealed records of the shard's other replicas (one each, in replica order), with
+  // `state` what its replica holds now. False (nothing changed): a record that is not this protocol's.
+  virtual bool adopt(uint64_t epoch, const std::vector<std::string>& records, const ShardExecutor& state) = 0;
+  // One of its protocol's messages, once it votes; its replies carry the epoch. `state` is the replica's state (what
+  // it has executed, as its source did): what a vote reads of it, and where declarations for the checker go.
+  virtual void on_message(Env& env, Envelope& m, ShardExecutor& state) = 0;
+  // Its replica took over the state of a live replica whose protocol recorded `record` then (unsealed; empty: none).
+  // Called before executed() is told of anything after it; again when it takes over another's.
+  virtual void follow(const std::string& record) { (void)record; }
+  // Its state executed this piece of `txn` (as its source did), in that order.
+  virtual void executed(uint64_t txn, const Piece& piece) = 0;
+  virtual std::map<std::string, int64_t> counters() const { return {}; }
 };
 
 // Where a role's processes go.
@@ -116,6 +145,8 @@ struct ProtocolSpec {
   std::vector<OptionSpec> options;
   std::function<std::unique_ptr<ReplicaNode>(const Deployment&, NodeId, const Workload&)> make_replica;
   std::function<std::unique_ptr<ClientDriver>(const Deployment&, NodeId)> make_client_driver;
+  // A restarted replica's votes (Voter); none: a restarted replica of it takes no part in its protocol.
+  std::function<std::unique_ptr<Voter>(const Deployment&, NodeId, const Workload&)> make_voter;
 
   const RoleSpec* role(const std::string& name) const;      // nullptr if it has no such role
   const OptionSpec* option(const std::string& name) const;  // nullptr if it has no such option

@@ -7,9 +7,20 @@ namespace txn {
 // Deliberately broken variants for `make mutants` (tests/mutants/README.md): -DMUTANT=recovery.<name> compiles
 // this file with RECOVERY_MUTANT_<NAME>.
 #ifdef RECOVERY_MUTANT_SKIPS_EVENT
-constexpr bool kSkipsEvent = true;         // a source's Part after its snapshot leaves out the first event it holds
+constexpr bool kSkipsEvent = true;         // a source's Part after its snapshot leaves out the first event it holds,
+                                           // numbered as if it held it (a gap the follower cannot see)
 #else
 constexpr bool kSkipsEvent = false;
+#endif
+#ifdef RECOVERY_MUTANT_VOTES_BEFORE_SEALED
+constexpr bool kVotesBeforeSealed = true;  // a restarted replica votes as soon as it holds a state, unsealed
+#else
+constexpr bool kVotesBeforeSealed = false;
+#endif
+#ifdef RECOVERY_MUTANT_REUSES_EPOCH
+constexpr bool kReusesEpoch = true;        // a restarted replica seals in its peers' epoch, not above it
+#else
+constexpr bool kReusesEpoch = false;
 #endif
 #ifdef RECOVERY_MUTANT_STOPS_WHEN_CAUGHT_UP
 constexpr bool kStopsWhenCaughtUp = true;  // the restarted replica executes nothing after the snapshot it took over
@@ -32,10 +43,10 @@ Envelope part_envelope(uint64_t attempt, uint64_t from, uint64_t total, bool idl
 CatchUpServer::CatchUpServer(std::unique_ptr<ReplicaNode> inner) : inner_(std::move(inner)) {}
 
 void CatchUpServer::on_message(Env& env, Envelope& m) {
-  if (m.has_recovery() && !m.recovery().has_part()) {   // a Join, Ack or Leave: this one serves it
+  if (m.has_recovery() && !m.recovery().has_part() && !m.recovery().has_sealed()) {   // Join, Ack, Leave, Seal
     serve(env, m.from(), m.recovery());
   } else {
-    inner_->on_message(env, m);   // its protocol's, or a Part for a restarted inner replica (a Learner)
+    inner_->on_message(env, m);   // its protocol's, or a Part or Sealed for a restarted inner replica (a Learner)
   }
   if (!followers_.empty()) forward(env, false);
 }
@@ -72,11 +83,14 @@ void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
     if (!followers_.empty()) forward(env, false);   // what earlier followers are owed, before the tap is shared
     Envelope out = part_envelope(m.join().attempt(), executor().history().size(), executor().history().size(),
                                  inner_->idle());
+    out.mutable_recovery()->mutable_part()->set_epoch(inner_->epoch());
+    out.mutable_recovery()->mutable_part()->set_has_record(
+        inner_->seal(0, out.mutable_recovery()->mutable_part()->mutable_record()));   // 0: its epoch unchanged
     if (!executor().snapshot(out.mutable_recovery()->mutable_part()->mutable_snapshot()))
       throw BadMessage("recovery: this workload's store cannot be sent as a snapshot");
     snapshot_bytes_ += static_cast<int64_t>(out.recovery().part().snapshot().ByteSizeLong());
     ++joins_;
-    followers_[from] = Follower{m.join().attempt(), env.mono_us()};
+    followers_[from] = Follower{m.join().attempt(), env.mono_us(), executor().history().size()};
     served_ = &executor();
     exec().tap(true);
     sent_us_ = env.mono_us();
@@ -85,6 +99,17 @@ void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
       beating_ = true;
       env.set_timer(kTimer, kBeatUs);
     }
+    return;
+  }
+  if (m.has_seal()) {   // a restarted peer votes from now on: no vote of this replica's before counts with one after
+    if (followers_.count(from)) forward(env, false);   // what it executed before its record, ahead of the record
+    Envelope out;
+    recovery::Sealed* r = out.mutable_recovery()->mutable_sealed();
+    r->set_attempt(m.seal().attempt());
+    r->set_has_record(inner_->seal(m.seal().epoch(), r->mutable_record()));
+    r->set_epoch(inner_->epoch());
+    ++seals_;
+    env.send(from, std::move(out));
     return;
   }
   auto f = followers_.find(from);
@@ -109,13 +134,14 @@ void CatchUpServer::forward(Env& env, bool beat) {
   }
   std::vector<recovery::Event> events = exec().take_tapped();
   if (events.empty() && !beat) return;
-  const uint64_t total = executor().history().size(), from = total - events.size();
-  const size_t skip = kSkipsEvent && !events.empty() && from > 0 ? 1 : 0;
-  for (const auto& [to, f] : followers_) {
-    Envelope out = part_envelope(f.attempt, from + skip, total, inner_->idle());
+  const uint64_t total = executor().history().size();
+  const size_t skip = kSkipsEvent && !events.empty() ? 1 : 0;
+  for (auto& [to, f] : followers_) {
+    Envelope out = part_envelope(f.attempt, f.sent, total, inner_->idle());
     recovery::Part* p = out.mutable_recovery()->mutable_part();
     for (size_t i = skip; i < events.size(); ++i) *p->add_events() = events[i];
-    ++parts_;
+    f.sent += events.size() - skip;   // the events it has sent this follower: the next Part's first (the mutant's
+    ++parts_;                         // gap is numbered away, so the follower cannot see it)
     events_sent_ += static_cast<int64_t>(events.size() - skip);
     env.send(to, std::move(out));
   }
@@ -131,11 +157,20 @@ std::map<std::string, int64_t> CatchUpServer::counters() const {
     c["catch_up_snapshot_bytes"] = snapshot_bytes_;
     c["catch_up_followers_forgotten"] = forgotten_;
   }
+  if (seals_ > 0) c["seals_served"] = seals_;
   return c;
 }
 
-Learner::Learner(const Deployment& d, NodeId self, const Workload& w)
-    : d_(d), me_(d.node(self)), w_(w), exec_(std::make_unique<ShardExecutor>(w, d.node(self).shard)) {}
+Learner::Learner(const Deployment& d, NodeId self, const Workload& w, std::unique_ptr<Voter> voter)
+    : d_(d), me_(d.node(self)), w_(w), exec_(std::make_unique<ShardExecutor>(w, d.node(self).shard)),
+      voter_(std::move(voter)) {}
+
+std::vector<NodeId> Learner::peers() const {
+  std::vector<NodeId> out;
+  for (NodeId r : d_.replicas_of(me_.shard))
+    if (r != me_.id) out.push_back(r);
+  return out;
+}
 
 void Learner::start(Env& env) {
   started_us_ = env.mono_us();
@@ -143,13 +178,19 @@ void Learner::start(Env& env) {
   env.set_timer(kTimer, kTickUs);
 }
 
-// Asks every other replica of its shard, anew: the first to answer is its source.
+// Asks every other replica of its shard, anew; of those that answer, it will follow the one of the lowest index.
 void Learner::join(Env& env) {
   ++attempt_;
   source_ = kNone;
+  offers_.clear();
+  epochs_.clear();
+  first_offer_us_ = -1;
   heard_us_ = env.mono_us();
-  for (NodeId r : d_.replicas_of(me_.shard)) {
-    if (r == me_.id) continue;
+  if (voting_) {   // its state is about to be another's: its votes wait for a new seal
+    voting_ = false;
+    env.log("recovery: not voting until the shard's other replicas seal again");
+  }
+  for (NodeId r : peers()) {
     Envelope m;
     m.mutable_recovery()->mutable_join()->set_attempt(attempt_);
     env.send(r, std::move(m));
@@ -157,21 +198,29 @@ void Learner::join(Env& env) {
 }
 
 void Learner::on_message(Env& env, Envelope& m) {
-  if (!m.has_recovery()) {   // its protocol's: it takes no part in it (header)
-    ++ignored_;
+  if (!m.has_recovery()) {   // its protocol's: its Voter's once it votes (kept for it until then), else dropped
+    if (voting_) {
+      voter_->on_message(env, m, *exec_);
+      ++voted_;
+    } else if (voter_ && held_.size() < kHeldMax) {
+      held_.push_back(std::move(m));
+    } else {
+      ++ignored_;
+    }
     return;
   }
-  if (!m.recovery().has_part()) throw BadMessage("recovery: a restarted replica takes Parts only");
   const NodeInfo& from = d_.node(m.from());
   if (from.kind != NodeKind::Replica || from.shard != me_.shard || from.id == me_.id)
-    throw BadMessage("recovery: a Part from " + from.name + ", not another replica of shard " +
+    throw BadMessage("recovery: a message from " + from.name + ", not another replica of shard " +
                      std::to_string(me_.shard));
-  take_part(env, m.from(), m.recovery().part());
+  if (m.recovery().has_part()) return take_part(env, m.from(), m.recovery().part());
+  if (m.recovery().has_sealed()) return take_sealed(env, m.from(), m.recovery().sealed());
+  throw BadMessage("recovery: a restarted replica takes Parts and Sealed answers only");
 }
 
 void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
   if (p.attempt() != attempt_ || (source_ != kNone && from != source_)) {   // an answer to an earlier Join, or
-    ++stale_;                                                               // a second one to this
+    ++stale_;                                                               // from one it does not follow
     if (p.has_snapshot()) {
       Envelope m;
       m.mutable_recovery()->mutable_leave()->set_attempt(p.attempt());
@@ -180,25 +229,16 @@ void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
     return;
   }
   heard_us_ = env.mono_us();
-  if (source_ == kNone) {
-    if (!p.has_snapshot()) {   // a Part of this attempt before its snapshot: cannot be (one channel, in order)
+  if (source_ == kNone) {   // still choosing: kept, in order, per peer
+    auto& offer = offers_[from];
+    if (offer.empty() != p.has_snapshot()) {   // a Part before its snapshot, or a second snapshot: cannot be
       ++stale_;
       return;
     }
-    auto fresh = std::make_unique<ShardExecutor>(w_, me_.shard);
-    if (!fresh->install(p.snapshot()) || static_cast<uint64_t>(p.snapshot().history_size()) != p.from())
-      throw BadMessage("recovery: a snapshot of " + d_.node(from).name + " that cannot be taken over");
-    exec_ = std::move(fresh);
-    source_ = from;
-    ++sources_;
-    have_ = p.from();
-    snapshot_events_ = static_cast<int64_t>(have_);
-    source_total_ = p.total();
-    source_idle_ = p.idle();
-    if (caught_up_us_ < 0) {
-      caught_up_us_ = env.mono_us() - started_us_;
-      if (on_caught_up_) on_caught_up_(env, have_, caught_up_us_, from);
-    }
+    if (p.has_snapshot()) epochs_[from] = p.epoch();
+    offer.push_back(p);
+    if (first_offer_us_ < 0) first_offer_us_ = env.mono_us();
+    if (offers_.size() == peers().size()) choose(env);
     return;
   }
   if (p.from() != have_) {   // a gap in what its source sent: take a source's state anew
@@ -217,22 +257,116 @@ void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
   Vars out;
   for (const auto& e : p.events()) {
     const OrderKey key = e.key_set() ? order_key(e.key_domain(), e.key_hi(), e.key_lo()) : OrderKey{};
+    if (e.deps_set()) exec_->declare_deps(e.txn(), {e.deps().begin(), e.deps().end()});
     out.clear();
     try {
       exec_->execute(e.txn(), e.piece(), e.in(), &out, e.deferred(), key);
     } catch (const BadMessage&) {
       // rejected here as at its source (recorded in the history the same way)
     }
+    if (voter_) voter_->executed(e.txn(), e.piece());
   }
   have_ += static_cast<uint64_t>(p.events_size());
   source_total_ = p.total();
   source_idle_ = p.idle();
 }
 
+// Of the peers that answered this Join, it follows the one of the lowest index (replica 0 when it answered) and
+// leaves the others; what its source sent since its snapshot is executed now.
+void Learner::choose(Env& env) {
+  const NodeId from = offers_.begin()->first;
+  std::vector<recovery::Part> parts = std::move(offers_.begin()->second);
+  for (const auto& [peer, _] : offers_)
+    if (peer != from) {
+      Envelope m;
+      m.mutable_recovery()->mutable_leave()->set_attempt(attempt_);
+      env.send(peer, std::move(m));
+    }
+  offers_.clear();
+  const recovery::Part& first = parts.front();
+  auto fresh = std::make_unique<ShardExecutor>(w_, me_.shard);
+  if (!fresh->install(first.snapshot()) || static_cast<uint64_t>(first.snapshot().history_size()) != first.from())
+    throw BadMessage("recovery: a snapshot of " + d_.node(from).name + " that cannot be taken over");
+  exec_ = std::move(fresh);
+  source_ = from;
+  ++sources_;
+  have_ = first.from();
+  snapshot_events_ = static_cast<int64_t>(have_);
+  source_total_ = first.total();
+  source_idle_ = first.idle();
+  if (caught_up_us_ < 0) {
+    caught_up_us_ = env.mono_us() - started_us_;
+    if (on_caught_up_) on_caught_up_(env, have_, caught_up_us_, from);
+  }
+  if (voter_) voter_->follow(first.has_record() ? first.record() : std::string());
+  for (size_t i = 1; i < parts.size(); ++i) take_part(env, from, parts[i]);
+  if (voter_ && source_ == from) {
+    if (kVotesBeforeSealed) {   // (mutant) its votes count at once, in its peers' epoch, from no record
+      uint64_t e = 0;
+      for (const auto& [_, x] : epochs_) e = std::max(e, x);
+      voting_ = voter_->adopt(e, {}, *exec_);
+      seal_epoch_ = e;
+      return;
+    }
+    uint64_t e = 0;
+    for (const auto& [_, x] : epochs_) e = std::max(e, x);
+    seal(env, kReusesEpoch ? e : e + 1);
+  }
+}
+
+// Asks every other replica to move to `epoch` and send its record.
+void Learner::seal(Env& env, uint64_t epoch) {
+  ++seal_attempt_;
+  seal_epoch_ = epoch;
+  seal_sent_us_ = env.mono_us();
+  sealed_.clear();
+  for (NodeId r : peers()) {
+    Envelope m;
+    m.mutable_recovery()->mutable_seal()->set_attempt(seal_attempt_);
+    m.mutable_recovery()->mutable_seal()->set_epoch(epoch);
+    env.send(r, std::move(m));
+  }
+}
+
+void Learner::take_sealed(Env& env, NodeId from, const recovery::Sealed& s) {
+  if (voting_ || s.attempt() != seal_attempt_ || seal_sent_us_ < 0) {
+    ++stale_;
+    return;
+  }
+  sealed_[from] = s;
+  if (sealed_.size() < peers().size()) return;
+  uint64_t top = 0;
+  bool all = true;
+  for (const auto& [_, x] : sealed_) {
+    top = std::max(top, x.epoch());
+    all = all && x.has_record() && x.epoch() == seal_epoch_;
+  }
+  if (!all) {   // one had moved past it (another rejoin), or has no record: above every epoch told, once more
+    if (top >= seal_epoch_) return seal(env, top + 1);
+    env.log("recovery: a peer sealed without a record: not voting");
+    seal_sent_us_ = -1;
+    return;
+  }
+  std::vector<std::string> records;
+  for (const auto& [_, x] : sealed_) records.push_back(x.record());   // in replica order (a map by node id)
+  seal_sent_us_ = -1;
+  if (!voter_->adopt(seal_epoch_, records, *exec_)) throw BadMessage("recovery: a sealed record its Voter cannot read");
+  voting_ = true;
+  ++seals_;
+  if (on_voting_) on_voting_(env, seal_epoch_, env.mono_us() - started_us_);
+  // What came while it sealed, in the order it came: later than every record, it is voted on as if it came now
+  for (Envelope& m : std::exchange(held_, {})) {
+    voter_->on_message(env, m, *exec_);
+    ++voted_;
+  }
+}
+
 void Learner::on_timer(Env& env, uint64_t id) {
   if (id != kTimer) return;
   const TimeUs now = env.mono_us();
-  if (now - heard_us_ >= kSilentUs) {   // its source went silent, or nobody answered: whoever is live now
+  if (source_ == kNone && first_offer_us_ >= 0 && now - first_offer_us_ >= kChooseUs) {
+    choose(env);   // the others did not answer in time: the lowest of those that did
+  } else if (now - heard_us_ >= kSilentUs) {   // its source went silent, or nobody answered: whoever is live now
     if (source_ != kNone) env.log("recovery: " + d_.node(source_).name + " silent; asking the shard's replicas again");
     join(env);
   } else if (source_ != kNone) {
@@ -240,19 +374,28 @@ void Learner::on_timer(Env& env, uint64_t id) {
     m.mutable_recovery()->mutable_ack()->set_attempt(attempt_);
     m.mutable_recovery()->mutable_ack()->set_have(have_);
     env.send(source_, std::move(m));
+    if (voter_ && !voting_ && seal_sent_us_ >= 0 && now - seal_sent_us_ >= kSilentUs)
+      seal(env, seal_epoch_ + 1);   // a peer did not answer its Seal: ask again, above it
   }
   env.set_timer(kTimer, kTickUs);
 }
 
 std::map<std::string, int64_t> Learner::counters() const {
-  return {{"restarted", 1},
-          {"recovered_events", static_cast<int64_t>(have_)},
-          {"snapshot_events", snapshot_events_},
-          {"caught_up_ms", caught_up_us_ < 0 ? -1 : caught_up_us_ / 1000},
-          {"catch_up_parts", parts_},
-          {"catch_up_stale_parts", stale_},
-          {"catch_up_sources", sources_},
-          {"ignored_protocol_messages", ignored_}};
+  std::map<std::string, int64_t> c = {{"restarted", 1},
+                                      {"recovered_events", static_cast<int64_t>(have_)},
+                                      {"snapshot_events", snapshot_events_},
+                                      {"caught_up_ms", caught_up_us_ < 0 ? -1 : caught_up_us_ / 1000},
+                                      {"catch_up_parts", parts_},
+                                      {"catch_up_stale_parts", stale_},
+                                      {"catch_up_sources", sources_},
+                                      {"ignored_protocol_messages", ignored_}};
+  if (voter_) {
+    c["rejoin_seals"] = seals_;
+    c["rejoin_epoch"] = voting_ ? static_cast<int64_t>(seal_epoch_) : 0;
+    c["voter_messages"] = voted_;
+    for (const auto& [k, v] : voter_->counters()) c[k] = v;
+  }
+  return c;
 }
 
 std::unique_ptr<ReplicaNode> serve_catch_up(const Deployment&, NodeId, std::unique_ptr<ReplicaNode> r) {

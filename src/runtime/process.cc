@@ -276,7 +276,14 @@ int run(Role role, const char* prog, int argc, char** argv) {
       Hosted& h = hosted[i];
       h.info = &d.node(ids[i]);
       if (h.info->kind == NodeKind::Replica && recover) {   // restarted empty: catches up, then follows
-        auto l = std::make_unique<Learner>(d, h.info->id, *w);
+        auto l = std::make_unique<Learner>(d, h.info->id, *w,
+                                           spec.make_voter ? spec.make_voter(d, h.info->id, *w) : nullptr);
+        l->on_voting([node = h.info->name](Env&, uint64_t epoch, TimeUs after_us) {
+          std::printf("VOTING %s epoch=%llu after_us=%lld wall_us=%lld\n", node.c_str(),
+                      static_cast<unsigned long long>(epoch), static_cast<long long>(after_us),
+                      static_cast<long long>(wall_us()));
+          std::fflush(stdout);
+        });
         l->on_caught_up([&d, node = h.info->name](Env&, uint64_t events, TimeUs after_us, NodeId source) {
           std::printf("CAUGHT_UP %s events=%llu after_us=%lld wall_us=%lld source=%s\n", node.c_str(),
                       static_cast<unsigned long long>(events), static_cast<long long>(after_us),

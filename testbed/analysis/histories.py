@@ -96,6 +96,9 @@ class RunData:
     vote_marks: dict = field(default_factory=dict)    # replica node -> {txn: events executed there when it voted}
     accepted: dict = field(default_factory=dict)      # replica node -> {txn: frozenset of the replicas whose
                                                       # acceptance its decision held (`a=`; absent: the fast path)}
+    epochs: dict = field(default_factory=dict)        # replica node -> {txn: (its vote's epoch `e=`, its decision's
+                                                      # `qe=`)}, 0 where the line says none (docs/checker.md)
+    restarted: set = field(default_factory=set)       # replica nodes whose dump is a restarted process's
     _ordered: dict = field(default_factory=dict)      # node -> ordered_events() (computed once)
     _keys: dict | None = None                         # (txn, piece) -> piece_keys() (computed once)
     _commutative: set | None = None                   # (txn, piece) of every commutative piece (computed once)
@@ -139,6 +142,14 @@ def _vote(text: str, where: str) -> tuple[frozenset, int | None]:
     return _deps("v=" + ids, where), int(mark)
 
 
+def _epoch(text: str, where: str) -> int:
+    """An epoch "e=<n>" or "qe=<n>" -> n."""
+    n = text.partition("=")[2]
+    if not n.isdigit():
+        raise Unreadable(f"{where}: bad epoch {text!r} (e=<n>, qe=<n>)")
+    return int(n)
+
+
 def _deps(text: str, where: str) -> frozenset:
     """A history line's declared dependencies "p=<id>,<id>" (or "p=": none), or its vote "v=...", -> the ids."""
     ids = text[2:].split(",") if len(text) > 2 else []
@@ -151,13 +162,14 @@ def _deps(text: str, where: str) -> frozenset:
 def read_history(path: Path, events: int | None = None, keys: dict | None = None,
                  deps: dict | None = None, votes: dict | None = None,
                  quorums: dict | None = None, accepted: dict | None = None,
-                 vote_marks: dict | None = None) -> list[tuple[int, int, bool]]:
+                 vote_marks: dict | None = None, epochs: dict | None = None) -> list[tuple[int, int, bool]]:
     """[(txn, piece, deferred)] in execution order; Unreadable when missing, malformed or truncated. keys: filled
     with event index -> (domain, hi, lo) for the events whose line carries the protocol's order key; deps: with
     txn -> the transactions the protocol declared it depends on (a line's `p=`); votes: with txn -> those this
     replica voted for (`v=`); quorums: with txn -> the replicas whose votes its decision counted (`q=`); accepted:
     with txn -> those whose acceptance it held (`a=`); vote_marks: with txn -> how many events had executed here when
-    it voted (`v=<n>/<ids>`)."""
+    it voted (`v=<n>/<ids>`); epochs: with txn -> (the epoch of its vote, `e=`; of its decision's votes, `qe=`),
+    for a transaction whose line says either."""
     name = path.name
     try:
         lines = path.read_text().splitlines()
@@ -172,16 +184,26 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
         dep = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("p=") else None
+        vote_epoch = _epoch(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("e=") else None
         vote, mark = _vote(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("v=") else (None, None)
+        if vote_epoch is not None and vote is None:
+            raise Unreadable(f"{name}:{n}: 'e=' without 'v=' in {line!r}")
+        quorum_epoch = _epoch(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("qe=") else None
         acc = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("a=") else None
         quorum = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("q=") else None
+        if quorum_epoch is not None and quorum is None:
+            raise Unreadable(f"{name}:{n}: 'qe=' without 'q=' in {line!r}")
         if acc is not None and quorum is None:
             raise Unreadable(f"{name}:{n}: 'a=' without 'q=' in {line!r}")
         key = _order_key(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("k=") else None
         if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
             raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [q=<replicas> "
-                             f"[a=<replicas>]] [v=<ids>] [p=<ids>]', got {line!r}")
+                             f"[a=<replicas>] [qe=<epoch>]] [v=<ids> [e=<epoch>]] [p=<ids>]', got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
+        if epochs is not None and (vote_epoch is not None or quorum_epoch is not None):
+            was = epochs.get(t, (0, 0))
+            epochs[t] = (vote_epoch if vote_epoch is not None else was[0],
+                         quorum_epoch if quorum_epoch is not None else was[1])
         if dep is not None and deps is not None:
             deps[t] = deps.get(t, frozenset()) | dep
         if vote is not None and votes is not None:
@@ -289,9 +311,12 @@ def load_run(run_dir, replica_dumps: list[dict], binary=None) -> RunData:
         node = d["node"]
         data.order_keys[node], data.deps[node], data.votes[node] = {}, {}, {}
         data.quorums[node], data.accepted[node], data.vote_marks[node] = {}, {}, {}
+        data.epochs[node] = {}
+        if (d.get("counters") or {}).get("restarted"):
+            data.restarted.add(node)
         data.histories[node] = read_history(servers / h["file"], int(h["events"]), data.order_keys[node],
                                             data.deps[node], data.votes[node], data.quorums[node],
-                                            data.accepted[node], data.vote_marks[node])
+                                            data.accepted[node], data.vote_marks[node], data.epochs[node])
         data.replicas.setdefault(int(d["shard"]), []).append(d["node"])
     starts, rel_times = {}, {}   # client -> (run start on CLOCK_MONOTONIC, on the wall clock); its records' times
     for s in summaries:
@@ -872,7 +897,9 @@ def _votes_name_pending(data: RunData, node: str, votes: dict, keys_of: dict, co
     (a key both access, one writing it) and that had neither executed here when the other's vote was cast were
     pending at once, so the later one's vote names the earlier (Janus: a decision on a majority's votes relies on
     it, docs/protocols/janus.md). The later to execute here, U, voted when `mark` events had executed; every
-    conflicting T executed before U but at or after that mark was then still to execute."""
+    conflicting T executed before U but at or after that mark was then still to execute. At a restarted replica a T it
+    holds no vote for is left out: its PreAccept came before it voted again (or while it was down), and the decision
+    that counted other replicas' votes is held to them at theirs."""
     marks = data.vote_marks.get(node) or {}
     if not marks:
         return
@@ -898,6 +925,9 @@ def _votes_name_pending(data: RunData, node: str, votes: dict, keys_of: dict, co
             for t in reversed(order[:j]):
                 if last[t] < marks[u]:
                     break   # it had executed here before U voted (and so had every one before it)
+                if node in data.restarted and t not in votes:
+                    continue   # a restarted replica never saw it (sent before it voted): the replicas that decided it
+                    #            did, and they are checked the same way
                 if (acc[t] or acc[u]) and t not in votes.get(u, ()) and u not in votes.get(t, ()) \
                         and (t, u) not in reported:
                     reported.add((t, u))
@@ -939,6 +969,41 @@ def _quorums_agree(data: RunData, out: _Collector) -> None:
                     out.add(f"{node} and {seen[t][0]} name different decisions of {_describe(data, t)} on shard "
                             f"{shard}")
                 seen.setdefault(t, (node, q, a))
+        _epochs_agree(data, shard, nodes, out)
+
+
+def _epochs_agree(data: RunData, shard: int, nodes: list, out: _Collector) -> None:
+    """A decision counts votes of one epoch (a rejoin's, `qe=`; docs/checker.md, "Votes"): every replica it counted
+    that holds its vote for the transaction cast it, or cast it again, in that epoch (`e=`); and a replica that holds no
+    vote for a transaction whose decision counted its vote in epoch E (a restarted replica: the vote was its
+    predecessor's, forgotten) cast none of its own votes in an epoch at or below E, where its forgotten one could be
+    contradicted (checked at a restarted replica only: elsewhere a vote not held is one not declared, TAPIR's
+    refusals)."""
+    by_index = {_replica_index(n): n for n in nodes}
+    counted_forgotten: dict = {}   # replica node -> the highest epoch a decision counted a vote of it it does not hold
+    for node in nodes:
+        ep = data.epochs.get(node) or {}
+        for t, q in sorted((data.quorums.get(node) or {}).items()):
+            e = ep.get(t, (0, 0))[1]
+            for r in sorted(q):
+                voter = by_index.get(r)
+                if voter is None or t not in {x for x, _, _ in data.histories.get(voter, ())}:
+                    continue
+                if t in (data.votes.get(voter) or {}):
+                    cast = (data.epochs.get(voter) or {}).get(t, (0, 0))[0]
+                    if cast != e:
+                        out.add(f"{node}: {_describe(data, t)} was decided on shard {shard} on votes of epoch {e}, "
+                                f"counting {voter}'s, cast in epoch {cast}")
+                elif voter in data.restarted:
+                    counted_forgotten[voter] = max(counted_forgotten.get(voter, -1), e)
+    for voter, e in sorted(counted_forgotten.items()):
+        low = [t for t, (cast, _) in (data.epochs.get(voter) or {}).items()
+               if t in (data.votes.get(voter) or {}) and cast <= e]
+        low += [t for t in (data.votes.get(voter) or {}) if t not in (data.epochs.get(voter) or {})]   # epoch 0
+        if low:
+            out.add(f"{voter}: votes it forgot were counted in epoch {e} (a decision counted them, it holds none), "
+                    f"yet it voted in epoch {e} or below again, for {_describe(data, min(low))}"
+                    + (f" and {len(set(low)) - 1} more" if len(set(low)) > 1 else ""))
 
 
 def _votes_held(data: RunData, node: str, votes: dict, out: _Collector) -> None:

@@ -23,7 +23,8 @@ def _load(config, hosts_file):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Start (or with --down remove) the containers of the deployment: "
-                                 "one per shard plus the driver, on the hosts of hosts.yml, in a Docker Swarm. "
+                                 "one per shard (and one per follower with CONTAINERS='replica') plus the "
+                                 "driver, on the hosts of hosts.yml, in a Docker Swarm. "
                                  "Idempotent. Writes containers.yml.")
     ap.add_argument("--down", action="store_true", help="remove every container, the network, the key pair "
                     "and the swarm if this tool created it")

@@ -3,7 +3,9 @@
 Every process of shard (region r, shard s) runs in that shard's container (10.55.<r+1>.<s+1>), each on its own port:
 replicas 20000 + replica, clients 20200 + k. The processes of a protocol's roles (a manager per region, the members
 of a group; testbed/core/protocols.py says which and in which region) run in their region's first shard container, on
-ports 20100, 20101, ... in the order of the deployment's node list.
+ports 20100, 20101, ... in the order of the deployment's node list. A follower that has a container of its own
+(CONTAINERS='replica', testbed/cluster/placement.py) runs there, on the same port, and in an engine process of its own
+whatever the deployment's process layout (testbed/core/deploy.py assign_processes).
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ REPLICA_PORT, MANAGER_PORT, CLIENT_PORT = 20000, 20100, 20200
 
 
 def placer(state: dict):
-    """place(nodes) for deploy.build_deployment: host = the shard container's IP, port by role."""
-    ips = Cluster(state).shard_ips()
+    """place(nodes) for deploy.build_deployment: host = the shard container's IP (a follower's own container's, where
+    it has one), port by role; it returns the names of the followers placed in containers of their own."""
+    cluster = Cluster(state)
+    ips = cluster.shard_ips()
 
     def ip_of(region0: int, shard0: int) -> str:
         try:
@@ -25,11 +29,16 @@ def placer(state: dict):
             raise ValueError(f"containers.yml has no container for region {region0 + 1} shard {shard0 + 1}; "
                              "bring the deployment up with at least this many regions and shards") from None
 
-    def place(nodes: list[dict]) -> None:
+    def place(nodes: list[dict]) -> set[str]:
         role_ports: dict[int, int] = {}   # region -> next port for a role process in its first container
+        alone = set()
         for n in nodes:
             if n["kind"] == "replica":
-                n.update(host=ip_of(n["region"], n["shard"]), port=REPLICA_PORT + n["replica"])
+                own = cluster.replica_container(n["region"] + 1, n["shard"] + 1, n["replica"])
+                if own is not None and own.role == "follower":   # a container of its own
+                    alone.add(n["name"])
+                n.update(host=own.ip if n["name"] in alone else ip_of(n["region"], n["shard"]),
+                         port=REPLICA_PORT + n["replica"])
             elif n["kind"] == "client":
                 k = int(n["name"].rsplit(".", 1)[1])
                 n.update(host=ip_of(n["region"], n["shard"]), port=CLIENT_PORT + k)
@@ -40,6 +49,7 @@ def placer(state: dict):
                                      "processes in one container")
                 role_ports[n["region"]] = port + 1
                 n.update(host=ip_of(n["region"], 0), port=port)
+        return alone
     return place
 
 

@@ -6,12 +6,13 @@ up(cfg, hosts):
      (a one-node swarm is initialised here when there is none, and left again by down());
   3. create the attachable overlay SUBNET (with OVERLAY_MTU), unless this deployment's network exists;
   4. a fresh SSH key pair for the deployment (.edge-txn/id_ed25519, never in the image);
-  5. one container per shard (placement.plan) with its static IP, NET_ADMIN, a CPU limit and labels, and the
-     driver container at DRIVER_IP with the checkout mounted at /work/edge-txn, the Docker socket of its host
-     (so a run can say why a container stopped answering) and the job-lock folder (testbed/core/lock.py);
+  5. one container per shard (placement.plan; with CONTAINERS='replica' one per follower too) with its static IP,
+     NET_ADMIN, a CPU limit and labels, and the driver container at DRIVER_IP with the checkout mounted at
+     /work/edge-txn, the Docker socket of its host (so a run can say why a container stopped answering) and the
+     job-lock folder (testbed/core/lock.py);
   6. wait until every container runs sshd; choose the shaping mechanism (netem probe in a shard container) and,
-     with netem, install the tc plan in every shard container (/etc/edge-txn/tc.sh, re-run by the entrypoint
-     when a container restarts);
+     with netem, install the tc plan in every container that runs engine processes (/etc/edge-txn/tc.sh, re-run by
+     the entrypoint when a container restarts);
   7. write containers.yml (here and, with the private key, into the driver at /etc/edge-txn/).
 Idempotent: a container whose spec (and image id) is unchanged and that still runs is kept; a changed one is
 replaced (so is every container after an image rebuild under the same tag); containers
@@ -49,6 +50,7 @@ from testbed.core.paths import REPO
 from testbed.core.polling import poll
 
 LABEL = "edge-txn.deployment"
+ENGINE_ROLES = ("shard", "follower")   # the containers that run engine processes (placement.Container.role)
 OWNER_LABEL = "edge-txn.checkout"   # the checkout a deployment belongs to: its driver mounts it, results land there
 STATE_ROOT = REPO / ".edge-txn"
 CONTAINERS_YML = REPO / "containers.yml"   # the default deployment's (DEPLOYMENT = 'edge')
@@ -585,7 +587,8 @@ def specs(cfg: ExpConfig, containers: list[Container], pubkey: str, deployment: 
     out = []
     for c in containers:
         labels = {LABEL: deployment, OWNER_LABEL: checkout_id(repo), "edge-txn.role": c.role,
-                  "edge-txn.region": str(c.region), "edge-txn.shard": str(c.shard)}
+                  "edge-txn.region": str(c.region), "edge-txn.shard": str(c.shard),
+                  **({"edge-txn.replica": str(c.replica)} if c.replica else {})}
         kw = dict(image=cfg.image_name, name=c.name, hostname=c.name, detach=True, cap_add=["NET_ADMIN"],
                   environment={"EDGE_TXN_AUTHORIZED_KEYS": pubkey, "EDGE_TXN_NAME": c.name},
                   labels=labels, restart_policy={"Name": "unless-stopped"})
@@ -888,8 +891,9 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
         probe = None
         if cfg.shaping != "app":  # netem only when the kernel of every host has it (one container per host)
             probe = (True, "netem available")
-            for addr in dict.fromkeys(c.host.address for c in containers if c.role == "shard"):
-                ct = next(started[c.name] for c in containers if c.role == "shard" and c.host.address == addr)
+            engines = [c for c in containers if c.role in ENGINE_ROLES]
+            for addr in dict.fromkeys(c.host.address for c in engines):
+                ct = next(started[c.name] for c in engines if c.host.address == addr)
                 ok, detail = shaping.netem_supported(run=lambda argv, ct=ct: exec_run(ct, argv), dev="lo")
                 if not ok:
                     probe = (False, f"on {addr}: {detail}")
@@ -907,8 +911,10 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
             "key": str(key_path), "regions": cfg.max_regions, "shards_per_region": cfg.shards_per_region,
             "rtt_ms": rtt_matrix(cfg), "scale": cfg.scale,
             "hosts": [h.address for h in hosts],
+            "container_layout": cfg.containers,
             "containers": [dict(name=c.name, ip=c.ip, host=c.host.address, region=c.region, shard=c.shard,
-                                role=c.role, id=started[c.name].id[:12]) for c in containers],
+                                role=c.role, id=started[c.name].id[:12],
+                                **({"replica": c.replica} if c.replica else {})) for c in containers],
             "bring_up_s": round(time.monotonic() - t_start, 2),
             "bring_up_phases_s": phases,
         }
@@ -939,9 +945,10 @@ def up(cfg: ExpConfig, hosts, deployment: str | None = None, repo: Path = REPO, 
 
 
 def apply_netem(cfg: ExpConfig, containers, started: dict, jitter_rtt_ms: float) -> None:
-    """Install and run the tc plan in every shard container (kept as /etc/edge-txn/tc.sh for restarts)."""
+    """Install and run the tc plan in every container that runs engine processes (kept as /etc/edge-txn/tc.sh for
+    restarts)."""
     for c in containers:
-        if c.role != "shard":
+        if c.role not in ENGINE_ROLES:
             continue
         script = shaping.to_shell(shaping.tc_plan_for(cfg, c.region, jitter_ms=jitter_rtt_ms))
         ct = started[c.name]
@@ -1070,12 +1077,12 @@ ENGINE_SWEEP = ("n=$( (pgrep -x txn-server; pgrep -x txn-client) | wc -l); pkill
 
 
 def stop_engines(hosts, state: dict) -> dict:
-    """Kill every engine process in the deployment's shard containers and remove their run folders (after a
-    job was cut off, e.g. its driver container stopped). Returns {container: processes stopped} for those that
-    had any; containers that do not run are skipped. One worker per host."""
+    """Kill every engine process in the deployment's shard (and follower) containers and remove their run folders
+    (after a job was cut off, e.g. its driver container stopped). Returns {container: processes stopped} for those
+    that had any; containers that do not run are skipped. One worker per host."""
     clients = connect(hosts)
     try:
-        by_name = {c["name"]: c for c in state.get("containers", []) if c.get("role") == "shard"}
+        by_name = {c["name"]: c for c in state.get("containers", []) if c.get("role") in ENGINE_ROLES}
 
         def sweep(ct) -> int:  # on its host's worker
             try:

@@ -29,6 +29,10 @@ from testbed.core import faults, knobs as knoblib, protocols, rtt, variants
 from testbed.core.paths import REPO
 
 MAX_DELAY_CLASSES = 13  # prio qdisc has at most 16 bands; 3 stay for unshaped traffic
+# CONTAINERS='replica': the followers' containers of a region take the upper half of its /24 (.128 + 2 x (shard - 1)
+# + follower - 1, up to .253), so a region holds at most 63 shards then (its shard containers .1 .. .63)
+FOLLOWERS_FROM = 128
+MAX_SHARDS_WITH_FOLLOWER_CONTAINERS = 63
 DEFAULT_FILE = REPO / "exp_config.py"
 
 
@@ -52,6 +56,7 @@ class ExpConfig:
     rtt_overrides: tuple = _default("RTT_OVERRIDES")   # ((a, b), rtt_ms) with 1 <= a <= b <= regions, sorted
     jitter_ms: float = _default("JITTER_MS")
     jitter_distribution: str = _default("JITTER_DISTRIBUTION")
+    containers: str = _default("CONTAINERS")     # 'shard' | 'replica' (testbed/cluster/placement.py)
     shaping: str = _default("SHAPING")
     netem_limit: int = _default("NETEM_LIMIT")
     control_ports: tuple = _default("CONTROL_PORTS")
@@ -107,9 +112,16 @@ class ExpConfig:
     def driver_name(self) -> str:
         return f"{self.deployment}_driver"
 
-    def container_name(self, region: int, shard: int) -> str:
-        """Shard container of region and shard counted from 1: <DEPLOYMENT>_r<region>_s<shard>."""
-        return f"{self.deployment}_r{region}_s{shard}"
+    def container_name(self, region: int, shard: int, follower: int = 0) -> str:
+        """Shard container of region and shard counted from 1: <DEPLOYMENT>_r<region>_s<shard>; with follower k
+        (CONTAINERS='replica'), the container of the shard's replica k: <DEPLOYMENT>_r<region>_s<shard>_f<k>."""
+        return f"{self.deployment}_r{region}_s{shard}" + (f"_f{follower}" if follower else "")
+
+    def container_ip(self, region: int, shard: int, follower: int = 0) -> str:
+        """<prefix>.<region>.<shard>, or for follower k (CONTAINERS='replica') <prefix>.<region>.<FOLLOWERS_FROM +
+        2 x (shard - 1) + k - 1>: inside the region's /24, which the tc plans match by destination."""
+        last = FOLLOWERS_FROM + 2 * (shard - 1) + follower - 1 if follower else shard
+        return f"{self.subnet_prefix}.{region}.{last}"
 
     @property
     def subnet_prefix(self) -> str:
@@ -246,6 +258,7 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     c["rtt_overrides"] = _overrides(cfg.rtt_overrides, M)
     c["jitter_ms"] = knoblib.check("JITTER_MS", cfg.jitter_ms)
     c["jitter_distribution"] = knoblib.check("JITTER_DISTRIBUTION", cfg.jitter_distribution)
+    c["containers"] = check_containers(cfg.containers, c["shards_per_region"])
     c["shaping"] = knoblib.check("SHAPING", cfg.shaping)
     if c["shaping"] == "app" and c["jitter_distribution"] != "normal":
         raise ValueError(f"JITTER_DISTRIBUTION={cfg.jitter_distribution!r}: must be normal with SHAPING='app'")
@@ -368,6 +381,17 @@ def validate(cfg: ExpConfig) -> ExpConfig:
     for j in out.robust_rtt_var:
         _check_jitter("ROBUST_RTT_VAR item", j, out)
     return out
+
+
+def check_containers(layout, shards: int) -> str:
+    """CONTAINERS (a word) and what it allows: with 'replica' at most MAX_SHARDS_WITH_FOLLOWER_CONTAINERS shards per
+    region, whose followers' containers fit in the upper half of the region's /24 (ExpConfig.container_ip)."""
+    layout = knoblib.check("CONTAINERS", layout)
+    if layout == "replica" and shards > MAX_SHARDS_WITH_FOLLOWER_CONTAINERS:
+        raise ValueError(f"SHARDS_PER_REGION={shards}: must be <= {MAX_SHARDS_WITH_FOLLOWER_CONTAINERS} with "
+                         f"CONTAINERS='replica' (a region's /24 holds its followers' containers from "
+                         f".{FOLLOWERS_FROM}, two per shard)")
+    return layout
 
 
 def _protocol_options(raw) -> tuple:

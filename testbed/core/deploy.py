@@ -116,13 +116,14 @@ def node_list(regions: int, shards: int, clients_per_shard: int, proto: protocol
     return nodes
 
 
-def assign_processes(nodes: list[dict], layout: str = "container") -> None:
+def assign_processes(nodes: list[dict], layout: str = "container", alone=()) -> None:
     """Set every node's engine process as its shard container runs it (docs/efficiency.md). "container":
     `shard<r>.<s>` holds the shard's replicas, its clients and, for s = 0, the region's role nodes; "split": `srv<r>.<s>`
     the servers, `cli<r>.<s>` the clients; "node": every node alone (no `process`). Names count from 0, as the
-    deployment file does."""
+    deployment file does. The nodes named in `alone` (followers in containers of their own, CONTAINERS='replica')
+    run alone in every layout: a process never spans two containers."""
     for n in nodes:
-        if layout == "node":
+        if layout == "node" or n["name"] in alone:
             n.pop("process", None)
         else:
             n["process"] = _container_process(n, layout)
@@ -216,16 +217,18 @@ def allocate_ports(n: int, host: str, base: int) -> list[int]:
 
 def build_deployment(place=None, **knobs) -> dict:
     """Deployment dict for R regions x N shards x 3 replicas (+ managers, + clients).
-    place(nodes) sets every node's host and port; default: all on knobs['host'] with free ports from base_port."""
+    place(nodes) sets every node's host and port, and may return the names of nodes it put in containers of their
+    own (each then runs alone, assign_processes); default: all on knobs['host'] with free ports from base_port."""
     k = validate(**knobs)
     R, N, C, host = int(k["regions"]), int(k["shards"]), int(k["clients_per_shard"]), k["host"]
     nodes = node_list(R, N, C, protocols.load().get(k["mode"]))
+    alone = None
     if place is None:
         for node, port in zip(nodes, allocate_ports(len(nodes), host, int(k["base_port"]))):
             node.update(host=host, port=port)
     else:
-        place(nodes)
-    assign_processes(nodes, k["processes"])
+        alone = place(nodes)
+    assign_processes(nodes, k["processes"], alone or ())
     rtt = k["rtt_ms"] or rttlib.matrix(R, float(k["intra_rtt"]), float(k["inter_rtt"]))
     d = {
         "name": k["name"], "mode": k["mode"], "regions": R, "shards_per_region": N,

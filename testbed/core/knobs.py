@@ -23,6 +23,7 @@ DISTRICTS = ("fixed", "uniform")                  # TPCC_DISTRICT / --district
 PROCESS_LAYOUTS = ("container", "split", "node")  # ENGINE_PROCESSES / --processes (docs/efficiency.md)
 TRANSPORTS = ("tcp", "grpc")  # ENGINE_TRANSPORT / --transport (docs/efficiency.md)
 SHAPINGS = ("auto", "netem", "app")               # SHAPING
+CONTAINER_LAYOUTS = ("shard", "replica")          # CONTAINERS: what one container holds (testbed/cluster/placement.py)
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")  # JITTER_DISTRIBUTION
 MECHANISMS = ("app", "netem", "none")             # a single run's link delays: the transport's, tc's, none
 FAULT_KIND_WORDS = ("none", "partition", "pause", "crash", "clock", "spike")   # FAULT_KINDS: exp 6's points
@@ -196,6 +197,10 @@ CHOICES = (
     Choice(("transport", "ENGINE_TRANSPORT"), TRANSPORTS,
            "what carries messages between engine processes: length-prefixed batches on plain TCP (tcp), or gRPC "
            "streams (grpc) (docs/efficiency.md)", default=dict(transport="tcp", ENGINE_TRANSPORT="tcp")),
+    Choice(("CONTAINERS",), CONTAINER_LAYOUTS,
+           "what a container holds: a shard (its 3 replicas and its clients), or a replica (replica 0 and the "
+           "shard's clients in the shard's container, each follower in one of its own)",
+           default=dict(CONTAINERS="shard")),
     Choice(("SHAPING",), SHAPINGS, "who delays messages: tc netem, the transport (app), or netem when the kernel "
            "has it (auto)", default=dict(SHAPING="auto")),
     Choice(("JITTER_DISTRIBUTION",), DISTRIBUTIONS, "netem's delay distribution", default=dict(

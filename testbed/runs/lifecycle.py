@@ -94,13 +94,15 @@ def exit_description(name: str, state: str, log_text: str, where: str) -> str:
     return f"{name} {state}" + (f": {said[-1]}" if said else "") + f"; last lines of {where}:\n{tail_lines(log_text)}"
 
 
-def killed_from_outside(code) -> str | None:
+def killed_from_outside(code, host_gone: str | None = None) -> str | None:
     """How a process that exited mid-run with `code` was stopped from outside -- SIGKILL, as `kill -9`, `docker
     kill`, the OOM killer and a crash fault do (-9 locally; 137, 128 + 9, through the swarm's `timeout` wrapper;
-    CONTAINER_GONE: its container is gone), or a stop before the drain (exit 0) -- or None: the engine's own failure
-    (an error exit, a crash of its own)."""
+    CONTAINER_GONE: its container is gone, described by host_gone when the backend could say more, e.g. `its
+    container is gone: edge_r1_s1_f1 exited (137) at ...`), or a stop before the drain (exit 0) -- or None: the
+    engine's own failure (an error exit, a crash of its own). One line."""
     if code == CONTAINER_GONE:
-        return "its container is gone"
+        said = (host_gone or "").strip().splitlines()
+        return said[0] if said else "its container is gone"
     if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
         return f"killed by SIGKILL (exit status {code})"
     if code == 0:
@@ -186,6 +188,11 @@ class Proc(ABC):
     def describe_exit(self) -> str:
         """`<name> exited with code N ...; last lines of its log: ...`"""
 
+    def lost_how(self) -> str | None:
+        """What the backend saw of the end of the process's host when it went with it (a container gone: what
+        Docker says of it), else None."""
+        return None
+
 
 @functools.lru_cache(maxsize=16)
 def _digest(path: str, size: int, mtime_ns: int) -> str:
@@ -204,6 +211,7 @@ def engine_digest(path: Path) -> str | None:
 class Runner(ABC):
     """The lifecycle; subclasses implement the hooks below for where the processes run."""
     backend_name = ""
+    _nemesis = None   # set once the run's servers are READY (not in a probe): from then a process gone is a loss
     measures_cpu = False  # CPU seconds of the run's processes are known (children of this process)
     load_start_lead_s = 0.0  # a faulted run's load start is this far ahead of when it is fixed (docs/nemesis.md)
 
@@ -546,8 +554,11 @@ class Runner(ABC):
             gone = [n for n in names if n in down]
             if 2 * (len(names) - len(gone)) > len(names) or any(n in pending for n in gone):
                 continue
-            said = ", ".join(f"{n} lost at t={events[n]['t_s']:.2f}s ({events[n]['how']})" if n in events
-                             else f"{n} killed by the nemesis" for n in gone)
+            by_loss: dict = {}   # replicas lost with one process (a container's, on the swarm) are said once
+            for n in gone:
+                by_loss.setdefault((events[n]["process"], events[n]["t_s"]) if n in events else n, []).append(n)
+            said = ", ".join(f"{', '.join(ns)} lost at t={events[ns[0]]['t_s']:.2f}s ({events[ns[0]]['how']})"
+                             if ns[0] in events else f"{ns[0]} killed by the nemesis" for ns in by_loss.values())
             return (f"shard {shard} lost its majority ({len(names) - len(gone)} of {len(names)} replicas live: "
                     f"{said}): no protocol here can go on without it")
         return None
@@ -556,7 +567,7 @@ class Runner(ABC):
         """p exited mid-run with `code`: a loss (recorded; the run goes on, unless a shard lost its majority) when
         it was killed from outside -- SIGKILL (kill -9, docker kill, the OOM killer, a crash fault) or a stop before
         the drain (exit 0) -- else the engine's own failure (RunError)."""
-        how = killed_from_outside(code)
+        how = killed_from_outside(code, p.lost_how())
         if how is None:
             raise RunError(f"server died mid-run: {p.describe_exit()}" if in_servers else f"client {p.describe_exit()}")
         self._nemesis.lost(p.name, how)

@@ -11,16 +11,24 @@ run by more than a minute even if the driver itself is killed. (The state lives 
 as in Ansible's async jobs: `docker exec` reaches only the driver's own host, and a process tied to a channel, as
 paramiko's exec_command would keep it, dies or is orphaned when the driver's connection drops; here a lost
 connection costs only the next status read.) Every SSH command has a time limit, so a
-container that dies or stops answering fails the run within seconds; the driver mounts the Docker socket of its
-host and names the container's real state (`container edge_r2_s2 exited (137)`). Before a run starts, engine
-processes that an earlier run left in any container are stopped (and said); after it, on every path, every
-process of the run is killed and its scratch folder removed, container by container in parallel.
+container that dies or stops answering is found within seconds; the driver mounts the Docker socket of its
+host and names the container's real state (`container edge_r2_s2 exited (137)`). Before the run's servers are all
+READY that fails the run. Once they are, a container found gone -- Docker says it exited, restarted or no longer
+exists, or, on a host whose Docker the driver cannot see, its SSH connection failed and its address takes no new
+connection (a host down or cut off) -- is a loss (docs/nemesis.md, "Losses"): every process of the run in it is seen
+exited with CONTAINER_GONE (the lifecycle records each and goes on, unless a shard lost its majority), and it is
+watched, signalled, copied and cleaned no more; the other containers' processes go on and their files are copied.
+A container that is alive by Docker's word (its sshd or watcher misbehaving, paused) still fails the run.
+Before a run starts, engine processes that an earlier run left in any container are stopped (and said); after it,
+on every path, every process of the run is killed and its scratch folder removed, container by container in
+parallel.
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +46,7 @@ from testbed.core.config import load_exp_config
 from testbed.core.runtypes import RunError, RunResult
 from testbed.runs.backend import Backend
 from testbed.runs.driverexec import ENV_JOB
-from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, exit_description
+from testbed.runs.lifecycle import CONTAINER_GONE, Proc, Runner, client_out, engine_target, exit_description
 
 DRIVER_ETC = Path("/etc/edge-txn")
 DRIVER_CONTAINERS_YML = DRIVER_ETC / "containers.yml"
@@ -55,6 +63,11 @@ CONNECT_TIMEOUT_S = 10.0
 SPAWN_TIMEOUT_S = 20.0  # starting a process: a container whose engines are all loading at once answers slowly (100
                         # containers on one 2-core host took over 5 s); a dead one is found by its status watcher
 LIFE_SLACK_S = 60.0     # `timeout` kills an engine process this long after the run's longest possible end
+GONE_CONFIRM_S = 3.0    # a killed container's SSH connection drops a moment before Docker records its end: Docker is
+                        # asked again for this long before a container it still shows running is taken for alive
+PROBE_TIMEOUT_S = 3.0   # a container the driver's Docker cannot see: a new TCP connection to its sshd, within this
+# what docker_state says of a container whose processes are gone with it
+GONE_STATES = ("exited", "no longer exists", "is restarting", "restarted at")
 
 
 def inside_driver() -> bool:
@@ -295,6 +308,8 @@ class RemoteProc(Proc):
         return self.name in self.runner.done_names
 
     def signal(self, sig) -> None:
+        if self.conn.ip in self.runner.lost_containers:
+            return   # gone with its container: nothing to signal, and no command to wait for
         try:
             # .pid is `timeout`'s, which forwards SIGTERM and SIGINT but dies of others (SIGUSR1, the clients'
             # go): the signal goes to the engine, its child, and to `timeout` only when the engine is gone
@@ -303,8 +318,13 @@ class RemoteProc(Proc):
         except SshError:
             pass  # the next refresh names the container's problem
 
+    def lost_how(self) -> str | None:
+        return self.runner.lost_containers.get(self.conn.ip)
+
     def describe_exit(self) -> str:
         code = self.poll()
+        if code == CONTAINER_GONE and self.lost_how():
+            return f"{self.name} in {self.container} is lost: {self.lost_how()}"
         state = "is still running" if code is None else f"exited with code {code}"
         if code == 124:
             state += " (killed by its life limit)"
@@ -341,6 +361,8 @@ class SwarmRunner(Runner):
         self._last_poll = 0.0
         self._t_start = 0.0
         self._gone: set[str] = set()   # containers found dead or unreachable during this run
+        self.lost_containers: dict[str, str] = {}   # ip -> how: those of _gone the run goes on without (a loss)
+        self._procs_in: dict[str, list[str]] = {}   # ip -> the run's processes started in it
         self.watches: dict[str, Watch] = {}
         self._cost: dict = {}           # what the driver spent on this run (driver_overhead)
         self._dropped_sessions = 0      # sessions of the connections dropped since (counted still)
@@ -374,6 +396,46 @@ class SwarmRunner(Runner):
         return (f"container {name} ({ip}) stopped answering over SSH ({why}); its state is not visible from the "
                 "driver: look at `docker ps -a` on its host")
 
+    def _live(self) -> list[str]:
+        """The run's containers but those it lost (lost_containers)."""
+        return [ip for ip in self.conns if ip not in self.lost_containers]
+
+    def gone_how(self, ip: str, err) -> str | None:
+        """How the run's container at ip is gone, in one line (`its container is gone: edge_r1_s1_f1 exited (137) at
+        ...`), when Docker says so (a container on the driver's host: exited, restarting, restarted or removed), or,
+        where the driver cannot ask Docker (another host), when its SSH failed (err) and its address takes no new
+        connection; else None: it may well be alive (its sshd or status watcher misbehaving, paused, cut off from
+        the overlay), which fails the run as before."""
+        name, host = self.names.get(ip, ip), self.host_of.get(ip)
+        why = getattr(err, "why", None) or str(err)
+        if host is None or host == self.driver_host:
+            deadline = time.monotonic() + GONE_CONFIRM_S
+            while True:
+                state = docker_state(name, self._t_start, network=self.state.get("network"))
+                if state is None:   # Docker cannot be asked here: the SSH failure decides, as on another host
+                    break
+                if state.startswith(GONE_STATES):
+                    return f"its container is gone: {name} {state}"
+                if state or time.monotonic() >= deadline:   # alive by Docker's word (paused, off the overlay, ...)
+                    return None
+                time.sleep(0.3)
+        silent = no_answer(ip, 22, PROBE_TIMEOUT_S)
+        if silent is None:
+            return None
+        return (f"its container is gone: {name} ({ip}{f', on host {host}' if host else ''}) stopped answering over "
+                f"SSH ({why}) and takes no new connection ({silent}): the host may be down or cut off")
+
+    def _lose(self, ip: str, how: str) -> None:
+        """The run goes on without the container at ip: every process of the run in it is seen exited with
+        CONTAINER_GONE (but those that had exited before), and it is watched, signalled and copied no more."""
+        self.lost_containers[ip] = how
+        self._gone.add(ip)   # teardown: not cleaned, said so
+        w = self.watches.pop(ip, None)
+        if w is not None:
+            w.close()
+        for name in self._procs_in.get(ip, ()):
+            self.rc.setdefault(name, CONTAINER_GONE)
+
     def _each(self, ips, fn, timeout: float) -> dict:
         """fn(ip) for every ip in parallel, at most `timeout` seconds overall -> {ip: result or exception}."""
         out: dict = {}
@@ -393,7 +455,7 @@ class SwarmRunner(Runner):
     # ---- lifecycle hooks
     def prepare(self, deploy, cfg_path, run_dir):
         self._t_start = time.time()
-        self._gone = set()
+        self._gone, self.lost_containers, self._procs_in = set(), {}, {}
         self._close_watches()
         self._cost = {"connections": 0, "start": self._spent(), "rounds": []}
         self.rdir = f"{REMOTE_ROOT}/{run_dir.name}"
@@ -437,8 +499,10 @@ class SwarmRunner(Runner):
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [f"txn-{role}", "--config", f"{self.rdir}/deploy.yml", *engine_target(node),
                 "--out", f"{self.rdir}/{out}", *client_out(node, f"{self.rdir}/clients"), *extra]
-        return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]),
-                          node.get("proc_name", node["name"]), argv, self.rdir, self._life_s)
+        name = node.get("proc_name", node["name"])
+        self._procs_in.setdefault(node["host"], []).append(name)   # before it starts: it may be lost starting
+        return RemoteProc(self, self.conn(node["host"]), self.names.get(node["host"], node["host"]), name, argv,
+                          self.rdir, self._life_s)
 
     def spawn_many(self, items, cfg_path, run_dir, started, check) -> list:
         """The containers in parallel, each one's processes in order (one SSH command each: one after the other, 100
@@ -467,7 +531,8 @@ class SwarmRunner(Runner):
         process: the last of 6 server processes learnt the load start 160 ms after t = 0)."""
         by_conn: dict = {}
         for p in procs:
-            by_conn.setdefault(p.conn.ip, []).append(p)
+            if p.conn.ip not in self.lost_containers:
+                by_conn.setdefault(p.conn.ip, []).append(p)
         self._each(list(by_conn), lambda ip: [p.signal(sig) for p in by_conn[ip]], timeout=CMD_TIMEOUT_S + 1)
 
     def publish_load_start(self, run_dir: Path, text: str) -> None:
@@ -475,7 +540,7 @@ class SwarmRunner(Runner):
         the run folder, for the record). The engines read it at the go, sent after this returns."""
         super().publish_load_start(run_dir, text)
         cmd = f"printf %s {shlex.quote(text)} > {self.rdir}/load_start.tmp && mv {self.rdir}/load_start.tmp {self.rdir}/load_start"
-        for ip, r in self._each(list(self.conns), lambda ip: self.conns[ip].sh(cmd), timeout=CMD_TIMEOUT_S + 1).items():
+        for ip, r in self._each(self._live(), lambda ip: self.conns[ip].sh(cmd), timeout=CMD_TIMEOUT_S + 1).items():
             if isinstance(r, Exception):
                 raise RunError(self.container_problem(ip, r))
             if r[0] != 0:
@@ -488,7 +553,7 @@ class SwarmRunner(Runner):
         """A status watcher (WATCH_SH) for every container of the run that has none yet (prepare starts them), in
         parallel."""
         cmd = self._watch_cmd()
-        ips = [ip for ip in self.conns if ip not in self.watches]
+        ips = [ip for ip in self._live() if ip not in self.watches]
         for ip, r in self._each(ips, lambda ip: self.conns[ip].stream(cmd), timeout=CMD_TIMEOUT_S + 1).items():
             if isinstance(r, Exception):
                 raise RunError(self.container_problem(ip, r))
@@ -500,18 +565,23 @@ class SwarmRunner(Runner):
         self.watches = {}
 
     def refresh(self) -> None:
-        """Read what the containers' status watchers sent since the last round: no command, no SSH round trip."""
+        """Read what the containers' status watchers sent since the last round: no command, no SSH round trip. A
+        container whose watcher ended or fell silent fails the run; once its servers are READY (the lifecycle's
+        nemesis is there), one found gone (gone_how) is lost instead (_lose): the lifecycle sees its processes
+        exited with CONTAINER_GONE and records each."""
         now = time.monotonic()
         if now - self._last_poll < READ_INTERVAL_S:
             return
         self._last_poll = now
-        if len(self.watches) < len(self.conns):
+        if len(self.watches) < len(self._live()):
             self._start_watches()
-        for ip, w in self.watches.items():
+        failed: dict[str, SshError] = {}
+        for ip, w in list(self.watches.items()):
             try:
                 lines = w.read(time.monotonic())
             except SshError as e:
-                raise RunError(self.container_problem(ip, e)) from None
+                failed[ip] = e
+                continue
             for line in lines or ():
                 p = line.split()
                 if len(p) >= 3 and p[0] == "RC" and p[2].lstrip("-").isdigit():
@@ -525,7 +595,22 @@ class SwarmRunner(Runner):
                     raise RunError(f"{p[1]} in {self.names.get(ip, ip)}: its wrapper shell is gone (killed?) without "
                                    "recording an exit status; "
                                    + (f"the process still runs (pid {p[2]})" if still else "the process is gone too"))
+        if failed:
+            self._lose_or_fail(failed)
         self._cost.setdefault("rounds", []).append(time.monotonic() - now)
+
+    def _lose_or_fail(self, failed: dict) -> None:
+        """The containers whose watchers failed (ip -> SshError): those found gone are lost, once the servers are
+        READY; any other fails the run (RunError). Docker is asked, or each address tried, in parallel: a host cut off
+        with many containers on it costs one probe's time, not one per container."""
+        hows = {} if self._nemesis is None else self._each(
+            list(failed), lambda ip: self.gone_how(ip, failed[ip]), timeout=GONE_CONFIRM_S + PROBE_TIMEOUT_S + 10)
+        for ip, how in hows.items():
+            if isinstance(how, str):
+                self._lose(ip, how)
+        for ip, e in failed.items():
+            if not isinstance(hows.get(ip), str):
+                raise RunError(self.container_problem(ip, e))
 
     def driver_overhead(self) -> dict:
         """What driving this run cost the driver (meta.json `driver`), from its preparation to the end of the copy of
@@ -543,7 +628,8 @@ class SwarmRunner(Runner):
                 "status_round_ms_max": round(rounds[-1] * 1000, 2) if rounds else None}
 
     def collect(self, run_dir: Path) -> None:
-        got = self._each(list(self.conns), lambda ip: self.conns[ip].get_tree(self.rdir, run_dir), timeout=120)
+        """The run's files from every container it has not lost, in parallel."""
+        got = self._each(self._live(), lambda ip: self.conns[ip].get_tree(self.rdir, run_dir), timeout=120)
         for ip, r in got.items():
             if isinstance(r, Exception):
                 raise RunError(self.container_problem(ip, r))
@@ -577,16 +663,17 @@ class SwarmRunner(Runner):
                 cleanup(kill + remove)
             else:   # a run that failed before its results were copied: its logs are the account of why
                 cleanup(kill + "true")
-                notes.extend(self._salvage(run_dir))
+                notes.extend(self._copy_what_is_left(run_dir))
                 cleanup(remove)
         _chown_like_parent(run_dir)
         for n in notes:
             self.say(n)
         return notes
 
-    def _salvage(self, run_dir: Path) -> list[str]:
+    def _copy_what_is_left(self, run_dir: Path) -> list[str]:
         """What a failed run's processes left in the containers (logs, dumps, records), copied into run_dir, every
-        container in parallel, each bounded in time; notes on the containers that could not give it."""
+        container in parallel, each bounded in time; notes on the containers that could not give it. (Not named
+        _salvage: that is the lifecycle's, which stops a run that failed while its clients ran.)"""
         notes, n = [], 0
         got = self._each(list(self.conns), lambda ip: self.conns[ip].get_tree(self.rdir, run_dir, timeout=SALVAGE_S),
                          timeout=SALVAGE_S + 5)
@@ -616,9 +703,23 @@ class SwarmRunner(Runner):
             self._drop(ip)
 
 
+def no_answer(ip: str, port: int, timeout: float) -> str | None:
+    """None when something at ip answers a TCP connection to port within timeout (accepts or refuses it: the
+    address lives), else why not (`timed out`, `No route to host`)."""
+    try:
+        socket.create_connection((ip, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return None
+    except (TimeoutError, socket.timeout):
+        return f"timed out after {timeout:g}s"
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
+
+
 def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_SOCKET,
                  network: str | None = None) -> str | None:
-    """What this host's Docker says about a container that stopped answering: `exited (137)`, `is restarting
+    """What this host's Docker says about a container that stopped answering: `exited (137) at <when>`, `is restarting
     (last exit 137)`, `restarted at ... (its processes are gone)`, `is paused`, `no longer exists`, `is running but
     not attached to the overlay network <network>`; "" when Docker sees nothing wrong; None when it cannot be asked
     (no socket: a container on another host)."""
@@ -639,7 +740,9 @@ def docker_state(name: str, since_unix: float = 0.0, socket_path: str = DOCKER_S
         st = ct.attrs.get("State", {})
         status, code = st.get("Status"), st.get("ExitCode")
         if status in ("exited", "dead"):
-            return f"exited ({code})" + (" (OOM-killed)" if st.get("OOMKilled") else "")
+            ended = str(st.get("FinishedAt") or "")[:19]   # Docker's zero time when it never ended: not said
+            return (f"exited ({code})" + (" (OOM-killed)" if st.get("OOMKilled") else "")
+                    + (f" at {ended}" if ended and not ended.startswith("0001") else ""))
         if status == "restarting":
             return f"is restarting (last exit {code})"
         if status == "paused":
@@ -727,11 +830,11 @@ class SwarmBackend(Backend):
         return self.runner.run(deploy, name, out_root=out_root, config=config, probe=probe, meta_extra=meta)
 
     def _apply_jitter(self, rtt_jitter_ms: float, ips=None) -> None:
-        """Re-install the tc plan with this RTT jitter in the shard containers of ips (None: every one that carries
+        """Re-install the tc plan with this RTT jitter in the engines' containers of ips (None: every one that carries
         another), where it differs (idempotent; kept for restarts). A container no run uses is never touched."""
         base = self.state.get("jitter_ms", 0)
         targets = set(self.applied_jitter) if ips is None else ips
-        for m in self.cluster.shards:
+        for m in self.cluster.engines:
             if m.ip not in targets or self.applied_jitter.get(m.ip, base) == rtt_jitter_ms:
                 continue
             script = to_shell(tc_plan_for(self.cfg, m.region, jitter_ms=rtt_jitter_ms))

@@ -29,9 +29,13 @@ struct Restarted {
   NodeId source = 0;
 };
 
-// Replica `r` of shard 0 as the engine starts it again: a Learner serving its own restarted peers in turn.
-std::unique_ptr<Node> restarted(test::SimCluster& c, uint32_t r, Restarted* out) {
-  auto l = std::make_unique<Learner>(c.d, c.d.replica_id(0, r), *c.w);
+// Replica `r` of shard 0 as the engine starts it again: a Learner serving its own restarted peers in turn (with
+// `vote`, voting again as its protocol's Voter says, as `txn-server --recover` builds it; without, a learner only).
+std::unique_ptr<Node> restarted(test::SimCluster& c, uint32_t r, Restarted* out, bool vote = false) {
+  const auto& spec = find_protocol(c.d.mode);
+  auto l = std::make_unique<Learner>(c.d, c.d.replica_id(0, r), *c.w,
+                                     vote && spec.make_voter ? spec.make_voter(c.d, c.d.replica_id(0, r), *c.w)
+                                                             : nullptr);
   out->learner = l.get();
   l->on_caught_up([&c, out](Env&, uint64_t events, TimeUs, NodeId source) {
     out->caught_up_at = c.net->now();
@@ -43,14 +47,14 @@ std::unique_ptr<Node> restarted(test::SimCluster& c, uint32_t r, Restarted* out)
 
 // Crash follower `r` of shard 0 at `crash_us` and restart it at `restart_us`, then run the clients to their end and
 // 3 s more.
-Restarted crash_and_restart(test::SimCluster& c, uint32_t r, TimeUs crash_us, TimeUs restart_us) {
+Restarted crash_and_restart(test::SimCluster& c, uint32_t r, TimeUs crash_us, TimeUs restart_us, bool vote = false) {
   Restarted out;
   const NodeId victim = c.d.replica_id(0, r);
   c.net->start();
   c.net->run_until(crash_us);
   c.net->replace(victim, std::make_unique<Down>());
   c.net->run_until(restart_us);
-  c.net->replace(victim, restarted(c, r, &out));
+  c.net->replace(victim, restarted(c, r, &out, vote));
   EXPECT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 120'000'000)) << c.d.mode;
   c.net->run_until(c.net->now() + 3'000'000);
   return out;
@@ -125,8 +129,56 @@ Envelope from_node(NodeId from, Envelope m) {
   return m;
 }
 
-// Its source goes silent while it follows: it asks every other replica again, takes over the state of the first to
-// answer, and ignores what the old source or an earlier attempt still sends.
+// A restarted replica of a protocol that says how it votes again (ProtocolSpec::make_voter) seals its shard's other
+// replicas into a new epoch and votes in it: decisions count its votes again (Janus's fast path, TAPIR's fast quorum
+// come back), and the run checks as every run does, its votes and their decisions included.
+TEST_P(RestartSim, ARestartedReplicaVotesAgainWhereItsProtocolSaysHow) {
+  const std::string mode = GetParam();
+  if (!find_protocol(mode).make_voter) GTEST_SKIP() << mode << " has no Voter: a restarted replica of it votes nothing";
+  test::SimCluster c(small(mode), test::sim_options(11, 0), true);
+  Restarted got = crash_and_restart(c, 1, 1000 * kMs, 1500 * kMs, true);
+  ASSERT_NE(got.learner, nullptr);
+  EXPECT_TRUE(got.learner->voting()) << mode;
+  EXPECT_GE(got.learner->epoch(), 1u) << mode;
+  const auto k = got.learner->counters();
+  EXPECT_EQ(k.at("rejoin_seals"), 1) << mode;
+  EXPECT_GT(k.at("voter_messages"), 0) << mode;
+  // its peers sealed: they reply in its epoch
+  EXPECT_EQ(c.replica(0, 0)->epoch(), got.learner->epoch()) << mode;
+  EXPECT_EQ(c.replica(0, 2)->epoch(), got.learner->epoch()) << mode;
+  // commits rest on its copies again: replies name replica 1 of shard 0 among the replicas a commit rests on
+  // (ClientReply.stored, for a protocol that reports them)
+  size_t rests = 0;
+  for (const auto& [_, log] : c.txn_logs)
+    for (const auto& e : log)
+      for (const auto& st : e.stored()) rests += st.shard() == 0 && (st.replicas() >> 1 & 1u);
+  if (find_protocol(mode).reports_copies) EXPECT_GT(rests, 0u) << mode << ": no commit rests on its copy";
+  // where decisions declare the votes they counted (Janus, TAPIR): replica 0's name replica 1 among them, for
+  // transactions it voted for after its restart, and some on the fast path (every replica's vote, no Accept or
+  // Finalize round): the fast path is back
+  const auto& voted = got.learner->executor().votes();
+  const auto& accepted = c.replica(0, 0)->executor().acceptances();
+  size_t counted = 0, fast = 0;
+  for (const auto& [t, q] : c.replica(0, 0)->executor().quorums()) {
+    if (!voted.count(t) || std::find(q.begin(), q.end(), 1u) == q.end()) continue;
+    ++counted;
+    fast += q.size() == c.d.replicas && !accepted.count(t);
+  }
+  if (!c.replica(0, 0)->executor().quorums().empty()) {
+    EXPECT_GT(voted.size(), 0u) << mode;
+    EXPECT_GT(counted, 0u) << mode << ": no decision counted the restarted replica's vote";
+    EXPECT_GT(fast, 0u) << mode << ": the fast path never came back (" << counted << " decisions counted its vote)";
+  }
+  EXPECT_TRUE(got.learner->idle()) << mode;
+  expect_same_history(*c.replica(0, c.d.node(got.source).replica), *c.replica(0, 1), mode);
+  EXPECT_EQ(test::count_records(c).given_up, 0u) << mode;
+  test::check_history(c);
+}
+
+// Of the replicas that answer its Join within kChooseUs of the first, it follows the one of the lowest index (only
+// f2 answers here). Its source goes silent while it follows: it asks every other replica again, and of the answers
+// takes replica 0's at once (the lowest index: nothing lower can come), ignoring what the old source or an earlier
+// attempt still sends.
 TEST(Recovery, ARestartedReplicaWhoseSourceGoesSilentFollowsAnother) {
   Deployment d = test::small_deployment("janus", "append");
   auto w = make_workload(d);
@@ -152,10 +204,20 @@ TEST(Recovery, ARestartedReplicaWhoseSourceGoesSilentFollowsAnother) {
   EXPECT_EQ(env.sent[1].first, f2);
   Envelope snap = answer(b, f2, env.sent[1].second);
   l.on_message(env, snap);
+  EXPECT_FALSE(l.caught_up());   // replica 0 may still answer
+  env.t = Learner::kChooseUs - 1;
+  l.on_timer(env, Learner::kTimer);
+  EXPECT_FALSE(l.caught_up());
+  env.t = Learner::kChooseUs;
+  env.sent.clear();
+  l.on_timer(env, Learner::kTimer);
   EXPECT_TRUE(l.caught_up());
   EXPECT_EQ(l.source(), f2);
   // silence: after kSilentUs it asks again (attempt 2), both replicas
-  env.t = Learner::kSilentUs;
+  env.t = Learner::kChooseUs + Learner::kSilentUs;
+  env.sent.clear();
+  l.on_timer(env, Learner::kTimer);
+  env.t += Learner::kTickUs;
   l.on_timer(env, Learner::kTimer);
   ASSERT_EQ(env.sent.size(), 2u);
   EXPECT_EQ(env.sent[0].second.recovery().join().attempt(), 2u);
@@ -171,6 +233,9 @@ TEST(Recovery, ARestartedReplicaWhoseSourceGoesSilentFollowsAnother) {
   EXPECT_EQ(l.counters().at("catch_up_stale_parts"), 1);
   Envelope snap2 = answer(a, lead, join2);
   l.on_message(env, snap2);
+  EXPECT_FALSE(l.caught_up() && l.source() == lead);   // f2 may answer too: it waits kChooseUs, then takes lead's
+  env.t += Learner::kChooseUs;
+  l.on_timer(env, Learner::kTimer);
   EXPECT_EQ(l.source(), lead);
   EXPECT_EQ(l.counters().at("catch_up_sources"), 2);
   EXPECT_EQ(l.executor().store().digest(), a.executor().store().digest());

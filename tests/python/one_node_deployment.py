@@ -22,16 +22,20 @@ RUN_ARGS = ["--warmup", "1", "--cooldown", "1", "--concurrency", "1", "--regions
 
 
 class OneNodeDeployment:
-    def __init__(self, name: str, subnet_b: int):
+    def __init__(self, name: str, subnet_b: int, containers: str = "shard"):
         self.name = name
         self.knobs = dict(IMAGE_NAME=IMAGE, DEPLOYMENT=name, NETWORK_NAME=f"{name}_net", SUBNET=f"10.{subnet_b}.0.0/16",
                           DRIVER_IP=f"10.{subnet_b}.0.240", REGIONS=2, SHARDS_PER_REGION=1, SHAPING="app",
                           INTER_RTT_MS=40, SYSTEMS=["dast"], N_REPEAT=1, DURATION_S=8, WARMUP_S=1, COOLDOWN_S=1,
-                          CONCURRENCY_LEVELS=[1], SCALABILITY_N_REGIONS=[2], ROBUST_RTT_VAR=[0])
+                          CONCURRENCY_LEVELS=[1], SCALABILITY_N_REGIONS=[2], ROBUST_RTT_VAR=[0],
+                          **({"CONTAINERS": containers} if containers != "shard" else {}))
         self.home = REPO / "results" / "_tests" / name   # inside the checkout: the driver sees it
         self.cfg_file = self.home / "exp_config.py"
         self.out = self.home / "results"
         self.shards = [f"{name}_r1_s1", f"{name}_r2_s1"]
+        # every container that runs engine processes: with CONTAINERS='replica' the followers' too (_f1, _f2)
+        self.engines = [f"{c}{f}" for c in self.shards for f in (("", "_f1", "_f2") if containers == "replica"
+                                                                  else ("",))]
         self.driver = f"{name}_driver"
 
     def brought_up(self):
@@ -50,10 +54,10 @@ class OneNodeDeployment:
         return swarm.exec_run(DOCKER.containers.get(name), ["sh", "-c", cmd])[1]
 
     def engines_left(self, jobs: bool = True) -> dict:
-        """Engine processes and run folders still in the shard containers, and (jobs) python jobs still in the
-        driver."""
+        """Engine processes and run folders still in the containers that run them, and (jobs) python jobs still in
+        the driver."""
         left = {}
-        for c in self.shards:
+        for c in self.engines:
             ct = DOCKER.containers.get(c)
             ct.reload()
             if ct.status == "running":

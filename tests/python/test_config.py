@@ -19,6 +19,8 @@ def test_shipped_exp_config_is_valid_and_fits_one_small_machine():
     assert (cfg.max_regions, cfg.scalability_n_regions, cfg.seed) == (10, (3, 5, 7, 10), 1)
     assert (cfg.fixed_concurrency, cfg.scalability_concurrency) == (4, 2)
     assert cfg.shaping == "auto" and cfg.subnet_prefix == "10.55" and 22 in cfg.control_ports
+    assert cfg.containers == "shard"   # a container per shard, unless CONTAINERS='replica'
+    assert load_exp_config({"CONTAINERS": "replica", "SHARDS_PER_REGION": 63}).containers == "replica"
     assert cfg.systems == ("dast", "janus", "tapir", "slog")
     assert (cfg.retry_backoff_ms, cfg.variant_retry_backoff_ms) == (0, 100)   # tapir retries at once; tapir+backoff
     assert cfg.options_of("dast") == {"defer_commutative": True} and cfg.options_of("tapir") == {}
@@ -87,6 +89,10 @@ def test_rtt_matrix_defaults_and_symmetric_overrides():
     ({"JITTER_DISTRIBUTION": "gauss"}, r"JITTER_DISTRIBUTION='gauss': must be one of normal, pareto"),
     ({"JITTER_DISTRIBUTION": "pareto", "SHAPING": "app"}, r"JITTER_DISTRIBUTION='pareto': must be normal"),
     ({"SHAPING": "tc"}, r"SHAPING='tc': must be one of auto, netem, app"),
+    ({"CONTAINERS": "follower"}, r"^CONTAINERS='follower': must be one of shard, replica$"),
+    ({"CONTAINERS": "replica", "SHARDS_PER_REGION": 64},
+     r"^SHARDS_PER_REGION=64: must be <= 63 with CONTAINERS='replica' \(a region's /24 holds its followers' "
+     r"containers from .128, two per shard\)$"),
     ({"NETEM_LIMIT": 0}, r"NETEM_LIMIT=0"),
     ({"CONTROL_PORTS": [22, 70000]}, r"CONTROL_PORTS item=70000: .*\[1, 65535\]"),
     ({"CONTROL_PORTS": 22}, r"CONTROL_PORTS=22: must be a list"),

@@ -12,12 +12,13 @@ from testbed.cluster.hosts import Host
 from testbed.cluster.placement import plan
 
 
-def state_for(R=3, N=2, mechanism="app"):
-    cfg = load_exp_config({"REGIONS": R, "SHARDS_PER_REGION": N, "SCALABILITY_N_REGIONS": [min(R, 3)]})
+def state_for(R=3, N=2, mechanism="app", containers="shard"):
+    cfg = load_exp_config({"REGIONS": R, "SHARDS_PER_REGION": N, "SCALABILITY_N_REGIONS": [min(R, 3)],
+                           "CONTAINERS": containers})
     cs = plan(cfg, [Host("localhost")])
-    return {"mechanism": mechanism, "regions": R, "shards_per_region": N,
+    return {"mechanism": mechanism, "regions": R, "shards_per_region": N, "container_layout": containers,
             "containers": [dict(name=c.name, ip=c.ip, host=c.host.address, region=c.region, shard=c.shard,
-                                role=c.role) for c in cs]}
+                                role=c.role, **({"replica": c.replica} if c.replica else {})) for c in cs]}
 
 
 def test_every_process_of_a_shard_runs_in_its_container_with_distinct_ports():
@@ -30,6 +31,33 @@ def test_every_process_of_a_shard_runs_in_its_container_with_distinct_ports():
     pairs = [(n["host"], n["port"]) for n in d["nodes"]]
     assert len(pairs) == len(set(pairs)) == 3 * 2 * 3 + 3 + 3 * 2 * 2
     assert d["link"]["mechanism"] == "app"
+
+
+@pytest.mark.parametrize("layout", ["container", "split", "node"])
+def test_followers_with_containers_of_their_own_run_there_each_in_a_process_of_its_own(layout):
+    """CONTAINERS='replica': replica 0, the clients and the role nodes stay in the shard's container, in its processes
+    as the layout groups them; each follower runs in its own container, alone in its process (a process never spans
+    two containers), so that `docker kill` of its container kills that follower alone."""
+    from testbed.runs.lifecycle import engine_processes
+    d = genconfig.deployment(state_for(R=3, N=2, containers="replica"), mode="dast", regions=3, shards=2,
+                             clients_per_shard=2, processes=layout)
+    by_name = {n["name"]: n for n in d["nodes"]}
+    assert [(by_name[f"s1.1.{k}"]["host"], by_name[f"s1.1.{k}"]["port"]) for k in (0, 1, 2)] == [
+        ("10.55.2.2", 20000), ("10.55.2.130", 20001), ("10.55.2.131", 20002)]
+    assert by_name["c1.1.1"]["host"] == "10.55.2.2" and by_name["m1"]["host"] == "10.55.2.1"
+    followers = [n for n in d["nodes"] if n["kind"] == "replica" and n["replica"] > 0]
+    assert len(followers) == 12 and all("process" not in n for n in followers)
+    assert len({n["host"] for n in d["nodes"]}) == 3 * 2 * 3
+    servers = engine_processes(d["nodes"], clients=False)
+    for p in servers:   # every process in one container
+        assert len({by_name[m]["host"] for m in p.get("nodes", [p["name"]])}) == 1, p
+    assert {p["name"] for p in servers} >= {n["name"] for n in followers}
+    if layout == "container":
+        assert by_name["s1.1.0"]["process"] == by_name["c1.1.0"]["process"] == "shard1.1"
+    # and a crash of a follower may be scheduled in any layout: it is alone in its process
+    d = genconfig.deployment(state_for(R=3, N=1, containers="replica"), mode="dast", regions=3, shards=1,
+                             processes=layout, faults="crash:s1.0.1@2", duration=10)
+    assert [f["node"] for f in d["faults"] if f["kind"] == "crash"] == ["s1.0.1"]
 
 
 def test_netem_deployment_tells_the_transport_not_to_delay():

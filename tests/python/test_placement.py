@@ -79,3 +79,45 @@ def test_containers_for_every_region_deployed():
 def test_no_hosts():
     with pytest.raises(ValueError, match="at least one host"):
         plan(cfg(), [])
+
+
+def test_followers_in_containers_of_their_own():
+    """CONTAINERS='replica': each shard's container (replica 0 and its clients) is followed by one per follower, named
+    _f<k>, in the upper half of the region's /24 (the tc plans shape by destination /24)."""
+    cs = plan(cfg(regions=2, shards_per_region=2, containers="replica", SCALABILITY_N_REGIONS=[2]), [Host("localhost")])
+    assert [(c.name, c.ip, c.region, c.shard, c.role, c.replica) for c in cs] == [
+        ("edge_r1_s1", "10.55.1.1", 1, 1, "shard", None), ("edge_r1_s1_f1", "10.55.1.128", 1, 1, "follower", 1),
+        ("edge_r1_s1_f2", "10.55.1.129", 1, 1, "follower", 2),
+        ("edge_r1_s2", "10.55.1.2", 1, 2, "shard", None), ("edge_r1_s2_f1", "10.55.1.130", 1, 2, "follower", 1),
+        ("edge_r1_s2_f2", "10.55.1.131", 1, 2, "follower", 2),
+        ("edge_r2_s1", "10.55.2.1", 2, 1, "shard", None), ("edge_r2_s1_f1", "10.55.2.128", 2, 1, "follower", 1),
+        ("edge_r2_s1_f2", "10.55.2.129", 2, 1, "follower", 2),
+        ("edge_r2_s2", "10.55.2.2", 2, 2, "shard", None), ("edge_r2_s2_f1", "10.55.2.130", 2, 2, "follower", 1),
+        ("edge_r2_s2_f2", "10.55.2.131", 2, 2, "follower", 2),
+        ("edge_driver", "10.55.0.240", 0, 0, "driver", None)]
+    # the default: a container per shard, as before
+    assert [c.role for c in plan(cfg(regions=2, shards_per_region=2, SCALABILITY_N_REGIONS=[2]), [Host("x")])] == \
+        ["shard"] * 4 + ["driver"]
+
+
+def test_a_shards_containers_land_on_different_hosts_when_there_are_enough():
+    hosts = [Host("10.0.0.1"), Host("10.0.0.2"), Host("10.0.0.3")]
+    cs = [c for c in plan(cfg(regions=3, shards_per_region=2, containers="replica"), hosts) if c.role != "driver"]
+    for r in (1, 2, 3):
+        for s in (1, 2):
+            assert len({c.host for c in cs if (c.region, c.shard) == (r, s)}) == 3, (r, s)
+    assert Counter(c.host.address for c in cs) == {"10.0.0.1": 6, "10.0.0.2": 6, "10.0.0.3": 6}
+
+
+def test_followers_containers_limit_the_shards_per_region():
+    last = plan(cfg(regions=1, shards_per_region=63, containers="replica", SCALABILITY_N_REGIONS=[1]),
+                [Host("localhost")])
+    assert [c.ip for c in last if c.region == 1][-3:] == ["10.55.1.63", "10.55.1.252", "10.55.1.253"]
+    assert len({c.ip for c in last}) == len(last) == 63 * 3 + 1
+    with pytest.raises(ValueError, match=r"^SHARDS_PER_REGION=64: must be <= 63 with CONTAINERS='replica' \(a "
+                                         r"region's /24 holds its followers' containers from .128, two per shard\)$"):
+        cfg(shards_per_region=64, containers="replica")
+    wide = dataclasses.replace(cfg(shards_per_region=64), containers="replica")   # bypassing validation
+    with pytest.raises(ValueError, match=r"^SHARDS_PER_REGION=64: must be <= 63 with CONTAINERS='replica'"):
+        plan(wide, [Host("localhost")])
+    assert len(plan(cfg(shards_per_region=239, SCALABILITY_N_REGIONS=[1], regions=1), [Host("x")])) == 240

@@ -68,6 +68,11 @@ def fake_ssh(world: World):
                 world.log.append((self.ip, "clean"))
             elif "load_start" in cmd:
                 world.log.append((self.ip, "load_start"))
+            elif "setsid" in cmd:   # a process started (RemoteProc)
+                world.log.append((self.ip, "spawn"))
+                return 0, "started"
+            elif "pkill -" in cmd:   # a signal to a process (RemoteProc.signal)
+                world.log.append((self.ip, "signal"))
             return 0, ""
 
         def stream(self, cmd, timeout=None):

@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "client/handler_driver.h"
@@ -215,9 +216,40 @@ class Coordinator : public Role {
   std::vector<DelayEstimate> rtt_;                   // RTT to each region's prepare path
 };
 
+// A restarted replica's acknowledgements (voter.cc): it stores and acknowledges what it is sent, as a follower does,
+// while its state follows a live replica of its shard (src/core/recovery.h).
+class Voter : public txn::Voter {
+ public:
+  Voter(const Deployment& d, NodeId self, const Workload& w);
+  bool adopt(uint64_t epoch, const std::vector<std::string>& records, const ShardExecutor& state) override;
+  void on_message(Env& env, Envelope& m, ShardExecutor& state) override;
+  void executed(uint64_t txn, const Piece& piece) override;
+  std::map<std::string, int64_t> counters() const override;
+
+ private:
+  struct Copy {
+    TxnRequest txn;
+    uint32_t pieces_here = 0, executed = 0;
+  };
+  void store(const TxnRequest& t);
+  const Deployment& d_;
+  const NodeInfo& me_;
+  std::unordered_map<uint64_t, Copy> stored_;   // what it acknowledged, until its state executed it here
+  std::unordered_set<uint64_t> done_;            // transactions its state executed a piece of (a store after is moot)
+  int64_t n_acks_ = 0, n_proposals_ = 0;
+};
+
 class Replica : public ReplicaNode {
  public:
   Replica(const Deployment& d, NodeId self, const Workload& w);
+  // A restarted peer's rejoin: a follower's acknowledgements order nothing, so there is nothing to record; the epoch
+  // only says its peers sealed.
+  uint64_t epoch() const override { return epoch_; }
+  bool seal(uint64_t epoch, std::string* record) override {
+    epoch_ = std::max(epoch_, epoch);
+    record->clear();
+    return true;
+  }
   void start(Env& env) override;
   void on_message(Env& env, Envelope& msg) override;
   void on_timer(Env& env, uint64_t id) override;
@@ -246,6 +278,7 @@ class Replica : public ReplicaNode {
   Site site_;
   Coordinator coord_;
   TimeUs sync_interval_us_;
+  uint64_t epoch_ = 0;
 };
 
 class Manager : public Node {

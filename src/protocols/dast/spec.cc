@@ -43,6 +43,9 @@ ProtocolSpec spec() {
     (void)id;
     return std::make_unique<HandlerClientDriver>(d, "DAST");
   };
+  p.make_voter = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<txn::Voter> {
+    return std::make_unique<Voter>(d, id, w);
+  };
   return p;
 }
 

@@ -7,10 +7,12 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "client/handler_driver.h"
 #include "deadline_timer.h"
+#include "epochs.h"
 #include "suspects.h"
 #include "protocol.h"
 #include "role.h"
@@ -47,6 +49,9 @@ class Site : public RoleContext {
   bool idle() const { return locals_.empty(); }
   const ShardExecutor& executor() const { return exec_; }
   void add_counters(std::map<std::string, int64_t>& c) const;
+  // A restarted peer's rejoin (ReplicaNode::seal): the epoch its replies carry, and its record.
+  uint64_t epoch() const { return epoch_; }
+  void seal(uint64_t epoch, std::string* record);
 
  private:
   // A transaction's status at this replica (set_status checks the transitions):
@@ -74,6 +79,7 @@ class Site : public RoleContext {
     std::set<uint32_t> done;  // executed piece ids
     uint64_t explored_at = 0; // graph version of its last walk (0: never walked)
     std::vector<KeyState*> write_keys, read_keys;   // its keys' states here (pending until it executes)
+    std::vector<TxnId> pending;  // its PreAccept reply's pending ones (its deps are its vertex's until decided)
   };
 
   Vertex& vertex(TxnId id);
@@ -108,7 +114,10 @@ class Site : public RoleContext {
   std::unordered_map<TxnId, Vars> vars_;               // values known per transaction (may precede it)
   std::unordered_map<TxnId, std::vector<NodeId>> inquirers_;  // waiting for a transaction's commit here
   uint64_t version_ = 1;  // bumped whenever the graph gains a commit or a component (what a walk sees)
-  int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0;
+  uint64_t epoch_ = 0;    // raised by a restarted peer's Seal: its replies carry it
+  int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0, n_again_ = 0;
+  void reply_pre_accept(Env& env, NodeId to, TxnId id, const std::vector<TxnId>& deps,
+                        const std::vector<TxnId>& pending);
 };
 
 // The coordinator role (replica 0 of a shard): one Coord per transaction homed there, until the reply.
@@ -136,6 +145,8 @@ class Coordinator : public RoleContext {
     NodeId client = 0;
     std::vector<uint32_t> shards;
     Phase phase = Phase::PreAccepting;
+    TxnRequest txn;                           // kept to ask a replica again (a reply of an older epoch, a timeout)
+    std::map<uint32_t, RoundEpoch> epochs;    // shard -> its replies' epochs: only the newest one's count
     std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> replies;  // shard -> replica -> deps
     std::map<uint32_t, std::map<uint32_t, std::vector<::janus::Dep>>> pending;  // ... -> its pending ones
     TimeUs deadline = 0;     // PreAccept timeout: then a majority's replies per shard decide (slow path)
@@ -151,17 +162,61 @@ class Coordinator : public RoleContext {
   void maybe_decide(Env& env, Coord& c);
   void commit(Env& env, Coord& c);
   void heard(uint32_t shard, uint32_t replica);
+  void pre_accept(Env& env, const Coord& c, NodeId to);   // (again)
 
   const Options& opts_;
   Suspects suspects_;   // replicas that let a PreAccept round time out, until heard from (suspect_on_timeout)
   std::unordered_map<TxnId, Coord> coords_;
   DeadlineTimer preaccept_timer_{kPreAcceptTimer};   // one timer for every PreAccept round in flight
-  int64_t n_fast_ = 0, n_slow_ = 0, n_timeouts_ = 0, n_unwaited_ = 0;
+  int64_t n_fast_ = 0, n_slow_ = 0, n_timeouts_ = 0, n_unwaited_ = 0, n_asked_again_ = 0;
+};
+
+// A restarted replica's votes (voter.cc): Site's ordering half, rebuilt from the sealed records of its shard's other
+// replicas, while its state follows one of them (src/core/recovery.h).
+class Voter : public txn::Voter {
+ public:
+  Voter(const Deployment& d, NodeId self, const Workload& w);
+  bool adopt(uint64_t epoch, const std::vector<std::string>& records, const ShardExecutor& state) override;
+  void on_message(Env& env, Envelope& m, ShardExecutor& state) override;
+  void executed(uint64_t txn, const Piece& piece) override;
+  std::map<std::string, int64_t> counters() const override;
+
+ private:
+  struct Key {   // a conflict key: its chain's last accesses here (after a merge, of either record) and the pending
+    std::vector<TxnId> writers, readers;
+    std::set<TxnId> pending_w, pending_r;
+  };
+  struct Known {   // a transaction it voted for, or met in a record or a decision
+    std::vector<uint32_t> shards;
+    std::vector<TxnId> scc;
+    uint32_t pieces_here = 0, executed = 0;
+    std::vector<std::string> keys;   // where it is pending here, until it executed here
+    bool voted = false, done = false;
+    std::vector<TxnId> deps, pending;   // its vote
+  };
+  void keys_here(const TxnRequest& t, std::vector<std::string>* writes, std::vector<std::string>* reads) const;
+  void pre_accept(Env& env, NodeId from, const TxnRequest& t, ShardExecutor& state);
+  void reply(Env& env, NodeId to, TxnId id, const Known& k);
+  void fill_dep(TxnId id, ::janus::Dep* out) const;
+  void no_longer_pending(TxnId t, Known& k);
+  const Deployment& d_;
+  const NodeInfo& me_;
+  uint64_t epoch_ = 0;
+  bool adopted_ = false;
+  std::unordered_map<std::string, Key> keys_;
+  std::unordered_map<TxnId, Known> known_;
+  std::unordered_set<TxnId> executed_;   // transactions its state executed a piece of
+  int64_t n_votes_ = 0, n_again_ = 0, n_accepts_ = 0;
 };
 
 class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
  public:
   using TwoRoleReplica::TwoRoleReplica;
+  uint64_t epoch() const override { return site_.epoch(); }
+  bool seal(uint64_t epoch, std::string* record) override {
+    site_.seal(epoch, record);
+    return true;
+  }
   void on_timer(Env& env, uint64_t id) override {
     coord_.on_timer(env, id);
     self_q_.drain(env, [&](Envelope& m) { route(env, m); });

@@ -83,4 +83,19 @@ constexpr bool kNoPendingDeps = true;
 constexpr bool kNoPendingDeps = false;
 #endif
 
+// A restarted replica votes again (issue 63): mixes_epochs, the coordinator counts a reply of an older epoch with
+// one of the newer (a forgotten vote counted beside a vote cast after the seal); keeps_epoch, a replica answers a
+// Seal without moving to the new epoch (its replies cast before the rejoin still count with the rejoined one's).
+#ifdef JANUS_MUTANT_MIXES_EPOCHS
+constexpr bool kMixesEpochs = true;
+#else
+constexpr bool kMixesEpochs = false;
+#endif
+
+#ifdef JANUS_MUTANT_KEEPS_EPOCH
+constexpr bool kKeepsEpoch = true;
+#else
+constexpr bool kKeepsEpoch = false;
+#endif
+
 }  // namespace txn::janus::mutant

@@ -104,12 +104,15 @@ void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c["slow_commits"] = n_slow_;
   c["preaccept_timeouts"] = n_timeouts_;
   c["preaccept_unwaited"] = n_unwaited_;
+  if (n_asked_again_) c["preaccepts_asked_again"] = n_asked_again_;
 }
 
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
   c["inquiries"] = n_inquiries_;
   c["largest_scc_max"] = largest_scc_;
   c["walk_visits"] = n_walk_visits_;
+  if (n_again_) c["preaccepts_answered_again"] = n_again_;
+  if (epoch_) c["epoch_max"] = static_cast<int64_t>(epoch_);
 }
 
 // ---- plumbing --------------------------------------------------------------------------
@@ -176,21 +179,20 @@ void Coordinator::on_submit(Env& env, NodeId from, ClientSubmit& m) {
   std::vector<uint32_t> shards = touched_shards(d_, in);
   if (coords_.count(in.txn_id())) throw BadMessage("txn " + str(in.txn_id()) + " submitted twice");
   Coord& c = coords_[in.txn_id()];
-  c.txn_id = in.txn_id();   // the coordinator keeps its id; the request goes out, the last PreAccept takes it
+  c.txn_id = in.txn_id();
   c.client = from;
   c.shards = shards;
+  c.txn = std::move(*m.mutable_txn());   // kept until decided: a replica may have to be asked again
   c.deadline = env.mono_us() + opts_.preaccept_timeout_us;
   preaccept_timer_.arm(env, c.deadline);
-  size_t left = 0;
-  for (uint32_t s : shards) left += d_.replicas_of(s).size();
   for (uint32_t s : shards)
-    for (NodeId r : d_.replicas_of(s)) {
-      Envelope e;
-      auto* txn = e.mutable_janus()->mutable_pre_accept()->mutable_txn();
-      if (--left) *txn = in;
-      else *txn = std::move(*m.mutable_txn());   // `in` is moved-from from here on
-      post(env, r, std::move(e));
-    }
+    for (NodeId r : d_.replicas_of(s)) pre_accept(env, c, r);
+}
+
+void Coordinator::pre_accept(Env& env, const Coord& c, NodeId to) {
+  Envelope e;
+  *e.mutable_janus()->mutable_pre_accept()->mutable_txn() = c.txn;
+  post(env, to, std::move(e));
 }
 
 void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m) {
@@ -202,8 +204,26 @@ void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m
                      str(m.replica()) + ", which it does not touch");
   heard(m.shard(), m.replica());
   if (c.phase != Phase::PreAccepting) return;
-  c.replies[m.shard()][m.replica()] = {m.deps().begin(), m.deps().end()};
-  c.pending[m.shard()][m.replica()] = {m.pending().begin(), m.pending().end()};
+  // A restarted replica votes in an epoch its shard's other replicas sealed: no reply cast before the seal counts with
+  // one cast after (docs/protocols/janus.md, "A restarted replica votes again"). Replies of an older epoch than the
+  // newest this shard's replies carried are dropped and their replicas asked again (they answer in their epoch now).
+  const uint32_t s = m.shard();
+  std::vector<uint32_t> replied;
+  for (const auto& [r, _] : c.replies[s]) replied.push_back(r);
+  const bool count = c.epochs[s].take(
+      m.epoch(), m.replica(), replied,
+      [&] {
+        c.replies[s].clear();
+        c.pending[s].clear();
+      },
+      [&](uint32_t r) {
+        ++n_asked_again_;
+        pre_accept(env, c, d_.replica_id(s, r));
+      },
+      mutant::kMixesEpochs);
+  if (!count) return;
+  c.replies[s][m.replica()] = {m.deps().begin(), m.deps().end()};
+  c.pending[s][m.replica()] = {m.pending().begin(), m.pending().end()};
   maybe_decide(env, c);
 }
 
@@ -212,13 +232,14 @@ void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m
 void Coordinator::on_timer(Env& env, uint64_t id) {
   if (id != kPreAcceptTimer) return;
   const auto due = preaccept_timer_.fire(env, coords_, [](const Coord& c) {
-    return c.phase == Phase::PreAccepting && !c.timed_out ? c.deadline : TimeUs{0};
+    return c.phase == Phase::PreAccepting ? c.deadline : TimeUs{0};
   });
   bool suspected = false;
   for (TxnId txn : due) {
     Coord& c = coords_.at(txn);
+    const bool first = !c.timed_out;
     c.timed_out = true;
-    if (opts_.suspect_on_timeout)   // the replicas that let it time out are not waited for until heard from
+    if (opts_.suspect_on_timeout && first)   // the replicas that let it time out are not waited for until heard from
       for (uint32_t s : c.shards)
         for (uint32_t r = 0; r < d_.replicas; ++r)
           if (!c.replies[s].count(r) && !suspects_.suspected(d_.replica_id(s, r))) {
@@ -226,6 +247,18 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
             suspected = true;
           }
     maybe_decide(env, c);
+    if (c.phase != Phase::PreAccepting) continue;
+    // Still no majority's replies of one epoch in some shard (its replicas were sealing, or a restarted one never got
+    // the PreAccept): every replica without a reply counted is asked again, once per timeout.
+    for (uint32_t s : c.shards)
+      if (c.replies[s].size() < d_.replicas / 2 + 1)
+        for (uint32_t r = 0; r < d_.replicas; ++r)
+          if (!c.replies[s].count(r)) {
+            ++n_asked_again_;
+            pre_accept(env, c, d_.replica_id(s, r));
+          }
+    c.deadline = env.mono_us() + opts_.preaccept_timeout_us;
+    preaccept_timer_.arm(env, c.deadline);
   }
   if (!suspected) return;
   // the other rounds waiting only for them are decided now (in id order: the same at every run of the simulator)
@@ -329,6 +362,7 @@ void Coordinator::commit(Env& env, Coord& c) {
       m->set_txn_id(c.txn_id);
       for (const auto& d : c.deps) *m->add_deps() = d;
       m->set_quorum(quorum[s]);
+      m->set_epoch(c.epochs[s].now);
       if (auto a = c.accept_oks.find(s); a != c.accept_oks.end()) m->set_accepted(a->second);
       post(env, r, std::move(e));
     }
@@ -368,8 +402,16 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
     throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " at shard " + str(me_.shard) + ", which it does not touch");
-  if (locals_.count(t.txn_id()) || (graph_.count(t.txn_id()) && graph_[t.txn_id()].status != Status::Unknown))
-    throw BadMessage("PreAccept of txn " + str(t.txn_id()) + " seen before");
+  if (auto l = locals_.find(t.txn_id()); l != locals_.end()) {   // asked again: the same vote, in its epoch now
+    const Vertex& v = graph_.at(t.txn_id());
+    if (v.status == Status::PreAccepted || v.status == Status::Accepted) {
+      ++n_again_;
+      exec_.declare_vote(t.txn_id(), {}, true, epoch_);   // the same vote, cast again in this epoch
+      reply_pre_accept(env, from, t.txn_id(), v.deps, l->second.pending);
+    }
+    return;   // decided already: nobody waits for it
+  }
+  if (graph_.count(t.txn_id()) && graph_[t.txn_id()].status != Status::Unknown) return;   // executed: decided
   check_inputs_produced(t, me_.shard);
   const TxnId id = t.txn_id();
   // Dependencies at this shard, then this transaction becomes the keys' latest access: each key of its pieces here
@@ -410,21 +452,64 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
   v.deps.assign(deps.begin(), deps.end());
   std::vector<TxnId> vote(v.deps);
   vote.insert(vote.end(), pending.begin(), pending.end());
-  exec_.declare_vote(id, vote);   // a decision that counts this reply must hold it: the checker sees one that did not
+  exec_.declare_vote(id, vote, true, epoch_);   // a decision that counts this reply must hold it: the checker sees
+                                                // one that did not
   Local& l = locals_[id];
   l.txn = std::move(*m.mutable_txn());  // t is moved-from below this line
   l.coordinator = from;
   l.write_keys = std::move(wks);
   l.read_keys = std::move(rks);
+  l.pending.assign(pending.begin(), pending.end());
+  reply_pre_accept(env, from, id, v.deps, l.pending);
+}
 
+void Site::reply_pre_accept(Env& env, NodeId to, TxnId id, const std::vector<TxnId>& deps,
+                            const std::vector<TxnId>& pending) {
   Envelope e;
   auto* r = e.mutable_janus()->mutable_pre_accept_reply();
   r->set_txn_id(id);
   r->set_shard(me_.shard);
   r->set_replica(me_.replica);
+  r->set_epoch(epoch_);
   for (TxnId x : deps) fill_dep(x, r->add_deps());
   for (TxnId x : pending) fill_dep(x, r->add_pending());
-  post(env, from, std::move(e));
+  post(env, to, std::move(e));
+}
+
+// A restarted peer's Seal: from now on its replies carry `epoch` (if above its own), and its record says, per key,
+// the chain's last accesses and the accesses not executed here, with what it knows of each transaction named.
+void Site::seal(uint64_t epoch, std::string* record) {
+  if (!mutant::kKeepsEpoch) epoch_ = std::max(epoch_, epoch);
+  ::janus::Record rec;
+  rec.set_epoch(epoch_);
+  std::set<TxnId> named;
+  for (const auto& [key, ks] : keys_) {
+    if (!ks.writer && ks.readers.empty() && ks.pending_writers.empty() && ks.pending_readers.empty()) continue;
+    ::janus::KeyRecord* k = rec.add_keys();
+    k->set_key(key);
+    if (ks.writer) k->add_writers(ks.writer);
+    for (TxnId x : ks.readers) k->add_readers(x);
+    for (TxnId x : ks.pending_writers) k->add_pending_writers(x);
+    for (TxnId x : ks.pending_readers) k->add_pending_readers(x);
+    if (ks.writer) named.insert(ks.writer);
+    named.insert(ks.readers.begin(), ks.readers.end());
+    named.insert(ks.pending_writers.begin(), ks.pending_writers.end());
+    named.insert(ks.pending_readers.begin(), ks.pending_readers.end());
+  }
+  for (TxnId x : named) {
+    ::janus::TxnRecord* t = rec.add_txns();
+    ::janus::Dep d;
+    fill_dep(x, &d);
+    t->set_id(x);
+    *t->mutable_shards() = d.shards();
+    *t->mutable_scc() = d.scc();
+    if (auto l = locals_.find(x); l != locals_.end()) {   // not executed here: how many pieces it has here
+      uint32_t n = 0;
+      for (const auto& p : l->second.txn.pieces()) n += p.shard() == me_.shard;
+      t->set_pieces_here(n);
+    }
+  }
+  rec.SerializeToString(record);
 }
 
 void Site::keys_here(const TxnRequest& t, std::vector<const std::string*>* writes,
@@ -485,7 +570,7 @@ void Site::on_commit(Env& env, const ::janus::Commit& m) {
   Vertex& w = vertex(id);  // learn() may have grown the graph
   w.deps = std::move(deps);
   if (m.quorum() != 0) {   // whose votes the decision holds, and whose AcceptOKs (history `q=`, `a=`: the checker's)
-    exec_.declare_quorum_masks(id, m.quorum(), m.accepted());
+    exec_.declare_quorum_masks(id, m.quorum(), m.accepted(), m.epoch());
   }
   set_status(id, w, Status::Committed);
   ++version_;
@@ -794,6 +879,9 @@ ProtocolSpec spec() {
   };
   p.make_client_driver = [](const Deployment& d, NodeId) -> std::unique_ptr<ClientDriver> {
     return std::make_unique<HandlerClientDriver>(d, "Janus");
+  };
+  p.make_voter = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<txn::Voter> {
+    return std::make_unique<Voter>(d, id, w);
   };
   return p;
 }

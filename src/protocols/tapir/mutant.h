@@ -62,4 +62,18 @@ constexpr bool kFinalizeOnOne = true;   // a shard decided on the slow path coun
 constexpr bool kFinalizeOnOne = false;
 #endif
 
+// A restarted replica votes again (issue 63): mixes_epochs, the coordinator counts a result of an older epoch with
+// one of the newer; keeps_epoch, a replica answers a Seal without moving to the new epoch.
+#ifdef TAPIR_MUTANT_MIXES_EPOCHS
+constexpr bool kMixesEpochs = true;
+#else
+constexpr bool kMixesEpochs = false;
+#endif
+
+#ifdef TAPIR_MUTANT_KEEPS_EPOCH
+constexpr bool kKeepsEpoch = true;
+#else
+constexpr bool kKeepsEpoch = false;
+#endif
+
 }  // namespace txn::tapir::mutant

@@ -68,6 +68,12 @@ void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
   c.insert({{"fast_prepares", n_fast_},   {"slow_prepares", n_slow_},    {"aborts_irt", n_abort_irt_},
             {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_},
             {"prepare_timeouts", n_timeouts_}, {"prepare_unwaited", n_unwaited_}});
+  if (n_asked_again_) c["prepares_asked_again"] = n_asked_again_;
+}
+
+void Site::add_counters(std::map<std::string, int64_t>& c) const {
+  if (n_again_) c["prepares_answered_again"] = n_again_;
+  if (epoch_) c["epoch_max"] = static_cast<int64_t>(epoch_);
 }
 
 void Replica::route(Env& env, Envelope& m) {
@@ -83,6 +89,7 @@ void Replica::route(Env& env, Envelope& m) {
     case ::tapir::Msg::kFinalizeReply: return coord_.on_finalize_reply(env, t.finalize_reply());
     case ::tapir::Msg::kCommit: return site_.on_commit(env, t.commit());
     case ::tapir::Msg::kAbort: return site_.on_abort(t.abort());
+    case ::tapir::Msg::kStillHeld: return site_.on_still_held(env, m.from(), t.still_held());
     default: throw BadMessage("empty TAPIR message");
   }
 }
@@ -143,13 +150,15 @@ void Coordinator::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
   c.prepare_deadline = env.mono_us() + opts_.prepare_timeout_us;
   prepare_timer_.arm(env, c.prepare_deadline);
   for (uint32_t s : c.shards)
-    for (NodeId r : d_.replicas_of(s)) {
-      Envelope e;
-      auto* p = e.mutable_tapir()->mutable_prepare();
-      *p->mutable_txn() = c.txn;
-      for (const auto& [k, v] : c.versions[s]) (*p->mutable_versions())[k] = v;
-      post(env, r, std::move(e));
-    }
+    for (NodeId r : d_.replicas_of(s)) prepare(env, c, s, r);
+}
+
+void Coordinator::prepare(Env& env, Coord& c, uint32_t shard, NodeId to) {
+  Envelope e;
+  auto* p = e.mutable_tapir()->mutable_prepare();
+  *p->mutable_txn() = c.txn;
+  for (const auto& [k, v] : c.versions[shard]) (*p->mutable_versions())[k] = v;
+  post(env, to, std::move(e));
 }
 
 void Coordinator::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
@@ -160,9 +169,27 @@ void Coordinator::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
     throw BadMessage("PrepareReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
   heard(m.shard(), m.replica());
   if (c.decided.count(m.shard())) return;
-  c.results[m.shard()][m.replica()] = m.result();
-  if (m.result() == ::tapir::OK) c.deps[m.shard()].insert(m.deps().begin(), m.deps().end());
-  decide_shard(env, c, m.shard());
+  // A restarted replica votes in an epoch its shard's other replicas sealed: no result cast before the seal counts
+  // with one cast after (docs/protocols/tapir.md, "A restarted replica votes again", IR's view change). Results of an
+  // older epoch than the newest this shard's results carried are dropped and their replicas asked again.
+  const uint32_t s = m.shard();
+  std::vector<uint32_t> replied;
+  for (const auto& [r, _] : c.results[s]) replied.push_back(r);
+  const bool count = c.epochs[s].take(
+      m.epoch(), m.replica(), replied,
+      [&] {
+        c.results[s].clear();
+        c.deps[s].clear();
+      },
+      [&](uint32_t r) {
+        ++n_asked_again_;
+        prepare(env, c, s, d_.replica_id(s, r));
+      },
+      mutant::kMixesEpochs);
+  if (!count) return;
+  c.results[s][m.replica()] = m.result();
+  if (m.result() == ::tapir::OK) c.deps[s].insert(m.deps().begin(), m.deps().end());
+  decide_shard(env, c, s);
 }
 
 void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
@@ -209,12 +236,16 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
   if (id != kPrepareTimer) return;
   bool suspected = false;
   const auto due = prepare_timer_.fire(env, coords_, [](const Coord& c) {
-    return c.phase == Phase::Preparing && !c.timed_out ? c.prepare_deadline : TimeUs{0};
+    return c.phase == Phase::Preparing ? c.prepare_deadline : TimeUs{0};
   });
   for (TxnId txn : due) {
     auto it = coords_.find(txn);
     if (it == coords_.end()) continue;
     Coord& c = it->second;
+    if (c.timed_out) {   // asked again at its timeout and still short of a majority's results of one epoch
+      again_if_short(env, c);
+      continue;
+    }
     c.timed_out = true;
     if (opts_.suspect_on_timeout)   // the replicas that let it time out are not waited for until heard from
       for (uint32_t s : c.shards)
@@ -227,6 +258,8 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
       if (coords_.find(txn) == coords_.end()) break;  // decided and finished by an earlier shard
       if (!c.decided.count(s) && c.results.count(s)) decide_shard(env, c, s);
     }
+    if (auto still = coords_.find(txn); still != coords_.end() && still->second.phase == Phase::Preparing)
+      again_if_short(env, still->second);
   }
   if (!suspected) return;
   // the other rounds waiting only for them are decided now (in id order: the same at every run of the simulator)
@@ -243,6 +276,21 @@ void Coordinator::on_timer(Env& env, uint64_t id) {
       if (!it->second.decided.count(s) && it->second.results.count(s)) decide_shard(env, it->second, s);
     }
   }
+}
+
+// A timed-out round with a shard still short of a majority's results of one epoch (its replicas were sealing, or a
+// restarted one never got the Prepare): every replica of it without a result counted is asked again, once per
+// timeout.
+void Coordinator::again_if_short(Env& env, Coord& c) {
+  for (uint32_t s : c.shards)
+    if (!c.decided.count(s) && c.results[s].size() < d_.replicas / 2 + 1)
+      for (uint32_t r = 0; r < d_.replicas; ++r)
+        if (!c.results[s].count(r)) {
+          ++n_asked_again_;
+          prepare(env, c, s, d_.replica_id(s, r));
+        }
+  c.prepare_deadline = env.mono_us() + opts_.prepare_timeout_us;
+  prepare_timer_.arm(env, c.prepare_deadline);
 }
 
 void Coordinator::heard(uint32_t shard, uint32_t replica) {
@@ -286,6 +334,7 @@ void Coordinator::finish(Env& env, Coord& c, bool commit) {
         *m->mutable_vars() = c.vars;
         // whose votes the decision counted, and who confirmed its Finalize (history q=, a=: the checker's)
         m->set_quorum(replica_mask(c.results[s]));
+        m->set_epoch(c.epochs[s].now);
         if (!fast(c, s)) m->set_finalized(c.finalized[s]);
       } else {
         e.mutable_tapir()->mutable_abort()->set_txn_id(id);
@@ -382,17 +431,20 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
   std::vector<uint32_t> shards = touched_shards(d_, t);
   if (!std::binary_search(shards.begin(), shards.end(), me_.shard))
     throw BadMessage("Prepare of txn " + str(id) + " at shard " + str(me_.shard) + ", which it does not touch");
-  if (locals_.count(id) || applied_.count(id)) throw BadMessage("Prepare of txn " + str(id) + " seen before");
+  if (auto l = locals_.find(id); l != locals_.end()) {   // asked again: the same result, in its epoch now
+    if (l->second.phase != Phase::Committed) {
+      ++n_again_;
+      exec_.declare_vote(id, {}, false, epoch_);   // cast again in this epoch
+      reply_prepare(env, from, id, l->second);
+    }
+    return;
+  }
+  if (applied_.count(id)) return;   // applied here already: decided, nobody waits for it
   Local l;
   const std::map<std::string, uint64_t> now = versions_of(t);
   for (const auto& [k, v] : now)
     if (!m.versions().count(k)) throw BadMessage("Prepare of txn " + str(id) + ": no read version for key " + k);
-  for (const auto& p : t.pieces())
-    if (p.shard() == me_.shard) l.writes.insert(p.write_keys().begin(), p.write_keys().end());
-  for (const auto& p : t.pieces())
-    if (p.shard() == me_.shard)
-      for (const auto& k : p.read_keys())
-        if (!l.writes.count(k)) l.reads.insert(k);
+  conflict_keys(t, me_.shard, &l.reads, &l.writes);
 
   ::tapir::Result result = ::tapir::OK;
   for (const auto* set : {&l.reads, &l.writes})
@@ -406,12 +458,7 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
     for (const auto& [k, version] : now)
       if (!mutant::kNoStaleCheck && m.versions().at(k) != version && !(mutant::kReadsUnvalidated && l.reads.count(k)))
         result = ::tapir::ABORT;
-  Envelope e;
-  auto* r = e.mutable_tapir()->mutable_prepare_reply();
-  r->set_txn_id(id);
-  r->set_shard(me_.shard);
-  r->set_replica(me_.replica);
-  r->set_result(result);
+  l.result = result;
   if (result == ::tapir::OK) {
     std::set<TxnId> deps;
     for (const auto* set : {&l.reads, &l.writes})
@@ -420,15 +467,79 @@ void Site::on_prepare(Env& env, NodeId from, ::tapir::Prepare& m) {
         if (ks.writer) deps.insert(ks.writer);
       }
     for (const auto& k : l.writes) deps.insert(keys_[k].readers.begin(), keys_[k].readers.end());
-    for (TxnId x : deps) r->add_deps(x);
+    l.ok_deps.assign(deps.begin(), deps.end());
     // the decision must hold this vote where it counts it (history v=; a vote names applied transactions only, a
     // conflicting held one being refused above, so it carries no mark of what was pending)
-    exec_.declare_vote(id, std::vector<TxnId>(deps.begin(), deps.end()), false);
+    exec_.declare_vote(id, l.ok_deps, false, epoch_);
     set_phase(id, l, Phase::Prepared);
     hold(id, l);
+  } else {
+    exec_.declare_vote(id, {}, false, epoch_);   // a refusal names nothing, but it was cast, and in this epoch
   }
   l.txn = std::move(*m.mutable_txn());  // t is moved-from from here on
-  locals_.emplace(id, std::move(l));
+  reply_prepare(env, from, id, locals_.emplace(id, std::move(l)).first->second);
+}
+
+void Site::reply_prepare(Env& env, NodeId to, TxnId id, const Local& l) {
+  post(env, to, prepare_reply(me_, id, l.result, epoch_, l.ok_deps));
+}
+
+void conflict_keys(const TxnRequest& t, uint32_t shard, std::set<std::string>* reads, std::set<std::string>* writes) {
+  for (const auto& p : t.pieces())
+    if (p.shard() == shard) writes->insert(p.write_keys().begin(), p.write_keys().end());
+  for (const auto& p : t.pieces())
+    if (p.shard() == shard)
+      for (const auto& k : p.read_keys())
+        if (!writes->count(k)) reads->insert(k);
+}
+
+Envelope prepare_reply(const NodeInfo& me, TxnId id, ::tapir::Result result, uint64_t epoch,
+                       const std::vector<TxnId>& deps) {
+  Envelope e;
+  auto* r = e.mutable_tapir()->mutable_prepare_reply();
+  r->set_txn_id(id);
+  r->set_shard(me.shard);
+  r->set_replica(me.replica);
+  r->set_result(result);
+  r->set_epoch(epoch);
+  if (result == ::tapir::OK)
+    for (TxnId x : deps) r->add_deps(x);
+  return e;
+}
+
+// A restarted peer's Seal: from now on its results carry `epoch` (if above its own), and its record says every key's
+// version as applied here and every transaction that holds keys here.
+void Site::seal(uint64_t epoch, std::string* record) {
+  if (!mutant::kKeepsEpoch) epoch_ = std::max(epoch_, epoch);
+  ::tapir::Record rec;
+  rec.set_epoch(epoch_);
+  for (const auto& [key, ks] : keys_) {
+    if (!ks.writer && !ks.accessor && ks.readers.empty()) continue;
+    ::tapir::KeyVersion* k = rec.add_keys();
+    k->set_key(key);
+    k->set_writer(ks.writer);
+    k->set_accessor(ks.accessor);
+    for (TxnId x : ks.readers) k->add_readers(x);
+  }
+  for (const auto& [id, l] : locals_) {
+    if (l.phase == Phase::Refused) continue;
+    ::tapir::HeldTxn* h = rec.add_held();
+    h->set_id(id);
+    for (const auto& k : l.reads) h->add_reads(k);
+    for (const auto& k : l.writes) h->add_writes(k);
+  }
+  rec.SerializeToString(record);
+}
+
+// A restarted peer asks which of the transactions this replica's record said it held it holds no more (applied or
+// aborted here since): it releases them too.
+void Site::on_still_held(Env& env, NodeId from, const ::tapir::StillHeld& m) {
+  Envelope e;
+  auto* r = e.mutable_tapir()->mutable_no_longer_held();
+  for (TxnId id : m.ids()) {
+    auto l = locals_.find(id);
+    if (l == locals_.end() || l->second.phase == Phase::Refused) r->add_ids(id);
+  }
   post(env, from, std::move(e));
 }
 
@@ -456,7 +567,7 @@ void Site::on_commit(Env& env, const ::tapir::Commit& m) {
   set_phase(m.txn_id(), l, Phase::Committed);
   l.deps.assign(m.deps().begin(), m.deps().end());
   l.vars = m.vars();
-  exec_.declare_quorum_masks(m.txn_id(), m.quorum(), m.finalized());
+  exec_.declare_quorum_masks(m.txn_id(), m.quorum(), m.finalized(), m.epoch());
   waiting_.insert(m.txn_id());
   try_apply(env);
 }
@@ -551,6 +662,9 @@ ProtocolSpec spec() {
   };
   p.make_client_driver = [](const Deployment& d, NodeId) -> std::unique_ptr<ClientDriver> {
     return std::make_unique<HandlerClientDriver>(d, "TAPIR");
+  };
+  p.make_voter = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<txn::Voter> {
+    return std::make_unique<Voter>(d, id, w);
   };
   return p;
 }

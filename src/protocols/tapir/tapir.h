@@ -12,6 +12,7 @@
 
 #include "client/handler_driver.h"
 #include "deadline_timer.h"
+#include "epochs.h"
 #include "suspects.h"
 #include "protocol.h"
 #include "role.h"
@@ -29,6 +30,12 @@ struct Options {
   bool suspect_on_timeout;    // a replica that let a Prepare time out is not waited for until it is heard from
 };
 
+// The conflict keys of `t`'s pieces at `shard`: those they write, and those they only read.
+void conflict_keys(const TxnRequest& t, uint32_t shard, std::set<std::string>* reads, std::set<std::string>* writes);
+// Replica `me`'s answer to a Prepare of `id`: its result, in its epoch, and with OK the dependencies it names.
+Envelope prepare_reply(const NodeInfo& me, TxnId id, ::tapir::Result result, uint64_t epoch,
+                       const std::vector<TxnId>& deps);
+
 // A TAPIR replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it answers
 // reads, validates and holds Prepares, applies commits in dependency order); replica 0 of a shard is also the
 // Coordinator of the transactions homed there (reads, Prepare, Finalize on the slow path, Commit or Abort, the
@@ -43,9 +50,13 @@ class Site : public RoleContext {
   void on_finalize(Env& env, NodeId from, const ::tapir::Finalize& m);
   void on_commit(Env& env, const ::tapir::Commit& m);
   void on_abort(const ::tapir::Abort& m);
+  void on_still_held(Env& env, NodeId from, const ::tapir::StillHeld& m);
   bool idle() const { return locals_.empty(); }
-  void add_counters(std::map<std::string, int64_t>&) const {}   // none
+  void add_counters(std::map<std::string, int64_t>& c) const;
   const ShardExecutor& executor() const { return exec_; }
+  // A restarted peer's rejoin (ReplicaNode::seal): the epoch its results carry, and its record.
+  uint64_t epoch() const { return epoch_; }
+  void seal(uint64_t epoch, std::string* record);
 
  private:
   // A transaction of this shard from its Prepare to its Commit (applied) or Abort, in one of three phases
@@ -60,6 +71,8 @@ class Site : public RoleContext {
     Phase phase = Phase::Refused;
     std::vector<TxnId> deps;
     Vars vars;
+    ::tapir::Result result = ::tapir::OK;   // its Prepare's result here (asked again: the same)
+    std::vector<TxnId> ok_deps;             // with OK: the dependencies it named
   };
   struct KeyState {
     TxnId writer = 0;                 // last applied transaction that wrote the key
@@ -79,6 +92,9 @@ class Site : public RoleContext {
   std::unordered_map<TxnId, Local> locals_;
   std::set<TxnId> applied_;  // transactions of this shard applied here
   std::set<TxnId> waiting_;  // committed, not applied
+  uint64_t epoch_ = 0;       // raised by a restarted peer's Seal: its results carry it
+  int64_t n_again_ = 0;
+  void reply_prepare(Env& env, NodeId to, TxnId id, const Local& l);
 };
 
 // The coordinator role (replica 0 of a shard): one Coord per transaction homed there, until the reply.
@@ -114,6 +130,7 @@ class Coordinator : public RoleContext {
     bool slow = false;
     TimeUs prepare_deadline = 0;  // Preparing: when the shards still undecided are decided on a majority's results
     bool timed_out = false;       // that time has passed
+    std::map<uint32_t, RoundEpoch> epochs;   // shard -> its results' epochs: only the newest one's count
   };
   static void set_phase(Coord& c, Phase to);
   void send_reads(Env& env, Coord& c);
@@ -121,6 +138,8 @@ class Coordinator : public RoleContext {
   void maybe_finish(Env& env, Coord& c);
   bool fast(const Coord& c, uint32_t shard) const;   // the shard was decided on the fast path (3 OKs)
   void finish(Env& env, Coord& c, bool commit);
+  void prepare(Env& env, Coord& c, uint32_t shard, NodeId to);   // (again)
+  void again_if_short(Env& env, Coord& c);
 
   const Options& opts_;
   std::unordered_map<TxnId, Coord> coords_;
@@ -130,11 +149,62 @@ class Coordinator : public RoleContext {
   void heard(uint32_t shard, uint32_t replica);
   int64_t n_unwaited_ = 0;  // shards decided on a majority's results at once: only suspected replicas missing
   int64_t n_timeouts_ = 0;  // shards decided on a majority's results after the timeout (a replica had not answered)
+  int64_t n_asked_again_ = 0;   // Prepares sent again (a result of an older epoch, a shard without a majority's)
+};
+
+// A restarted replica's votes (voter.cc): Site's validation, from the sealed records of its shard's other replicas
+// (what they hold) and the versions of the state it follows (src/core/recovery.h).
+class Voter : public txn::Voter {
+ public:
+  static constexpr TimeUs kAskUs = 1'000'000;   // a hold from a record unresolved this long: its recorder is asked
+  Voter(const Deployment& d, NodeId self, const Workload& w);
+  bool adopt(uint64_t epoch, const std::vector<std::string>& records, const ShardExecutor& state) override;
+  void follow(const std::string& record) override;
+  void on_message(Env& env, Envelope& m, ShardExecutor& state) override;
+  void executed(uint64_t txn, const Piece& piece) override;
+  std::map<std::string, int64_t> counters() const override;
+
+ private:
+  struct KeyState {
+    TxnId writer = 0, accessor = 0;
+    std::vector<TxnId> readers;
+    std::set<TxnId> holders;
+  };
+  struct Held {   // a transaction holding keys here: voted OK here, or held by a record
+    std::set<std::string> reads, writes;
+    ::tapir::Result result = ::tapir::OK;   // its vote, when it voted on it
+    std::vector<TxnId> deps;
+    bool voted = false, holds = false, committed = false;
+    NodeId recorder = 0;   // from a record: whose (asked whether it still holds it)
+    TimeUs since = 0;
+  };
+  void flush();   // the transaction being applied (executed()) is done: its keys' versions
+  void release(TxnId id);
+  bool conflicts(const Held& a, const Held& b) const;
+  void prepare(Env& env, NodeId from, ::tapir::Prepare& m, ShardExecutor& state);
+  void reply(Env& env, NodeId to, TxnId id, const Held& h);
+  void ask_recorders(Env& env);
+  const Deployment& d_;
+  const NodeInfo& me_;
+  uint64_t epoch_ = 0;
+  bool adopted_ = false;
+  std::unordered_map<std::string, KeyState> keys_;
+  std::unordered_map<TxnId, Held> held_;
+  std::set<TxnId> applied_;                     // applied in the state it follows since it took that state over
+  TxnId applying_ = 0;                          // executed(): the transaction whose pieces are being applied
+  std::set<std::string> applying_reads_, applying_writes_;
+  TimeUs asked_us_ = 0;
+  int64_t n_votes_ = 0, n_again_ = 0, n_released_ = 0, n_asked_ = 0;
 };
 
 class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
  public:
   using TwoRoleReplica::TwoRoleReplica;
+  uint64_t epoch() const override { return site_.epoch(); }
+  bool seal(uint64_t epoch, std::string* record) override {
+    site_.seal(epoch, record);
+    return true;
+  }
   void on_timer(Env& env, uint64_t id) override {
     coord_.on_timer(env, id);
     self_q_.drain(env, [&](Envelope& m) { route(env, m); });
