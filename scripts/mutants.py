@@ -207,20 +207,25 @@ def stress_faults(duration: float, crash: bool = False) -> str:
     of the run (a congested path into one replica: its shard's other replicas decide and apply a cross-region
     transaction, a transaction of the region that depends on it is decided, and its Commit, sent inside the region,
     reaches that follower before the cross-region one's own messages do). With `crash`, a follower (the seed's
-    choice) is killed between the first two pauses, unannounced (the engine reads no plan): what a replica decided on
-    the others' votes must hold without it, and nothing its peers saw committed may be lost (the durability check);
-    it is restarted empty before the second pause, a quarter of the way into the run, and must take over a live
-    replica's state and end as its peers with most of the run's load still to come (docs/nemesis.md)."""
+    choice) of region 1 is killed between the first two pauses, unannounced (the engine reads no plan): what a replica
+    decided on the others' votes must hold without it, and nothing its peers saw committed may be lost (the
+    durability check); it is restarted empty before the second pause, a quarter of the way into the run, and must
+    take over a live replica's state, vote again where its protocol says how, and end as its peers with most of the
+    run's load still to come; a follower of region 2 the same way just past halfway (docs/nemesis.md)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
-    # down between the first pause's end and the second's start: no pause of it falls while it is down
-    crash_at, restart_at = round(t(0.2) + min(1.0, t(0.05)) + 0.1, 2), round(t(0.3) - 0.05, 2)
+    # down between the first pause's end and the second's start, and another region's follower between the fourth
+    # pause's end and the partition: no pause of either falls while it is down, and each restart is a rejoin (a seal
+    # of its shard's other replicas) with load before and after it
+    pl = min(1.0, t(0.05))
+    crashes = [(1, round(t(0.2) + pl + 0.1, 2), round(t(0.3) - 0.05, 2)),
+               (2, round(t(0.5) + pl + 0.1, 2), round(t(0.6) - 0.05, 2))]
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
                       *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",
                       *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
-                      *([f"crash:follower@{crash_at}+{round(restart_at - crash_at, 2)}"] if crash else [])])
+                      *([f"crash:follower-r{r}@{a}+{round(b - a, 2)}" for r, a, b in crashes] if crash else [])])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,

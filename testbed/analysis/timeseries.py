@@ -30,6 +30,7 @@ COLUMNS = ["t_s", "throughput_tps", "irt_p50_ms", "irt_p99_ms", "crt_p50_ms", "c
            "given_up", "retried", "stalled"]
 TOLERANCE = 0.10       # recovered: throughput and IRT p99 back within 10 % of before the fault ...
 RECOVERY_SPAN_S = 3.0  # ... over a window of this many seconds (pooled, so that one noisy second does not decide)
+BACK_SPAN_S, BACK_STEP_S = 2.0, 0.25   # throughput back (tput_back_s): a 2 s window, searched in 0.25 s steps
 
 
 def _pct(values, p):
@@ -110,15 +111,25 @@ def fault_effect(df: pd.DataFrame, start_s: float, end_s: float, warmup_s: float
     transactions that also completed before it, so that those the fault held do not count as its baseline), during
     it, and after it; and recovery_s, the time from the heal (end_s) until a window of span_s whose
     throughput is at least (1 - tolerance) x before and whose IRT p99 is at most (1 + tolerance) x before first
-    starts (searched in steps of step_s; None when no such window starts before the run's end: not recovered)."""
+    starts (searched in steps of step_s; None when no such window starts before the run's end: not recovered); and
+    tput_back_s, the time from the heal until a window of BACK_SPAN_S whose throughput alone is at least
+    (1 - tolerance) x before first starts (searched in BACK_STEP_S steps: what a restart's recovery is measured by,
+    docs/experiments.md "Exp 6")."""
     if not warmup_s <= start_s <= end_s <= duration_s:
         raise ValueError(f"fault window [{start_s}, {end_s}) s is not inside the run's [{warmup_s}, {duration_s}] s")
     before = _stats(df, warmup_s, start_s, done_in=True) if start_s > warmup_s else {}
     out = {"window_s": [start_s, end_s], "before": before, "during": _stats(df, start_s, max(end_s, start_s + 1)),
-           "after": _stats(df, end_s, duration_s) if end_s < duration_s else {}, "recovery_s": None}
+           "after": _stats(df, end_s, duration_s) if end_s < duration_s else {}, "recovery_s": None,
+           "tput_back_s": None}
     if not before or not before["throughput_tps"]:
         out["recovery_note"] = "no load before the fault to compare with"
         return out
+    t = end_s
+    while t + BACK_SPAN_S <= duration_s + 1e-9:
+        if _stats(df, t, t + BACK_SPAN_S)["throughput_tps"] >= (1 - tolerance) * before["throughput_tps"]:
+            out["tput_back_s"] = round(t - end_s, 3)
+            break
+        t += BACK_STEP_S
     t = end_s
     while t + span_s <= duration_s + 1e-9:
         s = _stats(df, t, t + span_s)

@@ -373,9 +373,10 @@ def _check_overlap(i, item, e, before):
                 _fail(i, item, f"{c['node']} is paused while it is down (crashed at {c['start_s']:g} s"
                                + (f", restarted at {c['end_s']:g} s" if "end_s" in c else "") + f"; item {j} "
                                f"'{o['spec']}'): pause it before its crash or after its restart")
-        if e["kind"] == "crash" and o["kind"] == "crash" and _shard(o) == _shard(e) and o["node"] != e["node"]:
-            _fail(i, item, f"{e['node']} and {o['node']} (item {j}) are replicas of one shard: it would lose its "
-                           "majority")
+        if e["kind"] == "crash" and o["kind"] == "crash" and _shard(o) == _shard(e) and o["node"] != e["node"] \
+                and _overlap(o, e):
+            _fail(i, item, f"{e['node']} and {o['node']} (item {j}) are replicas of one shard down at once: it would "
+                           "lose its majority")
         if o["kind"] != e["kind"]:
             continue
         if e["kind"] == "partition" and _overlap(o, e):

@@ -54,7 +54,9 @@ def test_stress_nemesis_is_a_valid_schedule_with_jitter_inside_every_region(dura
         for attempt in range(5):
             faults = mutants.e2e_deployment(protocol, "stress", duration, 27000, attempt)["faults"]
             crash = [f for f in faults if f["kind"] == "crash"]
-            assert len(crash) == 1 and not crash[0]["node"].endswith(".0")
+            assert len(crash) == 2 and not any(c["node"].endswith(".0") for c in crash)
+            assert [c["node"][1] for c in crash] == ["1", "2"]   # a follower of region 1, then one of region 2
             pauses = sorted((f["start_s"], f["end_s"]) for f in faults if f["kind"] == "pause")
             assert pauses[0][1] < crash[0]["start_s"] < crash[0]["end_s"] <= pauses[1][0]
             assert crash[0]["end_s"] <= 0.3 * duration
+            assert pauses[3][1] < crash[1]["start_s"] < crash[1]["end_s"] <= 0.6 * duration

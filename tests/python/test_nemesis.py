@@ -169,7 +169,8 @@ def test_a_crash_with_a_restart_names_its_end():
     ("crash:s0.0.1@5; restart:s0.0.1@20", "not before the run's end"),
     ("restart:s0.0.1@5+2", "expected restart:NODE@START"),
     ("crash:s0.0.1@20", "not before the run's end"),
-    ("crash:s0.0.1@2; crash:s0.0.2@5", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard"),
+    ("crash:s0.0.1@2; crash:s0.0.2@5", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard down at once"),
+    ("crash:s0.0.1@2+4; crash:s0.0.2@5+2", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard down at once"),
     ("crash:s0.0.1@2; crash:s0.0.1@5", "s0.0.1 crashed twice"),
     ("pause:s0.0.1@1+3; crash:s0.0.1@2", "s0.0.1 is paused while it is down (crashed at 2 s; item 1"),
     ("crash:s0.0.1@2; pause:s0.0.1@3+1", "s0.0.1 is paused while it is down (crashed at 2 s; item 1"),
@@ -182,6 +183,12 @@ def test_a_crash_that_cannot_be_is_refused_in_one_line(spec, says):
         deploy.build_deployment(duration=20, mode="dast", faults=spec, processes="node")
     msg = str(e.value)
     assert says in msg and "\n" not in msg and msg.startswith("faults: item "), msg
+
+
+def test_replicas_of_one_shard_may_go_down_one_after_the_other():
+    """Its majority holds while one is down at a time: a follower restarted before the other is killed."""
+    d = deploy.build_deployment(duration=20, mode="dast", faults="crash:s0.0.1@2+3; crash:s0.0.2@6+3", processes="node")
+    assert [(f["node"], f["start_s"], f["end_s"]) for f in d["faults"]] == [("s0.0.1", 2, 5), ("s0.0.2", 6, 9)]
 
 
 def test_a_restart_the_run_cannot_carry_out_is_refused_before_anything_starts():

@@ -59,13 +59,16 @@ def test_a_fault_that_stalls_then_recovers_two_seconds_after_the_heal():
     assert eff["before"]["throughput_tps"] == pytest.approx(100) and eff["before"]["irt_p99_ms"] == 10
     assert eff["during"]["irt_p99_ms"] >= 4900 and eff["during"]["throughput_tps"] <= 1   # one finished at 10.0
     assert eff["recovery_s"] == 2.0
+    # throughput alone: a 2 s window from 16.5 s holds 0.5 s at 30/s and 1.5 s at 100/s, 82.5/s, short of 90; from
+    # 16.75 s 0.25 s at 30 and 1.75 s at 100, 91.25/s: back 1.75 s after the heal
+    assert eff["tput_back_s"] == 1.75
     # it never recovers: stays slow to the end
     rows = steady(0, 10, 100, 10) + steady(10, 30, 30, 80)
     eff = timeseries.fault_effect(records(rows), 10, 15, warmup_s=2, duration_s=30)
-    assert eff["recovery_s"] is None
+    assert eff["recovery_s"] is None and eff["tput_back_s"] is None
     # a fault that changes nothing: recovered at once
     eff = timeseries.fault_effect(records(steady(0, 30, 100, 10)), 10, 15, warmup_s=2, duration_s=30)
-    assert eff["recovery_s"] == 0.0
+    assert eff["recovery_s"] == 0.0 and eff["tput_back_s"] == 0.0
     with pytest.raises(ValueError, match="not inside"):
         timeseries.fault_effect(records(rows), 1, 5, warmup_s=2, duration_s=30)
 

@@ -208,19 +208,22 @@ void Coordinator::on_pre_accept_reply(Env& env, const ::janus::PreAcceptReply& m
   // one cast after (docs/protocols/janus.md, "A restarted replica votes again"). Replies of an older epoch than the
   // newest this shard's replies carried are dropped and their replicas asked again (they answer in their epoch now).
   const uint32_t s = m.shard();
-  std::vector<uint32_t> replied;
-  for (const auto& [r, _] : c.replies[s]) replied.push_back(r);
-  const bool count = c.epochs[s].take(
-      m.epoch(), m.replica(), replied,
-      [&] {
-        c.replies[s].clear();
-        c.pending[s].clear();
-      },
-      [&](uint32_t r) {
-        ++n_asked_again_;
-        pre_accept(env, c, d_.replica_id(s, r));
-      },
-      mutant::kMixesEpochs);
+  bool count = true;
+  if (m.epoch() != 0 || c.epochs.count(s)) {   // (without a rejoin every vote is of epoch 0: nothing to keep)
+    std::vector<uint32_t> replied;
+    for (const auto& [r, _] : c.replies[s]) replied.push_back(r);
+    count = c.epochs[s].take(
+        m.epoch(), m.replica(), replied,
+        [&] {
+          c.replies[s].clear();
+          c.pending[s].clear();
+        },
+        [&](uint32_t r) {
+          ++n_asked_again_;
+          pre_accept(env, c, d_.replica_id(s, r));
+        },
+        mutant::kMixesEpochs);
+  }
   if (!count) return;
   c.replies[s][m.replica()] = {m.deps().begin(), m.deps().end()};
   c.pending[s][m.replica()] = {m.pending().begin(), m.pending().end()};
@@ -362,7 +365,7 @@ void Coordinator::commit(Env& env, Coord& c) {
       m->set_txn_id(c.txn_id);
       for (const auto& d : c.deps) *m->add_deps() = d;
       m->set_quorum(quorum[s]);
-      m->set_epoch(c.epochs[s].now);
+      if (auto e = c.epochs.find(s); e != c.epochs.end()) m->set_epoch(e->second.now);
       if (auto a = c.accept_oks.find(s); a != c.accept_oks.end()) m->set_accepted(a->second);
       post(env, r, std::move(e));
     }

@@ -173,19 +173,22 @@ void Coordinator::on_prepare_reply(Env& env, const ::tapir::PrepareReply& m) {
   // with one cast after (docs/protocols/tapir.md, "A restarted replica votes again", IR's view change). Results of an
   // older epoch than the newest this shard's results carried are dropped and their replicas asked again.
   const uint32_t s = m.shard();
-  std::vector<uint32_t> replied;
-  for (const auto& [r, _] : c.results[s]) replied.push_back(r);
-  const bool count = c.epochs[s].take(
-      m.epoch(), m.replica(), replied,
-      [&] {
-        c.results[s].clear();
-        c.deps[s].clear();
-      },
-      [&](uint32_t r) {
-        ++n_asked_again_;
-        prepare(env, c, s, d_.replica_id(s, r));
-      },
-      mutant::kMixesEpochs);
+  bool count = true;
+  if (m.epoch() != 0 || c.epochs.count(s)) {   // (without a rejoin every vote is of epoch 0: nothing to keep)
+    std::vector<uint32_t> replied;
+    for (const auto& [r, _] : c.results[s]) replied.push_back(r);
+    count = c.epochs[s].take(
+        m.epoch(), m.replica(), replied,
+        [&] {
+          c.results[s].clear();
+          c.deps[s].clear();
+        },
+        [&](uint32_t r) {
+          ++n_asked_again_;
+          prepare(env, c, s, d_.replica_id(s, r));
+        },
+        mutant::kMixesEpochs);
+  }
   if (!count) return;
   c.results[s][m.replica()] = m.result();
   if (m.result() == ::tapir::OK) c.deps[s].insert(m.deps().begin(), m.deps().end());
@@ -334,7 +337,7 @@ void Coordinator::finish(Env& env, Coord& c, bool commit) {
         *m->mutable_vars() = c.vars;
         // whose votes the decision counted, and who confirmed its Finalize (history q=, a=: the checker's)
         m->set_quorum(replica_mask(c.results[s]));
-        m->set_epoch(c.epochs[s].now);
+        if (auto e = c.epochs.find(s); e != c.epochs.end()) m->set_epoch(e->second.now);
         if (!fast(c, s)) m->set_finalized(c.finalized[s]);
       } else {
         e.mutable_tapir()->mutable_abort()->set_txn_id(id);
