@@ -97,6 +97,10 @@ class Voter {
   virtual void follow(const std::string& record) { (void)record; }
   // Its state executed this piece of `txn` (as its source did), in that order.
   virtual void executed(uint64_t txn, const Piece& piece) = 0;
+  // A later restarted peer of its shard asks it to seal (a second rejoin): move to `epoch` when above its own, vote in
+  // it from now on, and write what its votes hold, as its replica's seal() would (the protocol's record format).
+  // False: it cannot (the peer then does not vote).
+  virtual bool seal(uint64_t epoch, std::string* record) { (void)epoch; (void)record; return false; }
   virtual std::map<std::string, int64_t> counters() const { return {}; }
 };
 

@@ -328,6 +328,13 @@ void Learner::seal(Env& env, uint64_t epoch) {
   }
 }
 
+bool Learner::seal(uint64_t epoch, std::string* record) {
+  if (!voting_ || !voter_) return false;
+  if (!voter_->seal(std::max(seal_epoch_, epoch), record)) return false;
+  seal_epoch_ = std::max(seal_epoch_, epoch);
+  return true;
+}
+
 void Learner::take_sealed(Env& env, NodeId from, const recovery::Sealed& s) {
   if (voting_ || s.attempt() != seal_attempt_ || seal_sent_us_ < 0) {
     ++stale_;
@@ -336,17 +343,17 @@ void Learner::take_sealed(Env& env, NodeId from, const recovery::Sealed& s) {
   sealed_[from] = s;
   if (sealed_.size() < peers().size()) return;
   uint64_t top = 0;
-  bool all = true;
+  bool all_records = true, same = true;
   for (const auto& [_, x] : sealed_) {
     top = std::max(top, x.epoch());
-    all = all && x.has_record() && x.epoch() == seal_epoch_;
+    all_records = all_records && x.has_record();
+    same = same && x.epoch() == seal_epoch_;
   }
-  if (!all) {   // one had moved past it (another rejoin), or has no record: above every epoch told, once more
-    if (top >= seal_epoch_) return seal(env, top + 1);
-    env.log("recovery: a peer sealed without a record: not voting");
-    seal_sent_us_ = -1;
+  if (!all_records) {   // a peer that is itself restarting and not voting yet: its Seal is asked again in kSilentUs
+    env.log("recovery: a peer sealed without a record (it is rejoining too): asking again later");
     return;
   }
+  if (!same) return seal(env, std::max(top, seal_epoch_) + 1);   // one had moved past it (another rejoin)
   std::vector<std::string> records;
   for (const auto& [_, x] : sealed_) records.push_back(x.record());   // in replica order (a map by node id)
   seal_sent_us_ = -1;

@@ -88,7 +88,8 @@ class Learner final : public ReplicaNode {
   bool idle() const override { return source_ != kNone && source_idle_ && have_ == source_total_; }
   const ShardExecutor& executor() const override { return *exec_; }
   uint64_t epoch() const override { return voting_ ? seal_epoch_ : 0; }
-  bool seal(uint64_t, std::string*) override { return false; }   // not before it votes: a new Join is its answer
+  // A later restarted peer's Seal: once it votes, its Voter's record (and it moves to that epoch); before, none.
+  bool seal(uint64_t epoch, std::string* record) override;
   std::map<std::string, int64_t> counters() const override;
   bool caught_up() const { return caught_up_us_ >= 0; }
   bool voting() const { return voting_; }
@@ -125,7 +126,7 @@ class Learner final : public ReplicaNode {
   uint64_t seal_attempt_ = 0, seal_epoch_ = 0;
   TimeUs seal_sent_us_ = -1;
   std::map<NodeId, recovery::Sealed> sealed_;
-  static constexpr size_t kHeldMax = 100'000;   // protocol messages kept for its Voter until it votes (more: dropped)
+  static constexpr size_t kHeldMax = 20'000;   // protocol messages kept for its Voter until it votes (more: dropped)
   std::vector<Envelope> held_;
   int64_t ignored_ = 0, parts_ = 0, stale_ = 0, sources_ = 0, snapshot_events_ = 0, seals_ = 0, voted_ = 0;
   std::function<void(Env&, uint64_t, TimeUs, NodeId)> on_caught_up_;

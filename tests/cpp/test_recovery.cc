@@ -175,6 +175,41 @@ TEST_P(RestartSim, ARestartedReplicaVotesAgainWhereItsProtocolSaysHow) {
   test::check_history(c);
 }
 
+// Two followers of one shard restarted one after the other: the second seals the first, which votes already (its
+// Voter writes the record, Voter::seal) and moves to the second's epoch, so both vote again, in one epoch, and the
+// run checks. (A voting learner that could not seal left the second sealing forever, its votes never counted.)
+TEST_P(RestartSim, TwoFollowersRestartedInTurnBothVoteAgain) {
+  const std::string mode = GetParam();
+  if (!find_protocol(mode).make_voter) GTEST_SKIP() << mode << " has no Voter: a restarted replica of it votes nothing";
+  Deployment d = small(mode);
+  d.client.duration_s = 5;
+  test::SimCluster c(d, test::sim_options(11, 0), true);
+  Restarted first, second;
+  c.net->start();
+  c.net->run_until(1000 * kMs);
+  c.net->replace(c.d.replica_id(0, 1), std::make_unique<Down>());
+  c.net->run_until(1500 * kMs);
+  c.net->replace(c.d.replica_id(0, 1), restarted(c, 1, &first, true));
+  c.net->run_until(2500 * kMs);
+  ASSERT_TRUE(first.learner->voting()) << mode;
+  const uint64_t e1 = first.learner->epoch();
+  c.net->replace(c.d.replica_id(0, 2), std::make_unique<Down>());
+  c.net->run_until(3000 * kMs);
+  c.net->replace(c.d.replica_id(0, 2), restarted(c, 2, &second, true));
+  EXPECT_TRUE(c.net->run_until([&] { return c.clients_finished(); }, 120'000'000)) << mode;
+  c.net->run_until(c.net->now() + 3'000'000);
+  ASSERT_TRUE(second.learner->voting()) << mode << ": the second restarted follower never voted";
+  EXPECT_TRUE(first.learner->voting()) << mode;
+  EXPECT_GT(second.learner->epoch(), e1) << mode;
+  EXPECT_EQ(first.learner->epoch(), second.learner->epoch()) << mode;
+  EXPECT_EQ(c.replica(0, 0)->epoch(), second.learner->epoch()) << mode;
+  EXPECT_EQ(second.learner->counters().at("rejoin_seals"), 1) << mode;
+  EXPECT_LE(c.served(0, 0)->counters().at("seals_served"), 6) << mode << ": sealed over and over";
+  EXPECT_GT(second.learner->counters().at("voter_messages"), 0) << mode;
+  EXPECT_EQ(test::count_records(c).given_up, 0u) << mode;
+  test::check_history(c);
+}
+
 // Of the replicas that answer its Join within kChooseUs of the first, it follows the one of the lowest index (only
 // f2 answers here). Its source goes silent while it follows: it asks every other replica again, and of the answers
 // takes replica 0's at once (the lowest index: nothing lower can come), ignoring what the old source or an earlier

@@ -179,6 +179,7 @@ class Voter : public txn::Voter {
   bool adopt(uint64_t epoch, const std::vector<std::string>& records, const ShardExecutor& state) override;
   void on_message(Env& env, Envelope& m, ShardExecutor& state) override;
   void executed(uint64_t txn, const Piece& piece) override;
+  bool seal(uint64_t epoch, std::string* record) override;
   std::map<std::string, int64_t> counters() const override;
 
  private:

@@ -205,6 +205,39 @@ void Voter::pre_accept(Env& env, NodeId from, const TxnRequest& t, ShardExecutor
   reply(env, from, id, k);
 }
 
+// A later restarted peer's Seal (it voted here since its own seal): its chains and pending accesses, in Site's
+// record format, so the next rejoin merges what this replica voted as it merges a replica that never forgot.
+bool Voter::seal(uint64_t epoch, std::string* record) {
+  epoch_ = std::max(epoch_, epoch);
+  ::janus::Record rec;
+  rec.set_epoch(epoch_);
+  std::set<TxnId> named;
+  for (const auto& [key, ks] : keys_) {
+    if (ks.writers.empty() && ks.readers.empty() && ks.pending_w.empty() && ks.pending_r.empty()) continue;
+    ::janus::KeyRecord* k = rec.add_keys();
+    k->set_key(key);
+    for (TxnId x : ks.writers) k->add_writers(x);
+    for (TxnId x : ks.readers) k->add_readers(x);
+    for (TxnId x : ks.pending_w) k->add_pending_writers(x);
+    for (TxnId x : ks.pending_r) k->add_pending_readers(x);
+    named.insert(ks.writers.begin(), ks.writers.end());
+    named.insert(ks.readers.begin(), ks.readers.end());
+    named.insert(ks.pending_w.begin(), ks.pending_w.end());
+    named.insert(ks.pending_r.begin(), ks.pending_r.end());
+  }
+  for (TxnId x : named) {
+    ::janus::TxnRecord* t = rec.add_txns();
+    t->set_id(x);
+    auto it = known_.find(x);
+    if (it == known_.end()) continue;
+    for (uint32_t s : it->second.shards) t->add_shards(s);
+    for (TxnId y : it->second.scc) t->add_scc(y);
+    if (!it->second.done) t->set_pieces_here(it->second.pieces_here);
+  }
+  rec.SerializeToString(record);
+  return true;
+}
+
 std::map<std::string, int64_t> Voter::counters() const {
   return {{"rejoined_votes", n_votes_}, {"rejoined_votes_again", n_again_}, {"rejoined_accepts", n_accepts_}};
 }

@@ -237,9 +237,45 @@ void Voter::on_message(Env& env, Envelope& m, ShardExecutor& state) {
         }
       }
       break;
-    default: break;   // Read (sent to replica 0), replies (to coordinators), StillHeld (from another rejoin)
+    case ::tapir::Msg::kStillHeld: {   // a later rejoin asks about holds of the record it took from here
+      Envelope e;
+      auto* r = e.mutable_tapir()->mutable_no_longer_held();
+      for (TxnId id : t.still_held().ids()) {
+        auto it = held_.find(id);
+        if (it == held_.end() || !it->second.holds) r->add_ids(id);
+      }
+      env.send(m.from(), std::move(e));
+      break;
+    }
+    default: break;   // Read (sent to replica 0), replies (to coordinators)
   }
   ask_recorders(env);
+}
+
+// A later restarted peer's Seal (it voted here since its own seal): the versions of the state it follows and every
+// transaction holding keys here, in Site's record format.
+bool Voter::seal(uint64_t epoch, std::string* record) {
+  flush();
+  epoch_ = std::max(epoch_, epoch);
+  ::tapir::Record rec;
+  rec.set_epoch(epoch_);
+  for (const auto& [key, ks] : keys_) {
+    if (!ks.writer && !ks.accessor && ks.readers.empty()) continue;
+    ::tapir::KeyVersion* k = rec.add_keys();
+    k->set_key(key);
+    k->set_writer(ks.writer);
+    k->set_accessor(ks.accessor);
+    for (TxnId x : ks.readers) k->add_readers(x);
+  }
+  for (const auto& [id, h] : held_) {
+    if (!h.holds) continue;
+    ::tapir::HeldTxn* x = rec.add_held();
+    x->set_id(id);
+    for (const auto& k : h.reads) x->add_reads(k);
+    for (const auto& k : h.writes) x->add_writes(k);
+  }
+  rec.SerializeToString(record);
+  return true;
 }
 
 std::map<std::string, int64_t> Voter::counters() const {
