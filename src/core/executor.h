@@ -6,6 +6,9 @@
 // replays them. Recording is one small append per executed piece.
 #pragma once
 #include <cstdint>
+#include <deque>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -47,8 +50,23 @@ struct ExecEvent {
   OrderKey key;  // the order key the protocol executed it by (unset: none declared)
 };
 
+// A replica's history file, written as its history grows (the engine's replicas: ShardExecutor::stream_to), so that
+// what is written is no longer held in memory and a long run's memory stays flat. Written to `path` + ".part" and
+// renamed to `path` once complete (ShardExecutor::finish_history): a process killed mid-run leaves only the .part.
+struct HistoryFile {
+  HistoryFile(std::string path, std::string node) : path(std::move(path)), node(std::move(node)) {}
+  std::string path, node;
+  std::ofstream out;
+  size_t lines = 0;   // between the header and the trailer
+};
+
 class ShardExecutor {
  public:
+  // Events kept in memory while the history streams to its file: a transaction's line is written once at least
+  // this many events came after it (what the protocol declares of it by then is on its line, as when the whole
+  // history is written at the end); a declaration this late (a decision heard long after, a vote whose transaction
+  // never executed here) gets a line of its own ("<txn> = q=... v=..."; docs/checker.md).
+  static constexpr size_t kKeepEvents = 8192;   // the default; stream_to's `keep` (tests make it small)
   ShardExecutor(const Workload& w, uint32_t shard);
   // Execute one piece of transaction `txn_id` and record it. A piece the
   // workload rejects (BadMessage, rethrown) is recorded too: the rejection is
@@ -66,7 +84,10 @@ class ShardExecutor {
   bool evaluate(const TxnRequest& t, Vars* vars) const;
   const ShardStore& store() const { return *store_; }
   uint32_t shard() const { return shard_; }
-  const std::vector<ExecEvent>& history() const { return history_; }
+  // The execution history in memory: every event in the simulator, the last ones (at least kKeepEvents) where it
+  // streams to its file. events(): how many it executed in all, written or not.
+  const std::deque<ExecEvent>& history() const { return history_; }
+  uint64_t events() const { return written_ + history_.size(); }
   // The transactions the protocol made `txn_id` wait for here, where it orders by a dependency graph (Janus's
   // committed dependencies, TAPIR's): declared before its pieces execute, written once per transaction in the
   // history (" p=<ids>"). The checker holds every two conflicting pieces to them: the later one's transaction must
@@ -86,6 +107,8 @@ class ShardExecutor {
   // vote cast again in a later epoch (asked again, the same) keeps its first dependencies and takes the later epoch.
   void declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked = true, uint64_t epoch = 0);
   const std::unordered_map<uint64_t, std::vector<uint64_t>>& votes() const { return votes_; }
+  // An attempt that aborted (it executes nowhere): what was declared of it goes (the history never writes it).
+  void forget(uint64_t txn_id);
   const std::unordered_map<uint64_t, uint64_t>& vote_marks() const { return vote_marks_; }
   // The replicas (indexes in the shard) whose votes the decision of `txn_id` counted, where it may count fewer
   // than all (Janus after its PreAccept timeout), and, for a decision taken by an Accept round, those whose
@@ -103,6 +126,14 @@ class ShardExecutor {
   // The history file (format in docs/checker.md); returns the number of lines
   // written between the header and the trailer.
   size_t write_history(std::ostream& o, const std::string& node) const;
+  // From now on write the history to `f` as it grows (its header now; the lines of all but the last events, and
+  // the declarations that came too late for their transaction's line, as they go out of memory). A restarted
+  // replica's fresh executor takes its predecessor's file over (install() starts it anew). False: cannot write.
+  bool stream_to(std::shared_ptr<HistoryFile> f, size_t keep = kKeepEvents);
+  const std::shared_ptr<HistoryFile>& history_file() const { return file_; }
+  size_t keep_events() const { return keep_; }
+  // The rest of a streamed history, the trailer, and the file renamed to its name; false (and `err`) on failure.
+  bool finish_history(std::string* err);
   // Hand over, from now on, every executed piece with the variables it ran with (recovery::Event, one per history
   // event): what a restarted replica of the shard that follows this one executes too (src/core/recovery.h). Off
   // while no restarted peer follows it (it costs a copy of every piece); take_tapped() takes what was kept so far.
@@ -124,7 +155,24 @@ class ShardExecutor {
   const Workload& w_;
   uint32_t shard_;
   std::unique_ptr<ShardStore> store_;
-  std::vector<ExecEvent> history_;
+  std::deque<ExecEvent> history_;
+  uint64_t written_ = 0;                    // events written to file_ (and gone from history_)
+  size_t keep_ = kKeepEvents;               // stream_to's
+  std::shared_ptr<HistoryFile> file_;       // stream_to
+  std::deque<std::pair<uint64_t, uint64_t>> declared_at_;   // streaming: (txn, events() then) per declaration
+  void noted(uint64_t txn_id);              // streaming: a declaration of txn_id, to be written in time
+  void spill();                             // streaming: what is old enough, to the file
+  // history_[0, n) as lines (the transaction's declarations on its first line; `once`: those already written),
+  // returning how many; `forget`: the declarations written are erased.
+  size_t write_lines(std::ostream& o, size_t n, std::unordered_set<uint64_t>* once, bool forget);
+  bool write_tokens(std::ostream& o, uint64_t txn, bool forget);   // " q=... v=... p=..." of txn; false: none
+  bool read_written(recovery::Snapshot* out) const;   // the events in the file so far (a snapshot's first ones)
+
+ public:
+  // History lines back into events (each to `to`), as write_lines wrote them; returns how many.
+  static uint64_t parse_lines(std::istream& in, const std::function<void(const ExecEvent&)>& to);
+
+ private:
   std::unordered_map<uint64_t, std::vector<uint64_t>> deps_;   // declare_deps, sorted ids
   std::unordered_map<uint64_t, std::vector<uint64_t>> votes_;  // declare_vote, sorted ids
   std::unordered_map<uint64_t, uint64_t> vote_marks_;           // declare_vote: history_.size() then

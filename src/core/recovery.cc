@@ -1,8 +1,23 @@
 #include "core/recovery.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 
+// tcmalloc's (gperftools), where the engine is linked with it: hand freed pages back to the system (nullptr
+// otherwise). glibc's malloc_trim does the same for its heap.
+extern "C" void MallocExtension_ReleaseFreeMemory(void) __attribute__((weak));
+
 namespace txn {
+
+namespace {
+// A snapshot made or taken over is megabytes that are freed at once: given back, so that a replica that served or
+// took one does not keep them for the rest of the run (its resident memory stays what its state needs).
+void give_back_freed() {
+  if (MallocExtension_ReleaseFreeMemory) MallocExtension_ReleaseFreeMemory();
+  else malloc_trim(0);
+}
+}  // namespace
 
 // Deliberately broken variants for `make mutants` (tests/mutants/README.md): -DMUTANT=recovery.<name> compiles
 // this file with RECOVERY_MUTANT_<NAME>.
@@ -58,6 +73,10 @@ void CatchUpServer::on_timer(Env& env, uint64_t id) {
     return;
   }
   const TimeUs now = env.mono_us();
+  if (give_back_at_us_ >= 0 && now >= give_back_at_us_) {
+    give_back_at_us_ = -1;
+    give_back_freed();
+  }
   for (auto it = followers_.begin(); it != followers_.end();) {
     if (now - it->second.heard_us >= kForgetUs) {   // gone (its process died), or following another now
       it = followers_.erase(it);
@@ -68,6 +87,10 @@ void CatchUpServer::on_timer(Env& env, uint64_t id) {
   }
   if (followers_.empty()) {
     exec().tap(false);
+    if (give_back_at_us_ >= 0) {   // a snapshot it sent to a peer that left at once (it chose another source)
+      env.set_timer(kTimer, kBeatUs);
+      return;
+    }
     beating_ = false;
     return;
   }
@@ -81,7 +104,7 @@ void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
       return;   // a restarted replica that holds no state yet has none to give: the joiner hears from another
     // Its state now, and from now on every event it executes (the tap), so that nothing falls between the two.
     if (!followers_.empty()) forward(env, false);   // what earlier followers are owed, before the tap is shared
-    Envelope out = part_envelope(m.join().attempt(), executor().history().size(), executor().history().size(),
+    Envelope out = part_envelope(m.join().attempt(), executor().events(), executor().events(),
                                  inner_->idle());
     out.mutable_recovery()->mutable_part()->set_epoch(inner_->epoch());
     out.mutable_recovery()->mutable_part()->set_has_record(
@@ -90,11 +113,12 @@ void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
       throw BadMessage("recovery: this workload's store cannot be sent as a snapshot");
     snapshot_bytes_ += static_cast<int64_t>(out.recovery().part().snapshot().ByteSizeLong());
     ++joins_;
-    followers_[from] = Follower{m.join().attempt(), env.mono_us(), executor().history().size()};
+    followers_[from] = Follower{m.join().attempt(), env.mono_us(), executor().events()};
     served_ = &executor();
     exec().tap(true);
     sent_us_ = env.mono_us();
     env.send(from, std::move(out));
+    give_back_at_us_ = env.mono_us() + kGiveBackUs;   // once the transport has written it
     if (!beating_) {
       beating_ = true;
       env.set_timer(kTimer, kBeatUs);
@@ -134,7 +158,7 @@ void CatchUpServer::forward(Env& env, bool beat) {
   }
   std::vector<recovery::Event> events = exec().take_tapped();
   if (events.empty() && !beat) return;
-  const uint64_t total = executor().history().size();
+  const uint64_t total = executor().events();
   const size_t skip = kSkipsEvent && !events.empty() ? 1 : 0;
   for (auto& [to, f] : followers_) {
     Envelope out = part_envelope(f.attempt, f.sent, total, inner_->idle());
@@ -285,7 +309,9 @@ void Learner::choose(Env& env) {
   offers_.clear();
   const recovery::Part& first = parts.front();
   auto fresh = std::make_unique<ShardExecutor>(w_, me_.shard);
-  if (!fresh->install(first.snapshot()) || static_cast<uint64_t>(first.snapshot().history_size()) != first.from())
+  if (exec_->history_file() && !fresh->stream_to(exec_->history_file(), exec_->keep_events()))   // its history file, started anew
+    throw std::runtime_error("recovery: cannot write " + exec_->history_file()->path + ".part");
+  if (!fresh->install(first.snapshot()) || first.snapshot().written_events() + static_cast<uint64_t>(first.snapshot().history_size()) != first.from())
     throw BadMessage("recovery: a snapshot of " + d_.node(from).name + " that cannot be taken over");
   exec_ = std::move(fresh);
   source_ = from;
@@ -300,6 +326,7 @@ void Learner::choose(Env& env) {
   }
   if (voter_) voter_->follow(first.has_record() ? first.record() : std::string());
   for (size_t i = 1; i < parts.size(); ++i) take_part(env, from, parts[i]);
+  give_back_at_us_ = env.mono_us() + CatchUpServer::kGiveBackUs;   // the snapshot, once its message is freed too
   if (voter_ && source_ == from) {
     if (kVotesBeforeSealed) {   // (mutant) its votes count at once, in its peers' epoch, from no record
       uint64_t e = 0;
@@ -371,6 +398,10 @@ void Learner::take_sealed(Env& env, NodeId from, const recovery::Sealed& s) {
 void Learner::on_timer(Env& env, uint64_t id) {
   if (id != kTimer) return;
   const TimeUs now = env.mono_us();
+  if (give_back_at_us_ >= 0 && now >= give_back_at_us_) {
+    give_back_at_us_ = -1;
+    give_back_freed();
+  }
   if (source_ == kNone && first_offer_us_ >= 0 && now - first_offer_us_ >= kChooseUs) {
     choose(env);   // the others did not answer in time: the lowest of those that did
   } else if (now - heard_us_ >= kSilentUs) {   // its source went silent, or nobody answered: whoever is live now

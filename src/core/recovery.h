@@ -35,6 +35,7 @@ class CatchUpServer final : public ReplicaNode {
  public:
   static constexpr TimeUs kBeatUs = 100'000;       // a heartbeat to each follower this often, while it has any
   static constexpr TimeUs kForgetUs = 3'000'000;   // a follower not heard from (Ack) this long is dropped
+  static constexpr TimeUs kGiveBackUs = 1'000'000;   // a snapshot sent or taken: freed memory handed back after
   static constexpr uint64_t kTimer = 0x53'45'52'56'45ull;   // "SERVE": the only timer it sets
   explicit CatchUpServer(std::unique_ptr<ReplicaNode> inner);
   void start(Env& env) override { inner_->start(env); }
@@ -62,6 +63,7 @@ class CatchUpServer final : public ReplicaNode {
   const ShardExecutor* served_ = nullptr;   // the state its followers follow (a Learner may take over another)
   bool beating_ = false;
   TimeUs sent_us_ = 0;
+  TimeUs give_back_at_us_ = -1;   // a snapshot was sent: its memory handed back to the system then
   int64_t joins_ = 0, parts_ = 0, events_sent_ = 0, snapshot_bytes_ = 0, forgotten_ = 0, seals_ = 0;
 };
 
@@ -119,6 +121,7 @@ class Learner final : public ReplicaNode {
   uint64_t attempt_ = 0, have_ = 0, source_total_ = 0;
   bool source_idle_ = false;
   TimeUs started_us_ = 0, heard_us_ = 0, caught_up_us_ = -1, first_offer_us_ = -1;
+  TimeUs give_back_at_us_ = -1;   // a snapshot was taken over: its memory handed back to the system then
   std::map<NodeId, std::vector<recovery::Part>> offers_;   // answers to this Join (a snapshot, then Parts), by peer
   std::map<NodeId, uint64_t> epochs_;                       // each peer's epoch, as its answer said
   // sealing: the epoch asked for, and each peer's answer

@@ -318,6 +318,21 @@ int run(Role role, const char* prog, int argc, char** argv) {
   } catch (const ConfigError& e) {
     throw Fatal{2, e.what()};
   }
+  // A replica's history goes to its file as it grows (its memory stays flat); TXN_HISTORY_KEEP: the events kept in
+  // memory (ShardExecutor::kKeepEvents; the tests make it small, so that a short run writes most of it early).
+  size_t keep = ShardExecutor::kKeepEvents;
+  if (const char* k = std::getenv("TXN_HISTORY_KEEP"); k && *k) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(k, &end, 10);
+    if (*end || v == 0 || v > (1ull << 30)) throw Fatal{2, std::string("TXN_HISTORY_KEEP=") + k + ": not a count in [1, 2^30]"};
+    keep = static_cast<size_t>(v);
+  }
+  for (Hosted& h : hosted) {
+    if (!h.replica) continue;
+    auto f = std::make_shared<HistoryFile>(out + "/" + h.info->name + ".history.txt", h.info->name);
+    if (!const_cast<ShardExecutor&>(h.replica->executor()).stream_to(f, keep))
+      throw Fatal{1, "cannot write " + f->path + ".part"};
+  }
   for (Hosted& h : hosted) {
     if (!h.client) continue;
     h.txns = std::make_unique<TxnLogWriter>(cout_dir + "/" + h.info->name + ".txns.pb.gz");
@@ -487,10 +502,11 @@ int run(Role role, const char* prog, int argc, char** argv) {
     size_t history_lines = 0;
     const std::string hist = me.name + ".history.txt";
     if (h.replica) {
-      // The history first: a dump that exists names a complete history.
-      std::ostringstream hs;
-      history_lines = h.replica->executor().write_history(hs, me.name);
-      if (!write_file(out + "/" + hist, hs.str())) throw Fatal{1, "cannot write " + out + "/" + hist};
+      // The history first: a dump that exists names a complete history (streamed to its file during the run).
+      auto& ex = const_cast<ShardExecutor&>(h.replica->executor());
+      std::string err;
+      if (!ex.finish_history(&err)) throw Fatal{1, err};
+      history_lines = ex.history_file()->lines;
       dump = h.replica->store().dump_json();
     }
     auto add = [&](const std::string& k, const std::string& v) {
@@ -505,7 +521,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
       add("replica", std::to_string(me.replica));
       add("workload", json_string(w->name()));
       add("execution_history", "{\"file\": " + json_string(hist) + ", \"events\": " +
-                                   std::to_string(h.replica->executor().history().size()) +
+                                   std::to_string(h.replica->executor().events()) +
                                    ", \"lines\": " + std::to_string(history_lines) + "}");
       add("counters", counters_json(h.replica->counters()));
     }

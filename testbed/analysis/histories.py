@@ -196,9 +196,13 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
         if acc is not None and quorum is None:
             raise Unreadable(f"{name}:{n}: 'a=' without 'q=' in {line!r}")
         key = _order_key(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("k=") else None
-        if len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit():
+        declaration = len(f) == 2 and f[1] == "=" and f[0].isdigit()   # "<txn> = <declarations>": no events
+        if declaration and (key is not None or not any(x is not None for x in (dep, vote, quorum))):
+            raise Unreadable(f"{name}:{n}: a declaration line '<txn> =' holds q=, v= or p= (and no k=), got {line!r}")
+        if not declaration and (len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit()):
             raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [q=<replicas> "
-                             f"[a=<replicas>] [qe=<epoch>]] [v=<ids> [e=<epoch>]] [p=<ids>]', got {line!r}")
+                             f"[a=<replicas>] [qe=<epoch>]] [v=<ids> [e=<epoch>]] [p=<ids>]' or '<txn> = ' and "
+                             f"declarations, got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
         if epochs is not None and (vote_epoch is not None or quorum_epoch is not None):
             was = epochs.get(t, (0, 0))
@@ -214,10 +218,18 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
             quorums[t] = quorums.get(t, frozenset()) | quorum
         if acc is not None and accepted is not None:
             accepted[t] = accepted.get(t, frozenset()) | acc
+        if declaration:
+            continue
         ids = _ids(f[1], f"{name}:{n}")
         if key is not None and keys is not None:
             keys.update((i, key) for i in range(len(out), len(out) + len(ids)))
         out.extend([(t, p, deferred) for p in ids])
+    # what was declared of a transaction that never executed here (a declaration line's) is not this history's
+    executed = {t for t, _, _ in out}
+    for d in (deps, votes, vote_marks, quorums, accepted, epochs):
+        if d:
+            for t in [t for t in d if t not in executed]:
+                del d[t]
     want = {int(trailer.get("events", -1)), events if events is not None else len(out)}
     if want != {len(out)} or int(trailer.get("lines", -1)) != len(lines) - 2:
         raise Unreadable(f"{name}: {len(out)} events in {len(lines) - 2} lines, but the history says "
@@ -980,6 +992,7 @@ def _epochs_agree(data: RunData, shard: int, nodes: list, out: _Collector) -> No
     contradicted (checked at a restarted replica only: elsewhere a vote not held is one not declared, TAPIR's
     refusals)."""
     by_index = {_replica_index(n): n for n in nodes}
+    executed = {n: {x for x, _, _ in data.histories.get(n, ())} for n in nodes}   # once per replica, not per vote
     counted_forgotten: dict = {}   # replica node -> the highest epoch a decision counted a vote of it it does not hold
     for node in nodes:
         ep = data.epochs.get(node) or {}
@@ -987,7 +1000,7 @@ def _epochs_agree(data: RunData, shard: int, nodes: list, out: _Collector) -> No
             e = ep.get(t, (0, 0))[1]
             for r in sorted(q):
                 voter = by_index.get(r)
-                if voter is None or t not in {x for x, _, _ in data.histories.get(voter, ())}:
+                if voter is None or t not in executed[voter]:
                     continue
                 if t in (data.votes.get(voter) or {}):
                     cast = (data.epochs.get(voter) or {}).get(t, (0, 0))[0]

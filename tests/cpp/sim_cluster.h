@@ -110,7 +110,8 @@ inline RunHistory history_of(const SimCluster& c) {
   for (uint32_t s = 0; s < c.d.n_shards(); ++s)
     for (uint32_t r = 0; r < c.d.replicas; ++r) {
       const ReplicaNode* rep = c.replica(s, r);
-      h.replicas.push_back({c.d.node(c.d.replica_id(s, r)).name, s, rep->executor().history(), rep->store().digest(),
+      const auto& ev = rep->executor().history();
+      h.replicas.push_back({c.d.node(c.d.replica_id(s, r)).name, s, {ev.begin(), ev.end()}, rep->store().digest(),
                             rep->executor().deps(), rep->executor().votes(), rep->executor().quorums(),
                             rep->executor().acceptances(), rep->executor().vote_marks()});
     }

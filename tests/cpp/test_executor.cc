@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -192,6 +193,90 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   EXPECT_EQ(ex.quorums().at(31), (std::vector<uint64_t>{0, 2}));
 }
 
+// The engine streams a replica's history to its file as it grows (HistoryFile): only the last kKeepEvents or so stay
+// in memory, the file ends as the history written at once would (the same lines, each transaction's declarations on
+// its first line), a declaration that comes after its transaction's line went out has a line of its own, and so has
+// one of a transaction that never executed here, once long enough ago (which of the two it is the file cannot know;
+// the checker drops the second kind, as write_history never writes it), and a snapshot reads the written events back.
+TEST(Executor, AStreamedHistoryIsTheHistoryWrittenAtOnceInBoundedMemory) {
+  Deployment d = tpca();
+  auto w = make_workload(d);
+  ShardExecutor all(*w, 0), streamed(*w, 0);
+  const std::string path = ::testing::TempDir() + "/streamed.history.txt";
+  ASSERT_TRUE(streamed.stream_to(std::make_shared<HistoryFile>(path, "s0.0.0")));
+  const uint64_t n = 5 * ShardExecutor::kKeepEvents + 17;
+  size_t most = 0;
+  Vars out;
+  for (uint64_t t = 1; t <= n; ++t) {
+    for (ShardExecutor* ex : {&all, &streamed}) {
+      if (t % 3 == 0) ex->declare_deps(t, {t - 1, t - 2});
+      if (t % 5 == 0) ex->declare_vote(t, {t - 1}, true, t % 10 == 0 ? 2 : 0);
+      if (t % 7 == 0) ex->declare_vote(n + t, {t});   // an attempt that never executes here
+      const Piece p = update(static_cast<uint32_t>(t % 2), 0, static_cast<int64_t>(2 * (t % 50)), 1);
+      ex->execute(t, p, p.args(), &out, t % 11 == 0, t % 13 == 0 ? order_key(1, t, 0) : OrderKey{});
+    }
+    most = std::max(most, streamed.history().size());
+  }
+  all.declare_quorum(3, {0, 2}, nullptr);   // late: its transaction's line went out long ago
+  streamed.declare_quorum(3, {0, 2}, nullptr);
+  EXPECT_LE(most, 2 * ShardExecutor::kKeepEvents) << "the history in memory is bounded";
+  EXPECT_EQ(streamed.events(), n);
+  // a snapshot of either, taken over by a fresh executor, is the same history (the streamed one's first events as
+  // its file's lines, its own votes and decisions left out)
+  recovery::Snapshot a, b;
+  ASSERT_TRUE(all.snapshot(&a));
+  ASSERT_TRUE(streamed.snapshot(&b));
+  EXPECT_EQ(a.written_events(), 0u);
+  EXPECT_GE(b.written_events(), n - 2 * ShardExecutor::kKeepEvents);
+  EXPECT_LE(static_cast<size_t>(b.history_size()), 2 * ShardExecutor::kKeepEvents);
+  EXPECT_EQ(b.written().find(" v="), std::string::npos);
+  EXPECT_NE(b.written().find(" p="), std::string::npos);
+  ShardExecutor from_a(*w, 0), from_b(*w, 0);
+  ASSERT_TRUE(from_a.install(a));
+  ASSERT_TRUE(from_b.install(b));
+  ASSERT_EQ(from_a.history().size(), n);
+  ASSERT_EQ(from_b.history().size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const ExecEvent &x = from_a.history()[i], &y = from_b.history()[i];
+    ASSERT_TRUE(x.txn == y.txn && x.piece == y.piece && x.deferred == y.deferred && x.key == y.key) << "event " << i;
+  }
+  EXPECT_EQ(from_a.store().digest(), from_b.store().digest());
+  std::string err;
+  ASSERT_TRUE(streamed.finish_history(&err)) << err;
+  std::ifstream in(path);
+  std::stringstream got;
+  got << in.rdbuf();
+  std::ostringstream want;
+  all.write_history(want, "s0.0.0");
+  auto g = lines(got.str()), x = lines(want.str());
+  // the late quorum: on transaction 3's first line when written at once; a line of its own when streamed
+  auto late = std::find(g.begin(), g.end(), "3 = q=0,2");
+  ASSERT_NE(late, g.end()) << "no declaration line for the late quorum";
+  g.erase(late);
+  auto first3 = std::find_if(x.begin(), x.end(), [](const std::string& l) { return l.rfind("3 ", 0) == 0; });
+  ASSERT_NE(first3, x.end());
+  EXPECT_NE(first3->find(" q=0,2"), std::string::npos) << *first3;
+  first3->erase(first3->find(" q=0,2"), 6);
+  size_t never = 0;
+  for (auto it = g.begin(); it != g.end();) {
+    std::istringstream f(*it);
+    uint64_t t = 0;
+    std::string eq;
+    if (f >> t >> eq && eq == "=" && t > n) {
+      it = g.erase(it);
+      ++never;
+    } else {
+      ++it;
+    }
+  }
+  EXPECT_GT(never, 0u);
+  EXPECT_LE(never, n / 7);
+  ASSERT_EQ(g.size(), x.size());
+  for (size_t i = 1; i + 1 < g.size(); ++i) ASSERT_EQ(g[i], x[i]) << "line " << i;
+  EXPECT_EQ(g.back(), "# end events=" + std::to_string(n) + " lines=" + std::to_string(g.size() - 2 + never + 1));
+  EXPECT_FALSE(std::ifstream(path + ".part").good()) << "renamed once complete";
+}
+
 TEST(Executor, OutputsDigestIsOrderFreeAndSeesNamesTypesAndValues) {
   Vars a, b;
   a["o_id"] = wl::int_value(3);
@@ -259,7 +344,7 @@ TEST(Executor, DastReplicasRecordTheirExecutions) {
       for (uint32_t p : e.commutative()) commutative.insert({e.txn().txn_id(), p});
   ASSERT_FALSE(commutative.empty());
   uint64_t deferred = 0;
-  auto strip = [&](const std::vector<ExecEvent>& h) {
+  auto strip = [&](const std::deque<ExecEvent>& h) {
     std::vector<std::pair<uint64_t, uint32_t>> o;
     for (const auto& e : h)
       if (!commutative.count({e.txn, e.piece})) o.emplace_back(e.txn, e.piece);

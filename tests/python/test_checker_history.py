@@ -352,6 +352,19 @@ def test_history_lines_carry_order_keys(tmp_path):
         f.write_text(f"# txn-history v1 node=r shard=0\n{bad}\n# end events=1 lines=1\n")
         with pytest.raises(histories.Unreadable, match=what):
             histories.read_history(f)
+    # a declaration line (a streamed history's: it came after its transaction's line went out, or its transaction
+    # never executed here): merged with the transaction's own line; none of a transaction without events here
+    f.write_text("# txn-history v1 node=r shard=0\n5 0 v=0/3 p=3\n9 = v=4/5\n6 0\n5 = q=0,2 qe=2\n6 = p=5\n"
+                 "# end events=2 lines=5\n")
+    deps, votes, quorums, marks, epochs = {}, {}, {}, {}, {}
+    assert histories.read_history(f, 2, None, deps, votes, quorums, None, marks, epochs) == [(5, 0, False),
+                                                                                            (6, 0, False)]
+    assert deps == {5: frozenset({3}), 6: frozenset({5})} and votes == {5: frozenset({3})} and marks == {5: 0}
+    assert quorums == {5: frozenset({0, 2})} and epochs == {5: (0, 2)}
+    for bad in ("5 =", "5 = k=0:1.0 p=3", "x = p=3"):
+        f.write_text(f"# txn-history v1 node=r shard=0\n{bad}\n# end events=0 lines=1\n")
+        with pytest.raises(histories.Unreadable):
+            histories.read_history(f)
 
 
 def _order_data(r0: list, r1: list) -> histories.RunData:

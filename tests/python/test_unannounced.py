@@ -132,3 +132,32 @@ def test_a_shard_without_a_live_running_majority_for_a_while_is_a_note(tmp_path)
     assert 1.3 < res.check["stats"]["no_majority_s"] < 1.7, res.check["stats"]
     row = runs_table.runs(tmp_path).iloc[0]
     assert 1.3 < row.no_majority_s < 1.7 and "s1.0.2 paused" in row.check_notes
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_histories_stream_to_disk_through_a_restart(tmp_path, monkeypatch, mode):
+    """A replica writes its history as it goes and keeps only its last events in memory (TXN_HISTORY_KEEP, here 64:
+    a short run writes most of it early; docs/checker.md, "Execution history"). Followers of one shard restarted one
+    after the other take over their source's written lines as their own history's first ones (the snapshot reads
+    them back from the file, the source's own votes left out) and the next rejoin seals the first: the run is
+    CONSISTENT with nothing lost, and every replica's history is complete (its events as its dump counts them, no
+    .part left behind by a process that ended)."""
+    monkeypatch.setenv("TXN_HISTORY_KEEP", "64")
+    d = deploy.build_deployment(mode=mode, workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=3, duration=9, warmup=1, cooldown=1, processes="node",
+                                faults="crash:s0.0.1@2+1; crash:s0.0.2@5+1",
+                                base_port=29000 + 60 * MODES.index(mode))
+    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "streamed", out_root=tmp_path)
+    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
+    assert res.check["stats"]["durability"]["lost"] == 0
+    servers = res.run_dir / "servers"
+    assert not [p.name for p in servers.glob("*.part") if not p.name.startswith(("s0.0.1", "s0.0.2"))]
+    for n in ("s0.0.0", "s0.0.1", "s0.0.2"):
+        dump = json.loads((servers / f"{n}.state.json").read_text())
+        lines = (servers / f"{n}.history.txt").read_text().splitlines()
+        assert lines[-1].startswith(f"# end events={dump['execution_history']['events']} ")
+        assert dump["execution_history"]["events"] > 3 * 64, (n, dump["execution_history"])
+    restarted = json.loads((servers / "s0.0.2.state.json").read_text())["counters"]
+    assert restarted["restarted"] == 1 and restarted["snapshot_events"] > 2 * 64, restarted
+    if "rejoin_seals" in restarted:   # a protocol whose restarted replicas vote: the second one votes too
+        assert restarted["rejoin_seals"] == 1 and restarted["voter_messages"] > 0, restarted

@@ -516,22 +516,18 @@ void Site::seal(uint64_t epoch, std::string* record) {
   if (!mutant::kKeepsEpoch) epoch_ = std::max(epoch_, epoch);
   ::tapir::Record rec;
   rec.set_epoch(epoch_);
-  for (const auto& [key, ks] : keys_) {
-    if (!ks.writer && !ks.accessor && ks.readers.empty()) continue;
-    ::tapir::KeyVersion* k = rec.add_keys();
-    k->set_key(key);
-    k->set_writer(ks.writer);
-    k->set_accessor(ks.accessor);
-    for (TxnId x : ks.readers) k->add_readers(x);
-  }
-  for (const auto& [id, l] : locals_) {
-    if (l.phase == Phase::Refused) continue;
-    ::tapir::HeldTxn* h = rec.add_held();
-    h->set_id(id);
-    for (const auto& k : l.reads) h->add_reads(k);
-    for (const auto& k : l.writes) h->add_writes(k);
-  }
+  record_versions(keys_, &rec);
+  for (const auto& [id, l] : locals_)
+    if (l.phase != Phase::Refused) record_hold(id, l.reads, l.writes, &rec);
   rec.SerializeToString(record);
+}
+
+void record_hold(TxnId id, const std::set<std::string>& reads, const std::set<std::string>& writes,
+                 ::tapir::Record* rec) {
+  ::tapir::HeldTxn* h = rec->add_held();
+  h->set_id(id);
+  for (const auto& k : reads) h->add_reads(k);
+  for (const auto& k : writes) h->add_writes(k);
 }
 
 // A restarted peer asks which of the transactions this replica's record said it held it holds no more (applied or
@@ -582,6 +578,7 @@ void Site::on_abort(const ::tapir::Abort& m) {
     throw BadMessage("Abort of txn " + str(m.txn_id()) + " after its Commit");
   release(m.txn_id(), it->second);
   locals_.erase(it);
+  exec_.forget(m.txn_id());   // its vote: of an attempt that never executes anywhere, not the history's
 }
 
 void Site::set_phase(TxnId id, Local& l, Phase to) {

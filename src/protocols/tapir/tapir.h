@@ -35,6 +35,21 @@ void conflict_keys(const TxnRequest& t, uint32_t shard, std::set<std::string>* r
 // Replica `me`'s answer to a Prepare of `id`: its result, in its epoch, and with OK the dependencies it names.
 Envelope prepare_reply(const NodeInfo& me, TxnId id, ::tapir::Result result, uint64_t epoch,
                        const std::vector<TxnId>& deps);
+// A sealed record's parts (Site::seal, Voter::seal): every key's version that anything set (a map of key -> a state
+// with writer, accessor and readers), and one transaction's hold of its keys.
+template <class KeyStates>
+void record_versions(const KeyStates& keys, ::tapir::Record* rec) {
+  for (const auto& [key, ks] : keys) {
+    if (!ks.writer && !ks.accessor && ks.readers.empty()) continue;
+    ::tapir::KeyVersion* k = rec->add_keys();
+    k->set_key(key);
+    k->set_writer(ks.writer);
+    k->set_accessor(ks.accessor);
+    for (TxnId x : ks.readers) k->add_readers(x);
+  }
+}
+void record_hold(TxnId id, const std::set<std::string>& reads, const std::set<std::string>& writes,
+                 ::tapir::Record* rec);
 
 // A TAPIR replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it answers
 // reads, validates and holds Prepares, applies commits in dependency order); replica 0 of a shard is also the

@@ -227,7 +227,10 @@ void Voter::on_message(Env& env, Envelope& m, ShardExecutor& state) {
       }
       break;
     }
-    case ::tapir::Msg::kAbort: release(t.abort().txn_id()); break;
+    case ::tapir::Msg::kAbort:
+      release(t.abort().txn_id());
+      state.forget(t.abort().txn_id());   // as Site::on_abort
+      break;
     case ::tapir::Msg::kNoLongerHeld:
       for (TxnId id : t.no_longer_held().ids()) {
         auto it = held_.find(id);
@@ -259,21 +262,9 @@ bool Voter::seal(uint64_t epoch, std::string* record) {
   epoch_ = std::max(epoch_, epoch);
   ::tapir::Record rec;
   rec.set_epoch(epoch_);
-  for (const auto& [key, ks] : keys_) {
-    if (!ks.writer && !ks.accessor && ks.readers.empty()) continue;
-    ::tapir::KeyVersion* k = rec.add_keys();
-    k->set_key(key);
-    k->set_writer(ks.writer);
-    k->set_accessor(ks.accessor);
-    for (TxnId x : ks.readers) k->add_readers(x);
-  }
-  for (const auto& [id, h] : held_) {
-    if (!h.holds) continue;
-    ::tapir::HeldTxn* x = rec.add_held();
-    x->set_id(id);
-    for (const auto& k : h.reads) x->add_reads(k);
-    for (const auto& k : h.writes) x->add_writes(k);
-  }
+  record_versions(keys_, &rec);
+  for (const auto& [id, h] : held_)
+    if (h.holds) record_hold(id, h.reads, h.writes, &rec);
   rec.SerializeToString(record);
   return true;
 }
