@@ -298,6 +298,8 @@ void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
 // Of the peers that answered this Join, it follows the one of the lowest index (replica 0 when it answered) and
 // leaves the others; what its source sent since its snapshot is executed now.
 void Learner::choose(Env& env) {
+  first_offer_us_ = -1;   // chosen now; a snapshot it cannot take over (BadMessage below) leaves it to ask again
+  if (offers_.empty()) return;
   const NodeId from = offers_.begin()->first;
   std::vector<recovery::Part> parts = std::move(offers_.begin()->second);
   for (const auto& [peer, _] : offers_)
