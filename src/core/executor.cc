@@ -275,6 +275,18 @@ size_t ShardExecutor::write_history(std::ostream& o, const std::string& node) co
   return lines;
 }
 
+namespace {
+// "<txn> =" and its declarations, a line of its own in `f`, where it has any (`tokens` writes them, and says so).
+template <class Tokens>
+void declaration_line(HistoryFile& f, uint64_t txn, Tokens tokens) {
+  std::ostringstream line;
+  line << txn << " =";
+  if (!tokens(line)) return;
+  f.out << line.str() << '\n';
+  ++f.lines;
+}
+}  // namespace
+
 bool ShardExecutor::stream_to(std::shared_ptr<HistoryFile> f, size_t keep) {
   file_ = std::move(f);
   keep_ = std::max<size_t>(keep, 1);
@@ -306,13 +318,7 @@ void ShardExecutor::spill() {
     declared_at_.pop_front();
     if (here.empty())
       for (const ExecEvent& e : history_) here.insert(e.txn);
-    if (here.count(t)) continue;
-    std::ostringstream line;
-    line << t << " =";
-    if (write_tokens(line, t, true)) {
-      file_->out << line.str() << '\n';
-      ++file_->lines;
-    }
+    if (!here.count(t)) declaration_line(*file_, t, [&](std::ostream& o) { return write_tokens(o, t, true); });
   }
 }
 
@@ -327,15 +333,9 @@ bool ShardExecutor::finish_history(std::string* err) {
   history_.clear();
   // What is declared still: of a transaction that never executed here (not written, as write_history does), or,
   // once lines went out before, maybe of one whose line is written already (a line of its own).
-  for (const auto& [t, _] : declared_at_) {
-    if (!spilled) break;
-    std::ostringstream line;
-    line << t << " =";
-    if (write_tokens(line, t, true)) {
-      file_->out << line.str() << '\n';
-      ++file_->lines;
-    }
-  }
+  if (spilled)
+    for (const auto& [t, _] : declared_at_)
+      declaration_line(*file_, t, [&](std::ostream& o) { return write_tokens(o, t, true); });
   declared_at_.clear();
   file_->out << "# end events=" << written_ << " lines=" << file_->lines << "\n";
   file_->out.close();

@@ -17,6 +17,12 @@ void give_back_freed() {
   if (MallocExtension_ReleaseFreeMemory) MallocExtension_ReleaseFreeMemory();
   else malloc_trim(0);
 }
+// ... when it is due (`at`: when; -1: none due), once.
+void give_back_if_due(TimeUs* at, TimeUs now) {
+  if (*at < 0 || now < *at) return;
+  *at = -1;
+  give_back_freed();
+}
 }  // namespace
 
 // Deliberately broken variants for `make mutants` (tests/mutants/README.md): -DMUTANT=recovery.<name> compiles
@@ -73,10 +79,7 @@ void CatchUpServer::on_timer(Env& env, uint64_t id) {
     return;
   }
   const TimeUs now = env.mono_us();
-  if (give_back_at_us_ >= 0 && now >= give_back_at_us_) {
-    give_back_at_us_ = -1;
-    give_back_freed();
-  }
+  give_back_if_due(&give_back_at_us_, now);
   for (auto it = followers_.begin(); it != followers_.end();) {
     if (now - it->second.heard_us >= kForgetUs) {   // gone (its process died), or following another now
       it = followers_.erase(it);
@@ -400,10 +403,7 @@ void Learner::take_sealed(Env& env, NodeId from, const recovery::Sealed& s) {
 void Learner::on_timer(Env& env, uint64_t id) {
   if (id != kTimer) return;
   const TimeUs now = env.mono_us();
-  if (give_back_at_us_ >= 0 && now >= give_back_at_us_) {
-    give_back_at_us_ = -1;
-    give_back_freed();
-  }
+  give_back_if_due(&give_back_at_us_, now);
   if (source_ == kNone && first_offer_us_ >= 0 && now - first_offer_us_ >= kChooseUs) {
     choose(env);   // the others did not answer in time: the lowest of those that did
   } else if (now - heard_us_ >= kSilentUs) {   // its source went silent, or nobody answered: whoever is live now
