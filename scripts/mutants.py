@@ -65,6 +65,8 @@ MUTANTS = [
      "restarted replica's forgotten vote with its new one)", "safety"),
     ("janus.keeps_epoch", "a replica answers a restarted peer's Seal without moving to the new epoch: the fast path "
      "never comes back", "recovery"),
+    ("janus.forgets_components", "a replica forgets each member of a decided component once it is settled there, as "
+     "if it were a component of its own: a replica that asks of it learns the wrong component", "safety"),
     ("tapir.none", "the protocol as built", "-"),
     ("tapir.no_abstain", "Prepare ignores conflicting prepared or committed-unapplied transactions", "safety"),
     ("tapir.no_stale_check", "Prepare ignores the read versions", "safety"),

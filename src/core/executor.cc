@@ -109,8 +109,8 @@ void declare_ids(std::unordered_map<uint64_t, std::vector<uint64_t>>& into, uint
 }  // namespace
 
 void ShardExecutor::forget(uint64_t txn_id) {
-  for (auto* m : {&quorums_, &accepted_, &votes_, &deps_}) m->erase(txn_id);
-  for (auto* m : {&quorum_epochs_, &vote_epochs_, &vote_marks_}) m->erase(txn_id);
+  for (auto* m : {&quorums_, &accepted_, &votes_, &deps_, &vote_epochs_}) m->erase(txn_id);
+  for (auto* m : {&quorum_epochs_, &vote_marks_}) m->erase(txn_id);
 }
 
 void ShardExecutor::noted(uint64_t txn_id) {
@@ -123,12 +123,19 @@ void ShardExecutor::declare_deps(uint64_t txn_id, const std::vector<uint64_t>& d
 }
 
 void ShardExecutor::declare_vote(uint64_t txn_id, const std::vector<uint64_t>& deps, bool marked, uint64_t epoch) {
-  if (!votes_.count(txn_id)) {
+  const bool first = !votes_.count(txn_id);
+  if (first) {
     noted(txn_id);
     if (marked) vote_marks_.try_emplace(txn_id, events());
   }
   declare_ids(votes_, txn_id, deps);
-  if (epoch > 0) vote_epochs_[txn_id] = epoch;
+  // Cast again (a coordinator that asked again): a decision may count either cast, so the history names both epochs.
+  auto e = vote_epochs_.find(txn_id);
+  if (e != vote_epochs_.end()) {
+    if (e->second.back() < epoch) e->second.push_back(epoch);
+  } else if (epoch > 0) {
+    vote_epochs_[txn_id] = first ? std::vector<uint64_t>{epoch} : std::vector<uint64_t>{0, epoch};
+  }
 }
 
 void ShardExecutor::declare_quorum(uint64_t txn_id, const std::vector<uint32_t>& replicas,
@@ -208,7 +215,8 @@ void write_ids(std::ostream& o, const std::vector<uint32_t>& ids) {
 // " k=<domain>:<hi>.<lo>" (decimal) when the key is set, plus " v=<ids>" (this
 // replica's vote) and " p=<ids>" (its declared dependencies), comma-separated,
 // possibly none, on the transaction's first line when the protocol declared them; " qe=<epoch>" after q= (and a=)
-// and " e=<epoch>" after v= when the decision's votes, or this replica's vote, were of an epoch above 0 (a rejoin's).
+// and " e=<epochs>" after v= when the decision's votes, or this replica's vote, were of an epoch above 0 (a rejoin's;
+// every epoch the vote was cast in, ascending: a vote cast again in a later epoch, the same, names both).
 // Piece ids keep their execution order; only ascending runs are collapsed.
 bool ShardExecutor::write_tokens(std::ostream& o, uint64_t txn, bool forget) {
   auto ids_out = [&o](const char* tag, const std::vector<uint64_t>& v) {
@@ -225,7 +233,7 @@ bool ShardExecutor::write_tokens(std::ostream& o, uint64_t txn, bool forget) {
   if (auto v = votes_.find(txn); v != votes_.end()) {
     auto m = vote_marks_.find(txn);
     ids_out(m == vote_marks_.end() ? " v=" : (" v=" + std::to_string(m->second) + "/").c_str(), v->second);
-    if (auto e = vote_epochs_.find(txn); e != vote_epochs_.end()) o << " e=" << e->second;
+    if (auto e = vote_epochs_.find(txn); e != vote_epochs_.end()) ids_out(" e=", e->second);
     any = true;
   }
   if (auto d = deps_.find(txn); d != deps_.end()) {

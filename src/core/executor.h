@@ -178,7 +178,9 @@ class ShardExecutor {
   std::unordered_map<uint64_t, uint64_t> vote_marks_;           // declare_vote: history_.size() then
   std::unordered_map<uint64_t, std::vector<uint64_t>> quorums_;  // declare_quorum, sorted replica indexes
   std::unordered_map<uint64_t, std::vector<uint64_t>> accepted_; // declare_quorum's acceptances (slow path)
-  std::unordered_map<uint64_t, uint64_t> vote_epochs_, quorum_epochs_;   // the epochs above 0 declared
+  std::unordered_map<uint64_t, uint64_t> quorum_epochs_;   // the epochs above 0 declared
+  // Every epoch a vote was cast in, ascending (the same vote cast again in a later epoch: both), where one is above 0.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> vote_epochs_;
   bool tap_ = false;
   std::vector<recovery::Event> tapped_;   // tap(): from then on, one per history event, until taken
 };

@@ -143,11 +143,20 @@ def _vote(text: str, where: str) -> tuple[frozenset, int | None]:
 
 
 def _epoch(text: str, where: str) -> int:
-    """An epoch "e=<n>" or "qe=<n>" -> n."""
+    """A decision's epoch "qe=<n>" -> n."""
     n = text.partition("=")[2]
     if not n.isdigit():
-        raise Unreadable(f"{where}: bad epoch {text!r} (e=<n>, qe=<n>)")
+        raise Unreadable(f"{where}: bad epoch {text!r} (qe=<n>)")
     return int(n)
+
+
+def _vote_epochs(text: str, where: str) -> frozenset:
+    """The epochs a vote was cast in, "e=<n>,<n>,..." (ascending: a vote cast again, the same, in a later epoch names
+    both) -> {n}."""
+    ns = text.partition("=")[2].split(",")
+    if not all(n.isdigit() for n in ns) or [int(n) for n in ns] != sorted({int(n) for n in ns}):
+        raise Unreadable(f"{where}: bad epochs {text!r} (e=<n>,<n>,... ascending)")
+    return frozenset(int(n) for n in ns)
 
 
 def _deps(text: str, where: str) -> frozenset:
@@ -168,8 +177,8 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
     txn -> the transactions the protocol declared it depends on (a line's `p=`); votes: with txn -> those this
     replica voted for (`v=`); quorums: with txn -> the replicas whose votes its decision counted (`q=`); accepted:
     with txn -> those whose acceptance it held (`a=`); vote_marks: with txn -> how many events had executed here when
-    it voted (`v=<n>/<ids>`); epochs: with txn -> (the epoch of its vote, `e=`; of its decision's votes, `qe=`),
-    for a transaction whose line says either."""
+    it voted (`v=<n>/<ids>`); epochs: with txn -> (the epochs its vote was cast in, `e=`, {0} when not said; the
+    epoch of its decision's votes, `qe=`, 0 when not said), for a transaction whose line says either."""
     name = path.name
     try:
         lines = path.read_text().splitlines()
@@ -184,7 +193,7 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
     for n, line in enumerate(lines[1:-1], start=2):
         f = line.split()
         dep = _deps(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("p=") else None
-        vote_epoch = _epoch(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("e=") else None
+        vote_epoch = _vote_epochs(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("e=") else None
         vote, mark = _vote(f.pop(), f"{name}:{n}") if len(f) > 2 and f[-1].startswith("v=") else (None, None)
         if vote_epoch is not None and vote is None:
             raise Unreadable(f"{name}:{n}: 'e=' without 'v=' in {line!r}")
@@ -201,11 +210,11 @@ def read_history(path: Path, events: int | None = None, keys: dict | None = None
             raise Unreadable(f"{name}:{n}: a declaration line '<txn> =' holds q=, v= or p= (and no k=), got {line!r}")
         if not declaration and (len(f) not in (2, 3) or (len(f) == 3 and f[2] != "d") or not f[0].isdigit()):
             raise Unreadable(f"{name}:{n}: expected '<txn> <pieces> [d] [k=<domain>:<hi>.<lo>] [q=<replicas> "
-                             f"[a=<replicas>] [qe=<epoch>]] [v=<ids> [e=<epoch>]] [p=<ids>]' or '<txn> = ' and "
+                             f"[a=<replicas>] [qe=<epoch>]] [v=<ids> [e=<epochs>]] [p=<ids>]' or '<txn> = ' and "
                              f"declarations, got {line!r}")
         t, deferred = int(f[0]), len(f) == 3
         if epochs is not None and (vote_epoch is not None or quorum_epoch is not None):
-            was = epochs.get(t, (0, 0))
+            was = epochs.get(t, (frozenset({0}), 0))
             epochs[t] = (vote_epoch if vote_epoch is not None else was[0],
                          quorum_epoch if quorum_epoch is not None else was[1])
         if dep is not None and deps is not None:
@@ -986,10 +995,10 @@ def _quorums_agree(data: RunData, out: _Collector) -> None:
 
 def _epochs_agree(data: RunData, shard: int, nodes: list, out: _Collector) -> None:
     """A decision counts votes of one epoch (a rejoin's, `qe=`; docs/checker.md, "Votes"): every replica it counted
-    that holds its vote for the transaction cast it, or cast it again, in that epoch (`e=`); and a replica that holds no
-    vote for a transaction whose decision counted its vote in epoch E (a restarted replica: the vote was its
-    predecessor's, forgotten) cast none of its own votes in an epoch at or below E, where its forgotten one could be
-    contradicted (checked at a restarted replica only: elsewhere a vote not held is one not declared, TAPIR's
+    that holds its vote for the transaction cast it, or cast it again, in that epoch (one of its `e=`); and a replica
+    that holds no vote for a transaction whose decision counted its vote in epoch E (a restarted replica: the vote was
+    its predecessor's, forgotten) cast none of its own votes in an epoch at or below E, where its forgotten one could
+    be contradicted (checked at a restarted replica only: elsewhere a vote not held is one not declared, TAPIR's
     refusals)."""
     by_index = {_replica_index(n): n for n in nodes}
     executed = {n: {x for x, _, _ in data.histories.get(n, ())} for n in nodes}   # once per replica, not per vote
@@ -1003,15 +1012,15 @@ def _epochs_agree(data: RunData, shard: int, nodes: list, out: _Collector) -> No
                 if voter is None or t not in executed[voter]:
                     continue
                 if t in (data.votes.get(voter) or {}):
-                    cast = (data.epochs.get(voter) or {}).get(t, (0, 0))[0]
-                    if cast != e:
+                    cast = (data.epochs.get(voter) or {}).get(t, (frozenset({0}), 0))[0]
+                    if e not in cast:
                         out.add(f"{node}: {_describe(data, t)} was decided on shard {shard} on votes of epoch {e}, "
-                                f"counting {voter}'s, cast in epoch {cast}")
+                                f"counting {voter}'s, cast in epoch {', '.join(map(str, sorted(cast)))}")
                 elif voter in data.restarted:
                     counted_forgotten[voter] = max(counted_forgotten.get(voter, -1), e)
     for voter, e in sorted(counted_forgotten.items()):
         low = [t for t, (cast, _) in (data.epochs.get(voter) or {}).items()
-               if t in (data.votes.get(voter) or {}) and cast <= e]
+               if t in (data.votes.get(voter) or {}) and min(cast) <= e]
         low += [t for t in (data.votes.get(voter) or {}) if t not in (data.epochs.get(voter) or {})]   # epoch 0
         if low:
             out.add(f"{voter}: votes it forgot were counted in epoch {e} (a decision counted them, it holds none), "

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,10 +23,14 @@ class ProbeClient : public Node {
  public:
   void start(Env&) override {}
   void on_message(Env& env, Envelope& m) override {
-    if (m.has_reply()) replies[m.reply().txn_id()] = env.mono_us();
+    if (m.has_reply()) {
+      replies[m.reply().txn_id()] = env.mono_us();
+      committed[m.reply().txn_id()] = m.reply().committed();
+    }
   }
   void on_timer(Env&, uint64_t) override {}
   std::map<uint64_t, TimeUs> replies;
+  std::map<uint64_t, bool> committed;
 };
 
 struct SimCluster {
@@ -155,6 +158,28 @@ using PostRunCheck = std::function<void(const SimCluster&)>;
 inline std::vector<PostRunCheck>& post_run_checks() {
   static std::vector<PostRunCheck> checks{check_history};
   return checks;
+}
+
+// A round staged across a seal at shard 0: its followers replaced by stand-ins `r1` and `r2`, replica 0 sealed in
+// epoch 1 (as a restarted replica 2's Seal would), then `t` submitted to it as transaction 5 by client 0 (a probe)
+// at 50 ms, and the cluster run until `until`. The probe has the reply, if any.
+inline ProbeClient* stage_across_a_seal(SimCluster& c, std::unique_ptr<Node> r1, std::unique_ptr<Node> r2,
+                                        const TxnRequest& t, TimeUs until) {
+  const NodeId client = c.d.clients().front();  // homed at shard 0
+  ProbeClient* pc = c.attach_probe(client);
+  c.net->add(c.d.replica_id(0, 1), std::move(r1));
+  c.net->add(c.d.replica_id(0, 2), std::move(r2));
+  c.net->start();
+  std::string record;
+  c.replica(0, 0)->seal(1, &record);
+  c.net->run_until(50'000);
+  Envelope e;
+  *e.mutable_submit()->mutable_txn() = t;
+  e.mutable_submit()->mutable_txn()->set_txn_id(5);
+  e.mutable_submit()->set_attempt(1);
+  c.net->send(client, c.d.replica_id(0, 0), e);
+  c.net->run_until(until);
+  return pc;
 }
 
 struct RunCounts {

@@ -168,6 +168,7 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   ex.declare_vote(31, {9, 4});
   ex.declare_vote(31, {7});           // likewise the first vote
   ex.declare_vote(33, {2});           // a vote without declared dependencies
+  ex.declare_vote(33, {}, true, 1);   // the same vote cast again in epoch 1: the history names both epochs
   const std::vector<uint32_t> accepted{0, 1};
   ex.declare_quorum(31, {2, 0}, &accepted);   // decided on replicas 0 and 2's votes, accepted by 0 and 1
   ex.declare_quorum(31, {0, 1, 2}, nullptr);  // the first decision stands
@@ -178,7 +179,9 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   ex.declare_vote(34, {31});          // voted with 3 pieces executed here
   run(33, 0);                         // none declared: no suffix
   run(31, 2);                         // the transaction again, later: written once only
-  ex.declare_vote(35, {31}, false);   // a vote without the mark (TAPIR's)
+  ex.declare_vote(35, {31}, false, 2);   // a vote without the mark (TAPIR's), in epoch 2, then again in 3
+  ex.declare_vote(35, {}, false, 3);
+  ex.declare_vote(35, {}, false, 3);
   run(35, 0);
   EXPECT_EQ(ex.deps().at(31), (std::vector<uint64_t>{4, 9}));
   EXPECT_EQ(ex.votes().at(31), (std::vector<uint64_t>{4, 9}));
@@ -186,7 +189,7 @@ TEST(Executor, DeclaredDependenciesAreWrittenOnceOnTheTransactionsFirstLine) {
   EXPECT_EQ(ex.write_history(o, "s0.0.0"), 6u);
   EXPECT_EQ(lines(o.str()), (std::vector<std::string>{"# txn-history v1 node=s0.0.0 shard=0",
                                                       "31 0 k=1:2.3 q=0,2 a=0,1 v=0/4,9 p=4,9", "31 1", "32 0 p=",
-                                                      "33 0 v=0/2", "31 2", "35 0 v=31",
+                                                      "33 0 v=0/2 e=0,1", "31 2", "35 0 v=31 e=2,3",
                                                       "# end events=6 lines=6"}));
   EXPECT_EQ(ex.vote_marks().at(34), 3u);
   EXPECT_FALSE(ex.vote_marks().count(35));

@@ -531,7 +531,9 @@ TEST_P(TransportTest, AProcessOfSeveralNodesListensOnItsFirstNodesPort) {
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(ia.got[i].to(), 1u + i % 2);
     EXPECT_EQ(ia.got[i].probe_reply().seq(), static_cast<uint64_t>(i)) << "FIFO";
-    EXPECT_GE(ia.due[i] - ia.arrived[i], 29'000) << "one-way delay of 60 ms RTT";
+    // most of the 30 ms one-way delay of a 60 ms RTT is still to wait when the frame arrives (the rest: the frame's
+    // own transit, which a busy host stretches: 1.8 ms seen beside a `make mutants`)
+    EXPECT_GE(ia.due[i] - ia.arrived[i], 20'000) << "one-way delay of 60 ms RTT";
   }
   // A message for a node this process does not run is refused, not delivered.
   a->on_incoming(numbered(3, 4, 1), "test");

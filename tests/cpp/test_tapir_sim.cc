@@ -491,3 +491,52 @@ TEST(TapirSim, CommittedButUnappliedTransactionHoldsItsKeysWhereItWasNotPrepared
   EXPECT_EQ(probe->results.at(103), ::tapir::OK);
   EXPECT_TRUE(c.net->logs().empty()) << c.net->logs().front();
 }
+
+namespace {
+// A follower of shard 0 replaced by a stand-in that answers every Prepare OK, in epoch `first` the first time it is
+// asked and in `again` after (`again` < 0: it does not answer again).
+struct EpochProbe : Node {
+  EpochProbe(const NodeInfo& me, uint64_t first, int64_t again) : me(me), first(first), again(again) {}
+  void start(Env&) override {}
+  void on_timer(Env&, uint64_t) override {}
+  void on_message(Env& env, Envelope& m) override {
+    if (!m.has_tapir() || !m.tapir().has_prepare()) return;
+    const uint64_t id = m.tapir().prepare().txn().txn_id();
+    const int n = ++prepares[id];
+    if (n > 1 && again < 0) return;
+    const uint64_t epoch = n == 1 ? first : static_cast<uint64_t>(again);
+    env.send(m.from(), txn::tapir::prepare_reply(me, id, ::tapir::OK, epoch, {}));
+  }
+  const NodeInfo& me;
+  uint64_t first;
+  int64_t again;
+  std::map<uint64_t, int> prepares;
+};
+}  // namespace
+
+// A restarted replica votes in an epoch its shard's other replicas sealed, and a coordinator counts the results of
+// one epoch only (docs/protocols/tapir.md, "A restarted replica votes again"): a result cast before the seal is
+// dropped beside one cast after, and its replica asked again. Staged at shard 0's coordinator: replica 0 sealed
+// (epoch 1), replica 2 the restarted one (OK in epoch 1), replica 1 answering OK from before the seal (epoch 0) and
+// then silent. Three OKs, but not of one epoch: no fast quorum, so nothing is decided before the Prepare timeout
+// (the mutant tapir.mixes_epochs commits at once). With replica 1's OK in epoch 1 the same round commits at once.
+TEST(TapirSim, ResultsFromBeforeAndAfterASealAreNeverOneQuorum) {
+  for (uint64_t r1_epoch : {uint64_t{1}, uint64_t{0}}) {
+    SimCluster c(txn::test::small_deployment("tapir", "tpca"), {}, false);
+    auto p1 = std::make_unique<EpochProbe>(c.d.node(c.d.replica_id(0, 1)), r1_epoch, -1);
+    EpochProbe* r1 = p1.get();
+    std::mt19937_64 rng(3);
+    txn::test::ProbeClient* pc = txn::test::stage_across_a_seal(
+        c, std::move(p1), std::make_unique<EpochProbe>(c.d.node(c.d.replica_id(0, 2)), 1, 1),
+        find_txn(*c.w, 0, false, rng), 350'000);   // the Prepare timeout is 500 ms after the round starts
+    const uint64_t id = 5;
+    if (r1_epoch == 1) {
+      ASSERT_EQ(pc->replies.count(id), 1u) << "three OKs of one epoch: a fast quorum";
+      EXPECT_TRUE(pc->committed.at(id));
+      EXPECT_EQ(r1->prepares[id], 1);
+    } else {
+      EXPECT_EQ(pc->replies.count(id), 0u) << "decided on results from both sides of the seal";
+      EXPECT_EQ(r1->prepares[id], 2) << "replica 1 (a result from before the seal) was not asked again";
+    }
+  }
+}

@@ -297,6 +297,41 @@ def test_a_decision_on_fewer_than_every_vote_names_a_majority_and_its_accept_rou
         "s0.0.2: voted for dependencies of txn 2 (?, c) that its decision left out: txn 7 (in no client's log)"]
 
 
+def test_a_decision_counts_votes_of_its_epoch_and_a_vote_cast_again_names_each_epoch(tmp_path):
+    """A decision counts the votes of one epoch (`qe=`, 0 when not said), and a vote names every epoch it was cast
+    in (`e=`): a coordinator that asked a replica again after a seal may count the vote it cast first (found by a
+    stress run of Janus: a partition held the first replies until after the replicas had cast the vote again in the
+    new epoch; the history named the later epoch only, and the unbroken protocol failed the check)."""
+    P = histories.Piece
+    txns = {5: histories.Txn(5, "c", True, "", {0: P(0, (), ("x",))}, frozenset())}
+    nodes = ["s0.0.0", "s0.0.1", "s0.0.2"]
+
+    def run(e0: str, e1: str, qe: str) -> list:
+        data = histories.RunData(txns=txns, replicas={0: nodes})
+        for n, e in zip(nodes, (e0, e1, "")):
+            f = tmp_path / f"{n}.history.txt"
+            vote = "v=0/" + (f" e={e}" if e else "")
+            f.write_text(f"# txn-history v1 node={n} shard=0\n5 0 q=0,1 a=0,1{qe} {vote}\n# end events=1 lines=1\n")
+            for m in ("deps", "votes", "quorums", "accepted", "vote_marks", "epochs"):
+                getattr(data, m)[n] = {}
+            data.histories[n] = histories.read_history(f, deps=data.deps[n], votes=data.votes[n],
+                                                        quorums=data.quorums[n], accepted=data.accepted[n],
+                                                        vote_marks=data.vote_marks[n], epochs=data.epochs[n])
+        return [v for v in histories.check_protocol_order(data) if "epoch" in v]
+
+    assert run("", "", "") == []                      # every vote and the decision of epoch 0
+    assert run("0,1", "1", " qe=1") == []             # cast in 0, again in 1; the decision counted epoch 1's
+    assert run("0,1", "0,1", "") == []                # ... or the first casts, of epoch 0 (the stress run's case)
+    assert run("1", "0,1", "") == [                   # cast in epoch 1 only, counted in a decision of epoch 0
+        f"{n}: txn 5 (?, c) was decided on shard 0 on votes of epoch 0, counting s0.0.0's, cast in epoch 1"
+        for n in nodes]
+    assert run("0,1", "", " qe=1")[0].endswith("counting s0.0.1's, cast in epoch 0")
+    bad = tmp_path / "bad.history.txt"
+    bad.write_text("# txn-history v1 node=b shard=0\n5 0 v=0/ e=1,0\n# end events=1 lines=1\n")
+    with pytest.raises(histories.Unreadable, match="bad epochs 'e=1,0'"):
+        histories.read_history(bad, votes={}, epochs={})
+
+
 def test_votes_cast_together_name_each_other():
     """A vote carries how many pieces had executed when it was cast (`v=<n>/<ids>`): transactions that conflict and
     were pending at once at a replica are named by the later one's vote (Janus's pending ones)."""
@@ -360,7 +395,7 @@ def test_history_lines_carry_order_keys(tmp_path):
     assert histories.read_history(f, 2, None, deps, votes, quorums, None, marks, epochs) == [(5, 0, False),
                                                                                             (6, 0, False)]
     assert deps == {5: frozenset({3}), 6: frozenset({5})} and votes == {5: frozenset({3})} and marks == {5: 0}
-    assert quorums == {5: frozenset({0, 2})} and epochs == {5: (0, 2)}
+    assert quorums == {5: frozenset({0, 2})} and epochs == {5: (frozenset({0}), 2)}
     for bad in ("5 =", "5 = k=0:1.0 p=3", "x = p=3"):
         f.write_text(f"# txn-history v1 node=r shard=0\n{bad}\n# end events=0 lines=1\n")
         with pytest.raises(histories.Unreadable):

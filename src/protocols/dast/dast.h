@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "client/handler_driver.h"
+#include "id_set.h"
 #include "protocol.h"
 #include "role.h"
 #include "self_queue.h"
@@ -241,7 +242,7 @@ class Voter : public txn::Voter {
   const Deployment& d_;
   const NodeInfo& me_;
   std::unordered_map<uint64_t, Copy> stored_;   // what it acknowledged, until its state executed it here
-  std::unordered_set<uint64_t> done_;            // transactions its state executed a piece of (a store after is moot)
+  IdSet done_;                                   // transactions its state executed a piece of (a store after is moot)
   int64_t n_acks_ = 0, n_proposals_ = 0;
 };
 

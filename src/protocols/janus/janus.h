@@ -13,6 +13,7 @@
 #include "client/handler_driver.h"
 #include "deadline_timer.h"
 #include "epochs.h"
+#include "id_set.h"
 #include "suspects.h"
 #include "protocol.h"
 #include "role.h"
@@ -115,7 +116,24 @@ class Site : public RoleContext {
   std::unordered_map<TxnId, std::vector<NodeId>> inquirers_;  // waiting for a transaction's commit here
   uint64_t version_ = 1;  // bumped whenever the graph gains a commit or a component (what a walk sees)
   uint64_t epoch_ = 0;    // raised by a restarted peer's Seal: its replies carry it
-  int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0, n_again_ = 0;
+  int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0, n_again_ = 0, n_forgotten_ = 0;
+  // Forgotten transactions (replica.cc, "What a replica forgets"): decided, and every member of their component that
+  // touches this shard executed here. No vertex: each is a cut wherever met. What fill_dep says of one is kept: its
+  // shards and its component, as `1 + index` of shard_sets_ (a byte per transaction of the deployment: an IdMap
+  // spans every id of a client) and, for a component of several members, kMulti and its entry in multi_.
+  static constexpr uint8_t kMulti = 0xff;
+  struct Forgotten {
+    uint8_t shards;    // index into shard_sets_
+    Scc scc;           // shared by the members
+  };
+  IdMap<uint8_t> forgotten_;
+  std::vector<std::vector<uint32_t>> shard_sets_;   // at most 254
+  std::map<std::vector<uint32_t>, uint8_t> shard_set_ids_;
+  std::unordered_map<TxnId, Forgotten> multi_;
+  std::vector<TxnId> to_forget_;   // candidates (a component decided, a transaction executed)
+  bool forgotten(TxnId id) const { return forgotten_.get(id) != 0; }
+  bool shard_set(const std::vector<uint32_t>& shards, uint8_t* index);   // interned; false: out of indexes
+  void forget_settled();           // the candidates that may be forgotten now are
   void reply_pre_accept(Env& env, NodeId to, TxnId id, const std::vector<TxnId>& deps,
                         const std::vector<TxnId>& pending);
 };
@@ -200,13 +218,21 @@ class Voter : public txn::Voter {
   void reply(Env& env, NodeId to, TxnId id, const Known& k);
   void fill_dep(TxnId id, ::janus::Dep* out) const;
   void no_longer_pending(TxnId t, Known& k);
+  // A transaction it no longer votes on or waits for, known only for what fill_dep says of it (its shards, its
+  // component if that is itself alone), is kept in `settled_` in two bytes: 1 + (shard set's index << 1 | component
+  // known). Site's forgetting (replica.cc, "What a replica forgets"), for a replica that holds no graph.
+  Known& known(TxnId id);      // its entry, brought back from settled_ if it was there
+  void settle(TxnId id);       // moved to settled_ if nothing but fill_dep's answer is left of it
+  IdMap<uint16_t> settled_;
+  std::vector<std::vector<uint32_t>> shard_sets_;
+  std::map<std::vector<uint32_t>, uint16_t> shard_set_ids_;
   const Deployment& d_;
   const NodeInfo& me_;
   uint64_t epoch_ = 0;
   bool adopted_ = false;
   std::unordered_map<std::string, Key> keys_;
   std::unordered_map<TxnId, Known> known_;
-  std::unordered_set<TxnId> executed_;   // transactions its state executed a piece of
+  IdSet executed_;                       // transactions its state executed a piece of
   int64_t n_votes_ = 0, n_again_ = 0, n_accepts_ = 0;
 };
 

@@ -98,4 +98,12 @@ constexpr bool kKeepsEpoch = true;
 constexpr bool kKeepsEpoch = false;
 #endif
 
+// Added for issue 63: forgets_components forgets each member of a decided component as soon as it is settled here, as
+// if it were a component of its own (a replica that asks of it then learns the wrong component).
+#ifdef JANUS_MUTANT_FORGETS_COMPONENTS
+constexpr bool kForgetsComponents = true;
+#else
+constexpr bool kForgetsComponents = false;
+#endif
+
 }  // namespace txn::janus::mutant

@@ -111,6 +111,8 @@ void Site::add_counters(std::map<std::string, int64_t>& c) const {
   c["inquiries"] = n_inquiries_;
   c["largest_scc_max"] = largest_scc_;
   c["walk_visits"] = n_walk_visits_;
+  c["forgotten"] = n_forgotten_;
+  c["vertices_kept"] = static_cast<int64_t>(graph_.size());
   if (n_again_) c["preaccepts_answered_again"] = n_again_;
   if (epoch_) c["epoch_max"] = static_cast<int64_t>(epoch_);
 }
@@ -151,9 +153,69 @@ void Site::set_scc(const Scc& scc) {
     v.scc = scc;
     ++version_;
   }
+  to_forget_.push_back(scc->front());
+}
+
+// What a replica forgets. A replica would otherwise keep a vertex for every transaction it ever met, for the whole
+// run. A decided component whose members that touch this shard have all executed here is never walked again (a walk
+// cuts at a decided component), never waited for again (ready(): executed here, or not of this shard) and never voted
+// on or executed again (a PreAccept and a Commit come before the execution, each channel is FIFO). All anyone can
+// still ask of a member is what fill_dep says: its id, its shards and its component, for a reply naming it as a
+// dependency or an Inquire. So the members' vertices are dropped, all at once, and those kept: a byte per transaction
+// of the deployment (forgotten_ spans every id of a client; shard sets interned), and for a component of several
+// members the list, shared, and an entry per member (multi_). The mutant forgets_components forgets a member of a
+// component of several as soon as it has executed here, as a component of its own (a replica that asks of it then
+// learns the wrong component).
+bool Site::shard_set(const std::vector<uint32_t>& shards, uint8_t* index) {
+  auto [s, fresh] = shard_set_ids_.try_emplace(shards, static_cast<uint8_t>(shard_sets_.size()));
+  if (fresh) {
+    if (shard_sets_.size() >= kMulti - 1) {   // out of indexes: the vertex is kept
+      shard_set_ids_.erase(s);
+      return false;
+    }
+    shard_sets_.push_back(shards);
+  }
+  *index = s->second;
+  return true;
+}
+
+void Site::forget_settled() {
+  const auto settled = [this](TxnId x) {
+    auto it = graph_.find(x);
+    return it != graph_.end() && (!it->second.local || it->second.status == Status::Executed);
+  };
+  for (TxnId id : to_forget_) {
+    auto it = graph_.find(id);
+    if (it == graph_.end() || !it->second.scc) continue;
+    const Scc scc = it->second.scc;   // (the vertex goes)
+    uint8_t shards = 0;
+    if (mutant::kForgetsComponents && scc->size() > 1) {
+      for (TxnId x : *scc)
+        if (settled(x) && shard_set(graph_.at(x).shards, &shards)) {
+          forgotten_.set(x, static_cast<uint8_t>(1 + shards));
+          graph_.erase(x);
+          ++n_forgotten_;
+        }
+      continue;
+    }
+    if (!std::all_of(scc->begin(), scc->end(), settled)) continue;   // (a member forgotten: all were, at once)
+    for (TxnId x : *scc) {
+      if (!shard_set(graph_.at(x).shards, &shards)) continue;
+      if (scc->size() == 1) {
+        forgotten_.set(x, static_cast<uint8_t>(1 + shards));
+      } else {
+        forgotten_.set(x, kMulti);
+        multi_[x] = {shards, scc};
+      }
+      graph_.erase(x);
+      ++n_forgotten_;
+    }
+  }
+  to_forget_.clear();
 }
 
 void Site::learn(const ::janus::Dep& d) {
+  if (forgotten(d.id())) return;   // settled here: nothing to learn
   Vertex& v = vertex(d.id());
   if (v.shards.empty() && d.shards_size() > 0) {
     v.shards.assign(d.shards().begin(), d.shards().end());
@@ -165,7 +227,18 @@ void Site::learn(const ::janus::Dep& d) {
 void Site::fill_dep(TxnId id, ::janus::Dep* out) {
   out->set_id(id);
   auto it = graph_.find(id);
-  if (it == graph_.end()) return;
+  if (it == graph_.end()) {
+    if (const uint8_t f = forgotten_.get(id)) {   // what was kept of it: its shards and its component
+      const Forgotten* m = f == kMulti ? &multi_.at(id) : nullptr;
+      for (uint32_t s : shard_sets_[m ? m->shards : f - 1]) out->add_shards(s);
+      if (m) {
+        for (TxnId x : *m->scc) out->add_scc(x);
+      } else {
+        out->add_scc(id);
+      }
+    }
+    return;
+  }
   for (uint32_t s : it->second.shards) out->add_shards(s);
   if (it->second.scc)
     for (TxnId x : *it->second.scc) out->add_scc(x);
@@ -414,7 +487,8 @@ void Site::on_pre_accept(Env& env, NodeId from, ::janus::PreAccept& m) {
     }
     return;   // decided already: nobody waits for it
   }
-  if (graph_.count(t.txn_id()) && graph_[t.txn_id()].status != Status::Unknown) return;   // executed: decided
+  if (forgotten(t.txn_id()) || (graph_.count(t.txn_id()) && graph_[t.txn_id()].status != Status::Unknown))
+    return;   // executed: decided
   check_inputs_produced(t, me_.shard);
   const TxnId id = t.txn_id();
   // Dependencies at this shard, then this transaction becomes the keys' latest access: each key of its pieces here
@@ -586,7 +660,17 @@ void Site::on_commit(Env& env, const ::janus::Commit& m) {
 
 void Site::on_inquire(Env& env, NodeId from, const ::janus::Inquire& m) {
   // Not committed here yet (perhaps not even pre-accepted: the inquirer
-  // learned that it touches this shard): answered at its commit.
+  // learned that it touches this shard): answered at its commit. Forgotten: at once, with what was kept of it.
+  if (forgotten(m.txn_id())) {
+    Envelope e;
+    auto* r = e.mutable_janus()->mutable_inquire_reply();
+    ::janus::Dep d;
+    fill_dep(m.txn_id(), &d);
+    r->set_txn_id(m.txn_id());
+    *r->mutable_shards() = d.shards();
+    *r->mutable_scc() = d.scc();
+    return post(env, from, std::move(e));
+  }
   auto it = graph_.find(m.txn_id());
   inquirers_[m.txn_id()].push_back(from);
   if (it != graph_.end() && (it->second.status == Status::Committed || it->second.status == Status::Executed))
@@ -611,6 +695,7 @@ void Site::answer_inquiries(Env& env, TxnId id) {
 }
 
 void Site::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
+  if (forgotten(m.txn_id())) return;   // its component was learned meanwhile
   Vertex& v0 = vertex(m.txn_id());
   if (v0.local) throw BadMessage("InquireReply about txn " + str(m.txn_id()) + ", which touches this shard");
   if (v0.status == Status::Committed) return;  // answered twice
@@ -655,6 +740,7 @@ void Site::decide_sccs(Env& env, const std::vector<TxnId>& roots) {
   // What a dependency p of a walked transaction is: walked (a Tarjan vertex), a cut (decided) or not committed.
   enum class Kind { Walk, Cut, Open };
   auto kind = [&](TxnId p) {
+    if (forgotten(p)) return Kind::Cut;
     Vertex& v = vertex(p);
     if (v.scc || v.status == Status::Executed) return Kind::Cut;
     if (v.status == Status::Committed) return Kind::Walk;
@@ -753,7 +839,9 @@ bool Site::ready(TxnId t) const {
     if (!mutant::kNoComponentOrder && before && v.local && v.status != Status::Executed) return false;
     for (TxnId p : v.deps) {
       if (mutant::kNoExternalWait || std::binary_search(scc.begin(), scc.end(), p)) continue;
-      const Vertex& d = graph_.at(p);
+      const auto di = graph_.find(p);
+      if (di == graph_.end()) continue;   // forgotten: executed here, or not of this shard (its deps were learned)
+      const Vertex& d = di->second;
       if (!d.local) continue;
       if (d.status != Status::Executed) return false;
       if (d.scc && std::any_of(d.scc->begin(), d.scc->end(), unexecuted_here)) return false;
@@ -783,6 +871,7 @@ void Site::try_execute(Env& env) {
       }
     }
   }
+  forget_settled();
 }
 
 bool Site::run_pieces(Env& env, TxnId t, Local& l) {
@@ -821,6 +910,7 @@ void Site::executed(Env& env, TxnId t) {
   set_status(t, v, Status::Executed);
   const auto drop = [t](std::vector<TxnId>& ids) {   // no longer pending at its keys
     if (auto it = std::find(ids.begin(), ids.end(), t); it != ids.end()) ids.erase(it);
+    if (ids.empty()) std::vector<TxnId>().swap(ids);   // (a key's state is kept for the run: its heap part is not)
   };
   for (KeyState* ks : l.write_keys) drop(ks->pending_writers);
   for (KeyState* ks : l.read_keys) drop(ks->pending_readers);
@@ -836,11 +926,13 @@ void Site::executed(Env& env, TxnId t) {
   vars_.erase(t);
   committed_.erase(t);
   locals_.erase(t);
+  to_forget_.push_back(t);
 }
 
 void Site::on_send_output(Env& env, const ::janus::SendOutput& m) {
   auto g = graph_.find(m.txn_id());
-  if (g != graph_.end() && g->second.status == Status::Executed) return;  // every piece here ran already
+  if (forgotten(m.txn_id()) || (g != graph_.end() && g->second.status == Status::Executed))
+    return;  // every piece here ran already
   Vars& known = vars_[m.txn_id()];
   for (const auto& [k, v] : m.vars()) known[k] = v;
   if (committed_.count(m.txn_id())) try_execute(env);

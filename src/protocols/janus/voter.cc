@@ -44,7 +44,7 @@ bool Voter::adopt(uint64_t epoch, const std::vector<std::string>& records, const
   epoch_ = epoch;
   for (const auto& rec : recs) {
     for (const auto& t : rec.txns()) {
-      Known& k = known_[t.id()];
+      Known& k = known(t.id());
       if (k.shards.empty()) k.shards.assign(t.shards().begin(), t.shards().end());
       if (k.scc.empty()) k.scc.assign(t.scc().begin(), t.scc().end());
       k.pieces_here = std::max(k.pieces_here, t.pieces_here());
@@ -57,11 +57,11 @@ bool Voter::adopt(uint64_t epoch, const std::vector<std::string>& records, const
         if (std::find(key.readers.begin(), key.readers.end(), x) == key.readers.end()) key.readers.push_back(x);
       for (TxnId x : kr.pending_writers()) {
         key.pending_w.insert(x);
-        known_[x].keys.push_back(kr.key());
+        known(x).keys.push_back(kr.key());
       }
       for (TxnId x : kr.pending_readers()) {
         key.pending_r.insert(x);
-        known_[x].keys.push_back(kr.key());
+        known(x).keys.push_back(kr.key());
       }
     }
   }
@@ -76,8 +76,40 @@ bool Voter::adopt(uint64_t epoch, const std::vector<std::string>& records, const
     k.executed = n;
     if (k.pieces_here > 0 && n >= k.pieces_here) no_longer_pending(t, k);
   }
+  std::vector<TxnId> all;
+  for (const auto& [t, k] : known_) all.push_back(t);
+  for (TxnId t : all) settle(t);
   adopted_ = true;
   return true;
+}
+
+Voter::Known& Voter::known(TxnId id) {
+  auto it = known_.find(id);
+  if (it != known_.end()) return it->second;
+  Known& k = known_[id];
+  if (const uint16_t v = settled_.get(id)) {
+    k.shards = shard_sets_[(v - 1) >> 1];
+    if ((v - 1) & 1) k.scc.assign(1, id);
+    settled_.set(id, 0);
+  }
+  return k;
+}
+
+void Voter::settle(TxnId id) {
+  auto it = known_.find(id);
+  if (it == known_.end()) return;
+  const Known& k = it->second;
+  if ((k.voted && !k.done) || !k.keys.empty() || k.scc.size() > 1 || (k.scc.size() == 1 && k.scc[0] != id)) return;
+  auto [s, fresh] = shard_set_ids_.try_emplace(k.shards, static_cast<uint16_t>(shard_sets_.size()));
+  if (fresh) {
+    if (shard_sets_.size() >= 0x7ffe) {   // (out of indexes: kept)
+      shard_set_ids_.erase(s);
+      return;
+    }
+    shard_sets_.push_back(k.shards);
+  }
+  settled_.set(id, static_cast<uint16_t>(1 + (s->second << 1 | (k.scc.empty() ? 0 : 1))));
+  known_.erase(it);
 }
 
 void Voter::no_longer_pending(TxnId t, Known& k) {
@@ -98,13 +130,22 @@ void Voter::executed(uint64_t txn, const Piece& piece) {
   auto it = known_.find(txn);
   if (it == known_.end() || it->second.done) return;
   Known& k = it->second;
-  if (++k.executed >= k.pieces_here && k.pieces_here > 0) no_longer_pending(txn, k);
+  if (++k.executed >= k.pieces_here && k.pieces_here > 0) {
+    no_longer_pending(txn, k);
+    settle(txn);
+  }
 }
 
 void Voter::fill_dep(TxnId id, ::janus::Dep* out) const {
   out->set_id(id);
   auto it = known_.find(id);
-  if (it == known_.end()) return;
+  if (it == known_.end()) {
+    if (const uint16_t v = settled_.get(id)) {
+      for (uint32_t s : shard_sets_[(v - 1) >> 1]) out->add_shards(s);
+      if ((v - 1) & 1) out->add_scc(id);
+    }
+    return;
+  }
   for (uint32_t s : it->second.shards) out->add_shards(s);
   for (TxnId x : it->second.scc) out->add_scc(x);
 }
@@ -141,9 +182,10 @@ void Voter::on_message(Env& env, Envelope& m, ShardExecutor& state) {
   }
   if (j.has_commit()) {   // what it learns of the transactions named (for its later replies), and the decision
     for (const auto& d : j.commit().deps()) {
-      Known& k = known_[d.id()];
+      Known& k = known(d.id());
       if (k.shards.empty()) k.shards.assign(d.shards().begin(), d.shards().end());
       if (k.scc.empty()) k.scc.assign(d.scc().begin(), d.scc().end());
+      settle(d.id());
     }
     if (j.commit().quorum() != 0)
       state.declare_quorum_masks(j.commit().txn_id(), j.commit().quorum(), j.commit().accepted(), j.commit().epoch());
@@ -188,7 +230,7 @@ void Voter::pre_accept(Env& env, NodeId from, const TxnRequest& t, ShardExecutor
   deps.erase(id);
   pending.erase(id);
   for (TxnId x : deps) pending.erase(x);
-  Known& k = known_[id];
+  Known& k = known(id);
   k.shards = touched_shards(d_, t);
   k.voted = true;
   k.pieces_here = 0;
@@ -227,12 +269,13 @@ bool Voter::seal(uint64_t epoch, std::string* record) {
   }
   for (TxnId x : named) {
     ::janus::TxnRecord* t = rec.add_txns();
+    ::janus::Dep d;
+    fill_dep(x, &d);
     t->set_id(x);
+    *t->mutable_shards() = d.shards();
+    *t->mutable_scc() = d.scc();
     auto it = known_.find(x);
-    if (it == known_.end()) continue;
-    for (uint32_t s : it->second.shards) t->add_shards(s);
-    for (TxnId y : it->second.scc) t->add_scc(y);
-    if (!it->second.done) t->set_pieces_here(it->second.pieces_here);
+    if (it != known_.end() && !it->second.done) t->set_pieces_here(it->second.pieces_here);
   }
   rec.SerializeToString(record);
   return true;

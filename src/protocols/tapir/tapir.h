@@ -13,6 +13,7 @@
 #include "client/handler_driver.h"
 #include "deadline_timer.h"
 #include "epochs.h"
+#include "id_set.h"
 #include "suspects.h"
 #include "protocol.h"
 #include "role.h"
@@ -105,7 +106,7 @@ class Site : public RoleContext {
   ShardExecutor exec_;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<TxnId, Local> locals_;
-  std::set<TxnId> applied_;  // transactions of this shard applied here
+  IdSet applied_;            // transactions of this shard applied here
   std::set<TxnId> waiting_;  // committed, not applied
   uint64_t epoch_ = 0;       // raised by a restarted peer's Seal: its results carry it
   int64_t n_again_ = 0;
@@ -206,7 +207,7 @@ class Voter : public txn::Voter {
   bool adopted_ = false;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<TxnId, Held> held_;
-  std::set<TxnId> applied_;                     // applied in the state it follows since it took that state over
+  IdSet applied_;                               // applied in the state it follows since it took that state over
   TxnId applying_ = 0;                          // executed(): the transaction whose pieces are being applied
   std::set<std::string> applying_reads_, applying_writes_;
   TimeUs asked_us_ = 0;
