@@ -98,8 +98,8 @@ MUTANTS = [
     ("recovery.none", "the catch-up as built", "-"),
     ("recovery.skips_event", "a source's catch-up leaves out the first event of each Part after its snapshot: the "
      "restarted replica skips a piece of a decided transaction (a gap)", "safety"),
-    ("recovery.stops_when_caught_up", "the restarted replica executes nothing after the snapshot it took over",
-     "safety"),
+    ("recovery.stops_when_caught_up", "the restarted replica executes nothing after the snapshot it took over, yet "
+     "counts what its source sends as held", "safety"),
     ("recovery.votes_before_sealed", "a restarted replica votes as soon as it holds a state, in its peers' epoch, "
      "with no record of what they voted: its forgotten votes can be contradicted", "safety"),
     ("recovery.snapshot_skips_written", "a source's snapshot leaves out the first line of the history it wrote to "

@@ -44,7 +44,8 @@ constexpr bool kReusesEpoch = true;        // a restarted replica seals in its p
 constexpr bool kReusesEpoch = false;
 #endif
 #ifdef RECOVERY_MUTANT_STOPS_WHEN_CAUGHT_UP
-constexpr bool kStopsWhenCaughtUp = true;  // the restarted replica executes nothing after the snapshot it took over
+constexpr bool kStopsWhenCaughtUp = true;  // the restarted replica executes nothing after the snapshot it took over,
+                                           // yet counts what its source sent as held (it never sees a gap)
 #else
 constexpr bool kStopsWhenCaughtUp = false;
 #endif
@@ -277,8 +278,9 @@ void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
   }
   ++parts_;
   if (kStopsWhenCaughtUp) {
-    source_total_ = have_;
-    source_idle_ = true;
+    have_ += static_cast<uint64_t>(p.events_size());
+    source_total_ = p.total();
+    source_idle_ = p.idle();
     return;
   }
   Vars out;
