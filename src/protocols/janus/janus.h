@@ -37,6 +37,29 @@ struct Options {
 // its shard's transactions by their dependency graph and executes them); replica 0 of a shard is also the
 // Coordinator of the transactions homed there (PreAccept, Accept when the replies differ, Commit, the reply).
 
+// Shard sets, interned: what a replica keeps of a forgotten transaction's shards is an index (Site, Voter).
+class ShardSets {
+ public:
+  // The index of `shards`, added if new; false when `max` sets are held already and it is not one of them.
+  bool index(const std::vector<uint32_t>& shards, size_t max, size_t* out) {
+    auto [s, fresh] = ids_.try_emplace(shards, sets_.size());
+    if (fresh) {
+      if (sets_.size() >= max) {
+        ids_.erase(s);
+        return false;
+      }
+      sets_.push_back(shards);
+    }
+    *out = s->second;
+    return true;
+  }
+  const std::vector<uint32_t>& at(size_t i) const { return sets_[i]; }
+
+ private:
+  std::vector<std::vector<uint32_t>> sets_;
+  std::map<std::vector<uint32_t>, size_t> ids_;
+};
+
 // The ordering and execution role.
 class Site : public RoleContext {
  public:
@@ -119,20 +142,18 @@ class Site : public RoleContext {
   int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0, n_again_ = 0, n_forgotten_ = 0;
   // Forgotten transactions (replica.cc, "What a replica forgets"): decided, and every member of their component that
   // touches this shard executed here. No vertex: each is a cut wherever met. What fill_dep says of one is kept: its
-  // shards and its component, as `1 + index` of shard_sets_ (a byte per transaction of the deployment: an IdMap
+  // shards and its component, as `1 + index` in shard_sets_ (a byte per transaction of the deployment: an IdMap
   // spans every id of a client) and, for a component of several members, kMulti and its entry in multi_.
   static constexpr uint8_t kMulti = 0xff;
   struct Forgotten {
-    uint8_t shards;    // index into shard_sets_
+    uint8_t shards;    // index in shard_sets_
     Scc scc;           // shared by the members
   };
   IdMap<uint8_t> forgotten_;
-  std::vector<std::vector<uint32_t>> shard_sets_;   // at most 254
-  std::map<std::vector<uint32_t>, uint8_t> shard_set_ids_;
+  ShardSets shard_sets_;   // at most kMulti - 1
   std::unordered_map<TxnId, Forgotten> multi_;
   std::vector<TxnId> to_forget_;   // candidates (a component decided, a transaction executed)
   bool forgotten(TxnId id) const { return forgotten_.get(id) != 0; }
-  bool shard_set(const std::vector<uint32_t>& shards, uint8_t* index);   // interned; false: out of indexes
   void forget_settled();           // the candidates that may be forgotten now are
   void reply_pre_accept(Env& env, NodeId to, TxnId id, const std::vector<TxnId>& deps,
                         const std::vector<TxnId>& pending);
@@ -224,8 +245,7 @@ class Voter : public txn::Voter {
   Known& known(TxnId id);      // its entry, brought back from settled_ if it was there
   void settle(TxnId id);       // moved to settled_ if nothing but fill_dep's answer is left of it
   IdMap<uint16_t> settled_;
-  std::vector<std::vector<uint32_t>> shard_sets_;
-  std::map<std::vector<uint32_t>, uint16_t> shard_set_ids_;
+  ShardSets shard_sets_;   // at most 0x7ffe
   const Deployment& d_;
   const NodeInfo& me_;
   uint64_t epoch_ = 0;

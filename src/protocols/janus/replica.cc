@@ -166,19 +166,6 @@ void Site::set_scc(const Scc& scc) {
 // members the list, shared, and an entry per member (multi_). The mutant forgets_components forgets a member of a
 // component of several as soon as it has executed here, as a component of its own (a replica that asks of it then
 // learns the wrong component).
-bool Site::shard_set(const std::vector<uint32_t>& shards, uint8_t* index) {
-  auto [s, fresh] = shard_set_ids_.try_emplace(shards, static_cast<uint8_t>(shard_sets_.size()));
-  if (fresh) {
-    if (shard_sets_.size() >= kMulti - 1) {   // out of indexes: the vertex is kept
-      shard_set_ids_.erase(s);
-      return false;
-    }
-    shard_sets_.push_back(shards);
-  }
-  *index = s->second;
-  return true;
-}
-
 void Site::forget_settled() {
   const auto settled = [this](TxnId x) {
     auto it = graph_.find(x);
@@ -188,10 +175,10 @@ void Site::forget_settled() {
     auto it = graph_.find(id);
     if (it == graph_.end() || !it->second.scc) continue;
     const Scc scc = it->second.scc;   // (the vertex goes)
-    uint8_t shards = 0;
+    size_t shards = 0;
     if (mutant::kForgetsComponents && scc->size() > 1) {
       for (TxnId x : *scc)
-        if (settled(x) && shard_set(graph_.at(x).shards, &shards)) {
+        if (settled(x) && shard_sets_.index(graph_.at(x).shards, kMulti - 1, &shards)) {
           forgotten_.set(x, static_cast<uint8_t>(1 + shards));
           graph_.erase(x);
           ++n_forgotten_;
@@ -200,12 +187,12 @@ void Site::forget_settled() {
     }
     if (!std::all_of(scc->begin(), scc->end(), settled)) continue;   // (a member forgotten: all were, at once)
     for (TxnId x : *scc) {
-      if (!shard_set(graph_.at(x).shards, &shards)) continue;
+      if (!shard_sets_.index(graph_.at(x).shards, kMulti - 1, &shards)) continue;   // out of indexes: kept
       if (scc->size() == 1) {
         forgotten_.set(x, static_cast<uint8_t>(1 + shards));
       } else {
         forgotten_.set(x, kMulti);
-        multi_[x] = {shards, scc};
+        multi_[x] = {static_cast<uint8_t>(shards), scc};
       }
       graph_.erase(x);
       ++n_forgotten_;
@@ -230,7 +217,7 @@ void Site::fill_dep(TxnId id, ::janus::Dep* out) {
   if (it == graph_.end()) {
     if (const uint8_t f = forgotten_.get(id)) {   // what was kept of it: its shards and its component
       const Forgotten* m = f == kMulti ? &multi_.at(id) : nullptr;
-      for (uint32_t s : shard_sets_[m ? m->shards : f - 1]) out->add_shards(s);
+      for (uint32_t s : shard_sets_.at(m ? m->shards : f - 1u)) out->add_shards(s);
       if (m) {
         for (TxnId x : *m->scc) out->add_scc(x);
       } else {

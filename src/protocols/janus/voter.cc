@@ -88,7 +88,7 @@ Voter::Known& Voter::known(TxnId id) {
   if (it != known_.end()) return it->second;
   Known& k = known_[id];
   if (const uint16_t v = settled_.get(id)) {
-    k.shards = shard_sets_[(v - 1) >> 1];
+    k.shards = shard_sets_.at((v - 1u) >> 1);
     if ((v - 1) & 1) k.scc.assign(1, id);
     settled_.set(id, 0);
   }
@@ -100,15 +100,9 @@ void Voter::settle(TxnId id) {
   if (it == known_.end()) return;
   const Known& k = it->second;
   if ((k.voted && !k.done) || !k.keys.empty() || k.scc.size() > 1 || (k.scc.size() == 1 && k.scc[0] != id)) return;
-  auto [s, fresh] = shard_set_ids_.try_emplace(k.shards, static_cast<uint16_t>(shard_sets_.size()));
-  if (fresh) {
-    if (shard_sets_.size() >= 0x7ffe) {   // (out of indexes: kept)
-      shard_set_ids_.erase(s);
-      return;
-    }
-    shard_sets_.push_back(k.shards);
-  }
-  settled_.set(id, static_cast<uint16_t>(1 + (s->second << 1 | (k.scc.empty() ? 0 : 1))));
+  size_t s = 0;
+  if (!shard_sets_.index(k.shards, 0x7ffe, &s)) return;   // (out of indexes: kept)
+  settled_.set(id, static_cast<uint16_t>(1 + (s << 1 | (k.scc.empty() ? 0 : 1))));
   known_.erase(it);
 }
 
@@ -141,7 +135,7 @@ void Voter::fill_dep(TxnId id, ::janus::Dep* out) const {
   auto it = known_.find(id);
   if (it == known_.end()) {
     if (const uint16_t v = settled_.get(id)) {
-      for (uint32_t s : shard_sets_[(v - 1) >> 1]) out->add_shards(s);
+      for (uint32_t s : shard_sets_.at((v - 1u) >> 1)) out->add_shards(s);
       if ((v - 1) & 1) out->add_scc(id);
     }
     return;
