@@ -40,7 +40,7 @@ demo: engine
 bench: engine
 	.venv/bin/python scripts/bench.py
 
-# Deliberately broken protocol variants vs the tests (tests/mutants/README.md); ~60 min, not part of `make test`.
+# Deliberately broken protocol variants vs the tests (tests/mutants/README.md); ~2 h, not part of `make test`.
 mutants: setup
 	.venv/bin/python scripts/mutants.py
 

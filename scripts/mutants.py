@@ -10,8 +10,11 @@ under the same runs: it must pass both.
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
+import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -146,9 +149,35 @@ def sh(cmd, log: Path, timeout: float) -> int:
             return -1
 
 
-def build(name: str, build_dir: Path, log: Path) -> None:
+def snapshot_source(dest: Path) -> Path:
+    """Copy the tree's files as they are now (tracked and untracked, not ignored) to `dest`, and return it: every
+    mutant builds from this copy, so editing the tree during a run (an hour or more) changes nothing it builds. A
+    file already there with the same bytes is left alone (its time too), so ninja rebuilds only what changed since the
+    last run."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    wanted = set()
+    for rel in filter(None, files):
+        src, dst = REPO / rel, dest / rel
+        if not src.is_file():   # deleted but still in the index
+            continue
+        wanted.add(dst)
+        if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for old in [p for p in dest.rglob("*") if p.is_file() and p not in wanted]:   # a file since removed from the tree
+        old.unlink()
+    return dest
+
+
+def build(name: str, source: Path, build_dir: Path, log: Path) -> None:
     mutant = "" if name.endswith(".none") else name
-    if sh(["cmake", "-S", ".", "-B", str(build_dir), "-G", "Ninja", f"-DMUTANT={mutant}", "-DDAST_MUTANT="],
+    cache = build_dir / "CMakeCache.txt"
+    if cache.is_file() and f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\n" not in cache.read_text():
+        cache.unlink()   # configured from another source tree (the repository itself, before the copy was made)
+        shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
+    if sh(["cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja", f"-DMUTANT={mutant}", "-DDAST_MUTANT="],
           log, 300) != 0:
         raise RuntimeError(f"cmake failed for {name} (see {log})")
     if sh(["ninja", "-C", str(build_dir), "-j2", "txn-server", "txn-client", "txn-replay", "unit_tests"],
@@ -195,12 +224,13 @@ def e2e_deployment(protocol: str, profile: str, duration: float, base_port: int,
         knobs.update(workload="append", append_keys=4, append_crt_ratio=0.3)
     if profile == "stress":
         knobs.update(concurrency=4, jitter=10, protocol_options=STRESS_OPTIONS.get(protocol, {}),
-                     faults=stress_faults(duration, crash=protocol in CRASH_TOLERANT), faults_seed=attempt + 1,
+                     faults=stress_faults(duration, crash=protocol in CRASH_TOLERANT, seed=attempt + 1),
+                     faults_seed=attempt + 1,
                      processes="node")
     return deploy.build_deployment(mode=protocol, **knobs)
 
 
-def stress_faults(duration: float, crash: bool = False) -> str:
+def stress_faults(duration: float, crash: bool = False, seed: int = 1, shards: int = 2) -> str:
     """The stress runs' nemesis (docs/nemesis.md), scaled to the run: two replicas of a shard with their protocol
     clocks a few ms apart and a region's clock ahead for a while, jitter inside every region for most of the run
     (channels stay FIFO, but a replica's messages from different senders interleave differently at each replica:
@@ -216,7 +246,12 @@ def stress_faults(duration: float, crash: bool = False) -> str:
     decided on the others' votes must hold without it, and nothing its peers saw committed may be lost (the
     durability check); it is restarted empty before the second pause, a quarter of the way into the run, and must
     take over a live replica's state, vote again where its protocol says how, and end as its peers with most of the
-    run's load still to come; a follower of region 2 the same way just past halfway (docs/nemesis.md)."""
+    run's load still to come; a follower of region 2 the same way just past halfway (docs/nemesis.md). The pause that
+    starts just after the first restart is of the restarted follower's sibling (the other follower of its shard):
+    replica 0 seals and votes in the new epoch while the sibling holds the Seal unread beside the rounds that queued
+    up at it; at its SIGCONT it may answer those rounds before it reads the Seal, in the old epoch, after replica 0's
+    answers in the new one reached their coordinators (a vote from before the seal arriving after one from after it:
+    what a coordinator that counts votes of two epochs as one quorum needs to show)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
@@ -226,11 +261,16 @@ def stress_faults(duration: float, crash: bool = False) -> str:
     pl = min(1.0, t(0.05))
     crashes = [(1, round(t(0.2) + pl + 0.1, 2), round(t(0.3) - 0.05, 2)),
                (2, round(t(0.5) + pl + 0.1, 2), round(t(0.6) - 0.05, 2))]
+    rng = random.Random(seed)
+    down = {r: (rng.randrange(shards), rng.choice((1, 2))) for r, _, _ in crashes} if crash else {}
+    if crash:   # the pause just after the first restart: of the restarted follower's sibling
+        pauses[1] = f"pause:s1.{down[1][0]}.{3 - down[1][1]}@{t(0.3)}+{pl}"
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
                       *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",
                       *(f"spike:*>follower-r{r}+150ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
-                      *([f"crash:follower-r{r}@{a}+{round(b - a, 2)}" for r, a, b in crashes] if crash else [])])
+                      *(f"crash:s{r}.{down[r][0]}.{down[r][1]}@{a}+{round(b - a, 2)}" for r, a, b in crashes
+                        if r in down)])
 
 
 def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: float, base_port: int,
@@ -315,6 +355,8 @@ def main(argv=None) -> int:
         chosen = [n for n in chosen if protocol_of(n) in protocols]
     build_dir, out_root = Path(a.build_dir), Path(a.out) / "mutants"
     build_dir.mkdir(parents=True, exist_ok=True)
+    source = snapshot_source(build_dir / "source")
+    print(f"mutants: building from a copy of the tree as it is now ({source})", file=sys.stderr, flush=True)
     rows = []
     for name, what, kind in MUTANTS:
         if name not in chosen:
@@ -323,7 +365,7 @@ def main(argv=None) -> int:
         log.write_text("")
         t0 = time.monotonic()
         print(f"[{name}] building", file=sys.stderr, flush=True)
-        build(name, build_dir, log)
+        build(name, source, build_dir, log)
         print(f"[{name}] sim tests", file=sys.stderr, flush=True)
         sim = sim_tests(protocol_of(name), build_dir, log)
         e = "-"

@@ -95,11 +95,18 @@ std::string process_facts(const Transport& t, uint64_t rejected, bool drain_time
 
 // The process's own CPU seconds (user + system, all its threads) and the times it gave up the CPU to wait (its
 // voluntary context switches: its wake-ups), so far: what a backend that cannot read its children's rusage (swarm)
-// sums into the run's cpu_seconds and engine_wakeups (testbed/runs/lifecycle.py).
+// sums into the run's cpu_seconds and engine_wakeups (testbed/runs/lifecycle.py); and its memory at the end: resident,
+// what the program holds (allocated), and what the allocator holds free without having handed it back (-1 where
+// the allocator does not say): of a resident size that grew, how much is state and how much the allocator's.
 std::string own_usage_fields() {
   const Usage u = own_usage();
-  char buf[96];
-  std::snprintf(buf, sizeof buf, ", \"cpu_s\": %.6f, \"voluntary_switches\": %ld", u.cpu_s, u.voluntary_switches);
+  const Memory m = own_memory();
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                ", \"cpu_s\": %.6f, \"voluntary_switches\": %ld, \"rss_bytes\": %lld, \"heap_allocated_bytes\": %lld"
+                ", \"heap_held_free_bytes\": %lld",
+                u.cpu_s, u.voluntary_switches, static_cast<long long>(m.rss), static_cast<long long>(m.allocated),
+                static_cast<long long>(m.held_free));
   return buf;
 }
 
@@ -526,6 +533,7 @@ int run(Role role, const char* prog, int argc, char** argv) {
       add("counters", counters_json(h.replica->counters()));
     }
     add("process", facts(i, drain_timed_out));
+
     std::string js = prepend_fields(dump, fields);
     if (!write_file(out + "/" + me.name + ".state.json", js + "\n"))
       throw Fatal{1, "cannot write " + out + "/" + me.name + ".state.json"};

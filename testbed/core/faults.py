@@ -17,7 +17,8 @@ window [START, START+LENGTH); a clock fault may take `@START` alone (default 0):
                                  follower (not replica 0: its failover comes later) alone in its process
                                  (`processes: node`), at most one replica of a shard
     crash:NODE@S+T               the same, and a new, empty process started for NODE at S+T: it catches up from
-                                 replica 0 of its shard (state transfer), then follows it to the end of the run
+                                 whichever live replica of its shard answers first (state transfer) and votes
+                                 again by its protocol's rule (docs/fault-tolerance.md)
     restart:NODE@S               the same as +T on an earlier crash item of NODE (the same text: a random NODE
                                  names the node that item drew)
 

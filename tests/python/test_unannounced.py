@@ -147,15 +147,18 @@ def test_a_shard_without_a_live_running_majority_for_a_while_is_a_note(tmp_path)
     assert 1.3 < row.no_majority_s < 1.7 and "s1.0.2 paused" in row.check_notes
 
 
+KEEP = 32   # events a replica keeps in memory in test_histories_stream_to_disk_through_a_restart
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_histories_stream_to_disk_through_a_restart(tmp_path, monkeypatch, mode):
-    """A replica writes its history as it goes and keeps only its last events in memory (TXN_HISTORY_KEEP, here 64:
+    """A replica writes its history as it goes and keeps only its last events in memory (TXN_HISTORY_KEEP, here 32:
     a short run writes most of it early; docs/checker.md, "Execution history"). Followers of one shard restarted one
     after the other take over their source's written lines as their own history's first ones (the snapshot reads
     them back from the file, the source's own votes left out) and the next rejoin seals the first: the run is
     CONSISTENT with nothing lost, and every replica's history is complete (its events as its dump counts them, no
     .part left behind by a process that ended)."""
-    monkeypatch.setenv("TXN_HISTORY_KEEP", "64")
+    monkeypatch.setenv("TXN_HISTORY_KEEP", str(KEEP))
     d = deploy.build_deployment(mode=mode, workload="append", regions=3, shards=1, clients_per_shard=1,
                                 concurrency=3, duration=9, warmup=1, cooldown=1, processes="node",
                                 faults="crash:s0.0.1@2+1; crash:s0.0.2@5+1",
@@ -169,8 +172,10 @@ def test_histories_stream_to_disk_through_a_restart(tmp_path, monkeypatch, mode)
         dump = json.loads((servers / f"{n}.state.json").read_text())
         lines = (servers / f"{n}.history.txt").read_text().splitlines()
         assert lines[-1].startswith(f"# end events={dump['execution_history']['events']} ")
-        assert dump["execution_history"]["events"] > 3 * 64, (n, dump["execution_history"])
+        assert dump["execution_history"]["events"] > 3 * KEEP, (n, dump["execution_history"])
     restarted = json.loads((servers / "s0.0.2.state.json").read_text())["counters"]
-    assert restarted["restarted"] == 1 and restarted["snapshot_events"] > 2 * 64, restarted
+    # more events than its source kept in memory: some were read back from the source's file (a run on a loaded
+    # machine executes ~100 by the second restart, so the bound is the in-memory tail, not a multiple of it)
+    assert restarted["restarted"] == 1 and restarted["snapshot_events"] > KEEP, restarted
     if "rejoin_seals" in restarted:   # a protocol whose restarted replicas vote: the second one votes too
         assert restarted["rejoin_seals"] == 1 and restarted["voter_messages"] > 0, restarted
