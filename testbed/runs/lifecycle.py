@@ -35,6 +35,7 @@ from testbed.core import deploy as deploylib, files, gitinfo, interrupts, rtt
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
 from testbed.core.polling import poll
+from testbed.runs.memory import INTERVAL_S as MEMORY_INTERVAL_S, MemorySampler
 from testbed.runs.nemesis import LOAD_START, Nemesis
 
 STEAL_WARN_PCT = 10
@@ -188,6 +189,10 @@ class Proc(ABC):
     def describe_exit(self) -> str:
         """`<name> exited with code N ...; last lines of its log: ...`"""
 
+    def rss_bytes(self) -> int | None:
+        """Its resident memory now, where the backend can read it from outside (local: /proc), else None."""
+        return None
+
     def lost_how(self) -> str | None:
         """What the backend saw of the end of the process's host when it went with it (a container gone: what
         Docker says of it), else None."""
@@ -216,8 +221,9 @@ class Runner(ABC):
     load_start_lead_s = 0.0  # a faulted run's load start is this far ahead of when it is fixed (docs/nemesis.md)
 
     def __init__(self, ready_timeout_s: float = 30, grace_s: float = 20, margin_s: float = 30,
-                 progress: bool = True):
+                 progress: bool = True, memory_interval_s: float = MEMORY_INTERVAL_S):
         self.ready_timeout_s, self.grace_s, self.margin_s, self.progress = ready_timeout_s, grace_s, margin_s, progress
+        self.memory_interval_s = memory_interval_s   # every server process's resident memory this often
 
     # ---- hooks
     @abstractmethod
@@ -323,6 +329,7 @@ class Runner(ABC):
         cpu0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_times()
         self._engine_cpu = self._machine1 = None
         self._nemesis = None
+        self._memory: MemorySampler | None = None
         failure: BaseException | None = None
         with interrupts.stop_on_signals(say=self.say) as stop:
             try:
@@ -343,6 +350,8 @@ class Runner(ABC):
                 failure = RunError(f"{type(e).__name__}: {e}".splitlines()[0])
                 traceback.print_exc(file=sys.stderr)
             finally:
+                if self._memory is not None:   # what was sampled, also of a run that failed
+                    self._memory.stop()
                 if self._nemesis is not None:   # paused processes continue; faults.json(l) written
                     try:
                         self._nemesis.stop()
@@ -474,6 +483,7 @@ class Runner(ABC):
         self._phase("servers_ready")
 
         c = deploy["client"]
+        clients_: list[Proc] = []   # the client processes, once started (not sampled for memory)
         mixed = [p for p, n in zip(servers, engine_processes(nodes, clients=False)) if n.get("clients")]
         if probe:  # one prober per region (the first client of its first shard)
             firsts = {}
@@ -496,7 +506,11 @@ class Runner(ABC):
                 self._nemesis.start_clock()
             self.signal_all(go, signal.SIGUSR1)  # their clients start now, as the client processes do
             self._nemesis.start()
+            # every server process's resident memory, the restarted ones' too (procs grows as they start)
+            self._memory = MemorySampler(run_dir, lambda: [p for p in procs if p not in clients_],
+                                         self._nemesis.t0, self.memory_interval_s)
             clients = start("client", "clients", engine_processes(nodes, clients=True))
+            clients_.extend(clients)
             expected = float(c["duration_s"]) + float(c.get("drain_timeout_s", 10))
         try:
             self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
@@ -508,6 +522,8 @@ class Runner(ABC):
         self._phase("clients")
         self._drain(servers, stop)
         self._phase("drain")
+        if self._memory is not None:
+            self._memory.stop()
         self.collect(run_dir)
         self._phase("collect")
         lost = self._lost()   # seen gone mid-run (a crash fault, kill -9, docker kill): no exit code 0, no state dump

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from testbed.core.interrupts import die_with_parent
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, exit_description
+from testbed.runs.memory import proc_rss_bytes
 from testbed.core.runtypes import RunError
 from testbed.core.paths import REPO
 
@@ -48,6 +49,9 @@ class LocalProc(Proc):
 
     def poll(self):
         return self.p.poll()
+
+    def rss_bytes(self) -> int | None:
+        return proc_rss_bytes(self.p.pid) if self.p.poll() is None else None
 
     def signal(self, sig) -> None:
         try:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from testbed.core import deploy
+from testbed.runs import memory
 from testbed.runs.local import LocalRunner
 
 from conftest import built_modes, procs_mentioning
@@ -163,7 +164,7 @@ def test_histories_stream_to_disk_through_a_restart(tmp_path, monkeypatch, mode)
                                 concurrency=3, duration=9, warmup=1, cooldown=1, processes="node",
                                 faults="crash:s0.0.1@2+1; crash:s0.0.2@5+1",
                                 base_port=29000 + 60 * MODES.index(mode))
-    res = LocalRunner(build_dir=BUILD, progress=False).run(d, "streamed", out_root=tmp_path)
+    res = LocalRunner(build_dir=BUILD, progress=False, memory_interval_s=0.5).run(d, "streamed", out_root=tmp_path)
     assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
     assert res.check["stats"]["durability"]["lost"] == 0
     servers = res.run_dir / "servers"
@@ -173,6 +174,12 @@ def test_histories_stream_to_disk_through_a_restart(tmp_path, monkeypatch, mode)
         lines = (servers / f"{n}.history.txt").read_text().splitlines()
         assert lines[-1].startswith(f"# end events={dump['execution_history']['events']} ")
         assert dump["execution_history"]["events"] > 3 * KEEP, (n, dump["execution_history"])
+    # every server process's resident memory over the run, sampled from outside: the killed ones' until they died,
+    # the restarted ones' from their start (docs/fault-tolerance.md, "Memory over a long run")
+    mem = {r["process"]: r for r in memory.profile(res.run_dir)}
+    assert {"s0.0.0", "s0.0.1", "s0.0.1+restart", "s0.0.2+restart"} <= set(mem), sorted(mem)
+    assert mem["s0.0.1"]["end_t_s"] < 2.6 < mem["s0.0.1+restart"]["start_t_s"] < mem["s0.0.2"]["end_t_s"] < 5.6
+    assert all(2 < r["start_mb"] < 500 and 2 < r["end_mb"] < 500 for r in mem.values()), mem
     restarted = json.loads((servers / "s0.0.2.state.json").read_text())["counters"]
     # more events than its source kept in memory: some were read back from the source's file (a run on a loaded
     # machine executes ~100 by the second restart, so the bound is the in-memory tail, not a multiple of it)

@@ -1,0 +1,24 @@
+"""testbed/runs/memory.py: a run's memory.csv read back per process (start once settled, middle, end)."""
+from testbed.runs import memory
+
+
+def test_a_process_is_measured_from_its_settled_start_to_its_end(tmp_path, capsys):
+    rows = ["t_s,process,rss_bytes"]
+    mb = 2 ** 20
+    for t in range(0, 101, 5):   # grows while it fills (first 30 s), then flat but for one step at 80 s
+        rows.append(f"{t},s0.0.1,{(10 + min(t, 30) / 10 + (1 if t >= 80 else 0)) * mb:.0f}")
+    for t in range(60, 101, 5):   # a restarted process: its own start is what counts
+        rows.append(f"{t},s0.0.2+restart,{20 * mb}")
+    (tmp_path / memory.FILE).write_text("\n".join(rows) + "\n")
+    got = {r["process"]: r for r in memory.profile(tmp_path)}
+    assert (got["s0.0.1"]["start_t_s"], got["s0.0.1"]["start_mb"], got["s0.0.1"]["end_mb"]) == (30, 13.0, 14.0)
+    assert got["s0.0.1"]["middle_mb"] == 13.0 and got["s0.0.1"]["growth_pct"] == 7.7
+    # lived 40 s: its start is its first sample 30 s in
+    assert got["s0.0.2+restart"]["start_t_s"] == 90 and got["s0.0.2+restart"]["growth_pct"] == 0
+    assert memory.main([str(tmp_path)]) == 0 and "s0.0.2+restart" in capsys.readouterr().out
+
+
+def test_a_folder_without_samples_is_one_line(tmp_path, capsys):
+    assert memory.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "memory.csv does not exist" in err
