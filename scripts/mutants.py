@@ -246,12 +246,13 @@ def stress_faults(duration: float, crash: bool = False, seed: int = 1, shards: i
     decided on the others' votes must hold without it, and nothing its peers saw committed may be lost (the
     durability check); it is restarted empty before the second pause, a quarter of the way into the run, and must
     take over a live replica's state, vote again where its protocol says how, and end as its peers with most of the
-    run's load still to come; a follower of region 2 the same way just past halfway (docs/nemesis.md). The pause that
-    starts just after the first restart is of the restarted follower's sibling (the other follower of its shard):
-    replica 0 seals and votes in the new epoch while the sibling holds the Seal unread beside the rounds that queued
-    up at it; at its SIGCONT it may answer those rounds before it reads the Seal, in the old epoch, after replica 0's
-    answers in the new one reached their coordinators (a vote from before the seal arriving after one from after it:
-    what a coordinator that counts votes of two epochs as one quorum needs to show)."""
+    run's load still to come; a follower of region 2 the same way just past halfway (docs/nemesis.md). The second pause
+    is of the restarted follower's sibling (the other follower of its shard), from 0.3 s before the restart to after
+    it: rounds queue up at the sibling before the rejoin's Seal does, replica 0 seals and votes in the new epoch, and
+    at its SIGCONT the sibling reads what became readable first (the rounds), answering them in the old epoch after
+    replica 0's answers in the new one reached their coordinators (a vote from before the seal arriving after one
+    from after it: what a coordinator that counts votes of two epochs as one quorum needs to show). The shard has no
+    live, running majority for those 0.3 s (a note of the check)."""
     def t(x):
         return round(duration * x, 2)
     pauses = [f"pause:follower@{t(x)}+{min(1.0, t(0.05))}" for x in (0.2, 0.3, 0.4, 0.5, 0.7, 0.8)]
@@ -263,8 +264,8 @@ def stress_faults(duration: float, crash: bool = False, seed: int = 1, shards: i
                (2, round(t(0.5) + pl + 0.1, 2), round(t(0.6) - 0.05, 2))]
     rng = random.Random(seed)
     down = {r: (rng.randrange(shards), rng.choice((1, 2))) for r, _, _ in crashes} if crash else {}
-    if crash:   # the pause just after the first restart: of the restarted follower's sibling
-        pauses[1] = f"pause:s1.{down[1][0]}.{3 - down[1][1]}@{t(0.3)}+{pl}"
+    if crash:   # the second pause: of the restarted follower's sibling, from before its restart to after its rejoin
+        pauses[1] = f"pause:s1.{down[1][0]}.{3 - down[1][1]}@{round(t(0.3) - 0.35, 2)}+{pl}"
     return "; ".join([f"clock:s0.0.1+3ms@{t(0.05)}", f"clock:s0.1.2-3ms@{t(0.05)}",
                       f"clock:r1+20ms@{t(0.15)}+{t(0.3)}", *(f"jitter:r{r}+12ms@{t(0.05)}+{t(0.9)}" for r in range(3)),
                       *pauses, f"partition:r2@{t(0.6)}+{min(2.0, t(0.1))}",

@@ -202,6 +202,10 @@ std::vector<NodeId> Learner::peers() const {
 
 void Learner::start(Env& env) {
   started_us_ = env.mono_us();
+  // Its Joins and Seals are numbered from its start time, not from 0: a replica restarted again is another
+  // incarnation of the same node, and what its peers still send the one before it (a source's Parts, forwarded to
+  // the node until its new Join arrives) must not pass for an answer to this one's.
+  attempt_ = seal_attempt_ = static_cast<uint64_t>(std::max<TimeUs>(started_us_, 0));
   join(env);
   env.set_timer(kTimer, kTickUs);
 }
@@ -258,11 +262,12 @@ void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
   }
   heard_us_ = env.mono_us();
   if (source_ == kNone) {   // still choosing: kept, in order, per peer
-    auto& offer = offers_[from];
-    if (offer.empty() != p.has_snapshot()) {   // a Part before its snapshot, or a second snapshot: cannot be
+    auto it = offers_.find(from);
+    if ((it == offers_.end()) != p.has_snapshot()) {   // a Part before its snapshot, or a second snapshot: cannot be
       ++stale_;
       return;
     }
+    auto& offer = offers_[from];   // (an offer is never empty: it starts with its snapshot)
     if (p.has_snapshot()) epochs_[from] = p.epoch();
     offer.push_back(p);
     if (first_offer_us_ < 0) first_offer_us_ = env.mono_us();

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from testbed.analysis import listappend
 from testbed.analysis.histories import MAX_LISTED, RunData, Unreadable
+from testbed.core.faults import node_of_process
 
 FAULTS_JSONL = "faults.jsonl"
 
@@ -76,7 +77,7 @@ def crashed_replicas(run_dir) -> dict[str, float]:
 def lost_processes(run_dir) -> set[str]:
     """The engine processes (the deployment's names: a restarted node's new process counts as its own) faults.jsonl
     records gone at any time: killed by a crash fault, or seen gone; set() without a faults.jsonl."""
-    return {str(ev.get("process") or n).removesuffix("+restart") for ev in _crash_events(run_dir) if _down(ev)
+    return {node_of_process(str(ev.get("process") or n)) for ev in _crash_events(run_dir) if _down(ev)
             for n in ev["nodes"]}
 
 

@@ -19,8 +19,8 @@ window [START, START+LENGTH); a clock fault may take `@START` alone (default 0):
     crash:NODE@S+T               the same, and a new, empty process started for NODE at S+T: it catches up from
                                  whichever live replica of its shard answers first (state transfer) and votes
                                  again by its protocol's rule (docs/fault-tolerance.md)
-    restart:NODE@S               the same as +T on an earlier crash item of NODE (the same text: a random NODE
-                                 names the node that item drew)
+    restart:NODE@S               the same as +T on the latest earlier crash item of NODE (the same text: a random
+                                 NODE names the node that item drew); a node restarted may crash again later
 
     REGIONS  rK (0-based, as in node names), several with `,`, or random-region
     LINKS    rA-rB (both directions), rA>rB (one), rA-* (every cross-region link of rA, both directions),
@@ -319,8 +319,9 @@ def plan(spec: str | None, seed: int, regions: int, nodes: list[dict], duration:
 
 
 def _restart(i, item, p: dict, before: list[dict], duration: float, transport: str) -> None:
-    """restart:NODE@S: the earlier crash item of NODE (by its text, or by the node it names) is restarted at S."""
-    crashes = [e for e in before if e["kind"] == "crash"]
+    """restart:NODE@S: the latest earlier crash item of NODE (by its text, or by the node it names) is restarted at
+    S."""
+    crashes = [e for e in before if e["kind"] == "crash"][::-1]   # its latest crash
     c = next((e for e in crashes if e["target"] == p["target"]), None) or \
         next((e for e in crashes if e["node"] == p["target"]), None)
     if c is None:
@@ -368,8 +369,14 @@ def _check_overlap(i, item, e, before):
         if {o["kind"], e["kind"]} <= {"pause", "crash"} and "crash" in (o["kind"], e["kind"]) \
                 and o["process"] == e["process"]:
             c, other = (o, e) if o["kind"] == "crash" else (e, o)
-            if other["kind"] == "crash":
-                _fail(i, item, f"{e['node']} crashed twice (item {j} '{o['spec']}')")
+            if other["kind"] == "crash":   # again once restarted: a new process, as after any restart
+                if "end_s" not in o:
+                    _fail(i, item, f"{e['node']} crashed twice: item {j} '{o['spec']}' does not restart it (give "
+                                   f"its restart first, e.g. {o['spec']}+5)")
+                if e["start_s"] <= o["end_s"]:
+                    _fail(i, item, f"{e['node']} crashed again at {e['start_s']:g} s, not after its restart at "
+                                   f"{o['end_s']:g} s (item {j} '{o['spec']}')")
+                continue
             if _overlap(other, c) or other["start_s"] <= c["start_s"] < other.get("end_s", float("inf")):
                 _fail(i, item, f"{c['node']} is paused while it is down (crashed at {c['start_s']:g} s"
                                + (f", restarted at {c['end_s']:g} s" if "end_s" in c else "") + f"; item {j} "
@@ -409,6 +416,20 @@ def deploy_entries(entries: list[dict]) -> list[dict]:
     (process, paused_nodes) left out."""
     keep = ("id", "spec", "kind", "start_s", "end_s")
     return [{k: v for k, v in e.items() if k in keep or k in ENGINE_KEYS[e["kind"]]} for e in entries]
+
+
+_RESTARTED = re.compile(r"\+restart\d*$")
+
+
+def restarted_process(node: str, k: int) -> str:
+    """The name of the process started for `node` at its k-th restart (1, 2, ...): <node>+restart, <node>+restart2,
+    ... (its log is logs/<that>.log)."""
+    return f"{node}+restart" + (str(k) if k > 1 else "")
+
+
+def node_of_process(name: str) -> str:
+    """A restarted node's process name back to its node (s0.0.1+restart2 -> s0.0.1); any other name as it is."""
+    return _RESTARTED.sub("", name)
 
 
 def restarts(entries: list[dict]) -> list[dict]:

@@ -32,6 +32,7 @@ from tenacity import stop_before_delay
 
 from testbed.analysis import checker, derived, results, validate
 from testbed.core import deploy as deploylib, files, gitinfo, interrupts, rtt
+from testbed.core.faults import node_of_process, restarted_process
 from testbed.analysis.rundirs import verdict, write_json
 from testbed.core.runtypes import Interrupted, RunError, RunResult, new_run_dir
 from testbed.core.polling import poll
@@ -554,7 +555,7 @@ class Runner(ABC):
         lost = self._lost()
         procs = dict(deploylib.processes(deploy["nodes"]))
         down = {m["name"] for p in lost for m in procs.get(p, [])} | \
-            {p.removesuffix("+restart") for p in lost if p.endswith("+restart")}
+            {node_of_process(p) for p in lost if node_of_process(p) != p}
         return down - {n for n, proc in self._nemesis.restarted.items() if proc not in lost}
 
     def _majority_lost(self, deploy: dict) -> str | None:
@@ -593,9 +594,12 @@ class Runner(ABC):
 
     def _restart(self, node_name: str, deploy: dict, cfg: Path, run_dir: Path, servers: list, procs: list) -> Proc:
         """A new, empty process for a crashed replica (the nemesis's restart, on its thread): `txn-server --recover`,
-        named <node>+restart (its log beside the killed one's), watched and drained as every server process."""
+        named <node>+restart (<node>+restart2 at its second restart, ...; its log beside the killed one's), watched
+        and drained as every server process."""
         node = next(n for n in deploy["nodes"] if n["name"] == node_name)
-        p = self.spawn(dict(node, proc_name=f"{node_name}+restart"), "server", cfg, run_dir, "servers", ["--recover"])
+        k = 1 + sum(node_of_process(p.name) == node_name and p.name != node_name for p in servers)
+        p = self.spawn(dict(node, proc_name=restarted_process(node_name, k)), "server", cfg, run_dir, "servers",
+                       ["--recover"])
         procs.append(p)
         servers.append(p)
         return p

@@ -147,7 +147,7 @@ class LocalRunner(Runner):
     def spawn(self, node, role, cfg_path, run_dir, out, extra):
         argv = [str(self._bins[role]), "--config", str(cfg_path), *engine_target(node),
                 "--out", str(run_dir / out), *client_out(node, str(run_dir / "clients")), *extra]
-        name = node.get("proc_name", node["name"])   # a restarted node's process: <node>+restart
+        name = node.get("proc_name", node["name"])   # a restarted node's process: <node>+restart, +restart2, ...
         return LocalProc(name, argv, run_dir / "logs" / f"{name}.log")
 
     def teardown(self, run_dir, procs):

@@ -70,7 +70,8 @@ def proc_rss_bytes(pid: int) -> int | None:
 
 def profile(run_dir) -> list[dict]:
     """Per process of memory.csv: its resident MB at start (its first sample SETTLED_S or more after its own
-    first, else its first), middle and end of its life, and its growth from start to end in %."""
+    first; in a shorter life, 1 s or more after, else its first), middle and end of its life, and its growth from
+    start to end in %."""
     by: dict[str, list[tuple[float, int]]] = {}
     with open(Path(run_dir) / FILE, newline="") as f:
         for row in csv.DictReader(f):
@@ -78,7 +79,8 @@ def profile(run_dir) -> list[dict]:
     out = []
     for name, xs in sorted(by.items()):
         first = xs[0][0]
-        start = next((x for x in xs if x[0] >= first + SETTLED_S), xs[0])
+        start = next((x for x in xs if x[0] >= first + SETTLED_S), None) or \
+            next((x for x in xs if x[0] >= first + 1.0), xs[0])   # (not its first instants: libraries loading)
         mid_t = (start[0] + xs[-1][0]) / 2
         mid = min(xs, key=lambda x: abs(x[0] - mid_t))
         mb = [round(v / 2 ** 20, 1) for _, v in (start, mid, xs[-1])]

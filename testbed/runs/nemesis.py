@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from testbed.core import deploy as deploylib
-from testbed.core.faults import DRIVER_KINDS
+from testbed.core.faults import DRIVER_KINDS, node_of_process
 
 FAULTS_JSON, FAULTS_JSONL, LOAD_START = "faults.json", "faults.jsonl", "load_start"
 _ANCHOR = re.compile(r"^FAULTS (\S+) load_start_us=(\d+) read_at_us=(\d+) source=(.*)$", re.M)
@@ -64,7 +64,10 @@ class Nemesis:
         self._thread: threading.Thread | None = None
         self._paused: dict[str, dict] = {}   # process -> the pause entry holding it
         self.crashed: dict[str, dict] = {}   # process -> the crash entry that killed it (the signal was sent)
-        self.restarted: dict[str, str] = {}  # node -> the process started for it again (restart(node) returned)
+        self.restarted: dict[str, str] = {}  # node -> the process started for it again (restart(node) returned), the
+        #                                      latest for a node restarted more than once
+        self._healed: set[str] = set()        # the crash entries whose restart was carried out
+        self._restart_of: dict[str, dict] = {}   # restarted process -> the crash entry that started it
         self.restart = restart                # node name -> its new process (a Proc); None: restarts fail
         self._lost: dict[str, dict] = {}      # process -> its `lost` event (seen gone mid-run)
         self.lead_s = 0.0
@@ -81,7 +84,7 @@ class Nemesis:
         """Record that `process` (a server or client process of the run, or a restarted one's) was seen gone mid-run,
         and how; returns the event. Its nodes: the deployment's process's, or the restarted node."""
         now = time.time()
-        nodes = self.members.get(process) or [process.removesuffix("+restart")]
+        nodes = self.members.get(process) or [node_of_process(process)]
         ev = {"id": None, "kind": "loss", "event": "lost", "source": "observed", "process": process, "nodes": nodes,
               "how": how, "t_s": round(now - self.t0, 6) if self.t0 is not None else None,
               "wall_unix_us": _us(now), "ok": True,
@@ -102,8 +105,10 @@ class Nemesis:
         if self.t0 is None:
             return set()
         now = time.time() - self.t0
+        with self._lock:
+            done = set(self._healed)
         return {e["node"] for e in self.entries if e["kind"] == "crash" and "end_s" in e and e["end_s"] > now
-                and e["node"] not in self.restarted_nodes()}
+                and e["id"] not in done}
 
     def crashed_processes(self) -> set[str]:
         """The processes crashed so far (a copy: the nemesis thread adds to them)."""
@@ -159,6 +164,11 @@ class Nemesis:
             # per thread): this one lives until stop()
             self._stop.wait()
 
+    def process_now(self, node: str) -> str:
+        """The process that runs `node` now, or ran it last: its latest restart's, else the deployment's."""
+        with self._lock:
+            return self.restarted.get(node) or self.process_of.get(node, node)
+
     def restarted_nodes(self) -> set[str]:
         """The nodes restarted so far (a copy)."""
         with self._lock:
@@ -166,7 +176,7 @@ class Nemesis:
 
     def _restart(self, e: dict, planned: float) -> None:
         """The crash entry's heal: a new, empty process for its node (the runner's restart())."""
-        old = self.process_of.get(e["node"], e["node"])
+        old = self.process_now(e["node"])
         sent, ok, err, name = time.time(), False, None, None
         if old not in self.crashed_processes():
             err = f"{old} was not crashed"
@@ -183,6 +193,8 @@ class Nemesis:
         if ok:
             with self._lock:
                 self.restarted[e["node"]] = name
+                self._healed.add(e["id"])
+                self._restart_of[name] = e
         ev = {"id": e["id"], "kind": "crash", "event": "heal", "action": "restart", "source": "driver",
               "applied_by": "driver", "node": e["node"], "process": name or old, "nodes": [e["node"]],
               "planned_t_s": float(planned), "t_s": round(sent - self.t0, 6), "wall_unix_us": _us(sent),
@@ -196,9 +208,7 @@ class Nemesis:
     def _signal(self, e: dict, what: str, planned: float, early: bool = False) -> None:
         if e["kind"] == "crash" and what == "heal":
             return self._restart(e, planned)
-        proc_name = self.process_of.get(e["node"], e["node"])
-        if e["node"] in self.restarted_nodes():   # a pause after its restart: the new process's
-            proc_name = self.restarted[e["node"]]
+        proc_name = self.process_now(e["node"])   # after a restart: the new process (a pause, a crash)
         p = self.servers.get(proc_name)
         crash = e["kind"] == "crash"
         sig = signal.SIGKILL if crash else signal.SIGSTOP if what == "apply" else signal.SIGCONT
@@ -269,13 +279,16 @@ class Nemesis:
         events its snapshot held, its time from start to caught up, the replica it took them over from)."""
         out = []
         by_node = {e["node"]: e for e in self.entries if e["kind"] == "crash" and "end_s" in e}
-        for log in sorted((self.run_dir / "logs").glob("*+restart.log")):
+        with self._lock:
+            by_process = dict(self._restart_of)
+        for log in sorted((self.run_dir / "logs").glob("*+restart*.log")):
             try:
                 text = log.read_text(errors="replace")
             except OSError:
                 continue
             for m in _CAUGHT_UP.finditer(text):
-                node, e = m.group(1), by_node.get(m.group(1))
+                node = m.group(1)
+                e = by_process.get(log.stem) or by_node.get(node)
                 wall = int(m.group(4))
                 out.append({"id": e["id"] if e else None, "kind": "crash", "event": "caught_up", "source": "engine",
                             "node": node, "process": log.stem, "events": int(m.group(2)), "from": m.group(5),
@@ -301,8 +314,9 @@ class Nemesis:
                "anchor_latency_max_s": max((a["read_at_t_s"] for a in anchors if a["read_at_t_s"] is not None),
                                            default=None)}
         (self.run_dir / FAULTS_JSON).write_text(json.dumps(doc, indent=1) + "\n")
+        caught = self.caught_up()
         with self._lock:
-            evs = sorted(self.events + self.caught_up(),
+            evs = sorted(self.events + caught,
                          key=lambda v: (v["t_s"] if v["t_s"] is not None else 0.0, v["event"] != "load_start"))
         with open(self.run_dir / FAULTS_JSONL, "w") as f:
             for ev in evs:

@@ -276,6 +276,45 @@ TEST(Recovery, ARestartedReplicaWhoseSourceGoesSilentFollowsAnother) {
   EXPECT_EQ(l.executor().store().digest(), a.executor().store().digest());
 }
 
+// A replica restarted a second time is another incarnation of the same node: its Joins are numbered from its start
+// time, so the Parts its peers still forward to the incarnation before it (attempt 1, theirs) are stale, and a Part
+// of its own attempt that comes before its sender's snapshot is not an offer (it died choosing an empty one, SIGSEGV,
+// when both happened: tests/python/test_unannounced.py, a follower crashed and restarted twice).
+TEST(Recovery, ASecondIncarnationTakesNoPartMeantForTheFirstAsAnOffer) {
+  Deployment d = test::small_deployment("janus", "append");
+  auto w = make_workload(d);
+  const NodeId lead = d.replica_id(0, 0), f1 = d.replica_id(0, 1), f2 = d.replica_id(0, 2);
+  CatchUpServer b(find_protocol("janus").make_replica(d, f2, *w));
+  Learner l(d, f1, *w);
+  HandEnv env;
+  env.t = 7'000'000;   // started 7 s into the run
+  l.start(env);
+  ASSERT_EQ(env.sent.size(), 2u);
+  const uint64_t attempt = env.sent[0].second.recovery().join().attempt();
+  EXPECT_GT(attempt, 1u) << "numbered from its start, not from 0";
+  Envelope join_b = from_node(f1, env.sent[1].second);
+  env.sent.clear();
+  for (uint64_t a : {uint64_t{1}, attempt}) {   // the first incarnation's stream, then one of its own attempt
+    Envelope beat;
+    beat.set_from(lead);
+    auto* bp = beat.mutable_recovery()->mutable_part();
+    bp->set_attempt(a);
+    bp->set_from(40);
+    l.on_message(env, beat);
+  }
+  EXPECT_EQ(l.counters().at("catch_up_stale_parts"), 2);
+  b.on_message(env, join_b);
+  ASSERT_EQ(env.sent.size(), 1u);
+  Envelope snap = from_node(f2, env.sent.back().second);
+  l.on_message(env, snap);
+  EXPECT_FALSE(l.caught_up()) << "replica 0 has not offered a snapshot: it may still";
+  env.t += Learner::kChooseUs;
+  l.on_timer(env, Learner::kTimer);
+  ASSERT_TRUE(l.caught_up());
+  EXPECT_EQ(l.source(), f2);
+  EXPECT_EQ(l.executor().store().digest(), b.executor().store().digest());
+}
+
 // A replica copies what it executes only while a restarted peer follows it (its executor's tap): not before the
 // first Join, not after the last Leave, and not once its follower went silent; memory does not grow for a restart
 // that never comes.

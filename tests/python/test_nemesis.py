@@ -171,7 +171,11 @@ def test_a_crash_with_a_restart_names_its_end():
     ("crash:s0.0.1@20", "not before the run's end"),
     ("crash:s0.0.1@2; crash:s0.0.2@5", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard down at once"),
     ("crash:s0.0.1@2+4; crash:s0.0.2@5+2", "s0.0.2 and s0.0.1 (item 1) are replicas of one shard down at once"),
-    ("crash:s0.0.1@2; crash:s0.0.1@5", "s0.0.1 crashed twice"),
+    ("crash:s0.0.1@2; crash:s0.0.1@5", "s0.0.1 crashed twice: item 1 'crash:s0.0.1@2' does not restart it"),
+    ("crash:s0.0.1@2+3; crash:s0.0.1@4+1", "s0.0.1 crashed again at 4 s, not after its restart at 5 s (item 1"),
+    ("crash:s0.0.1@2+3; crash:s0.0.1@5", "crashed again at 5 s, not after its restart at 5 s"),
+    ("crash:s0.0.1@2+3; crash:s0.0.1@7+2; pause:s0.0.1@8+1", "paused while it is down (crashed at 7 s, restarted "
+     "at 9 s"),
     ("pause:s0.0.1@1+3; crash:s0.0.1@2", "s0.0.1 is paused while it is down (crashed at 2 s; item 1"),
     ("crash:s0.0.1@2; pause:s0.0.1@3+1", "s0.0.1 is paused while it is down (crashed at 2 s; item 1"),
     ("crash:s0.0.1@2+3; pause:s0.0.1@4+2", "paused while it is down (crashed at 2 s, restarted at 5 s"),
@@ -183,6 +187,20 @@ def test_a_crash_that_cannot_be_is_refused_in_one_line(spec, says):
         deploy.build_deployment(duration=20, mode="dast", faults=spec, processes="node")
     msg = str(e.value)
     assert says in msg and "\n" not in msg and msg.startswith("faults: item "), msg
+
+
+def test_a_restarted_node_may_crash_again_and_be_restarted_again():
+    """A restarted node is a new process like any other: it may crash later, once restarted (in either form), and be
+    paused while it is up between its crashes."""
+    d = deploy.build_deployment(duration=20, mode="dast", processes="node",
+                                faults="crash:s0.0.1@2+3; pause:s0.0.1@5.5+1; crash:s0.0.1@7+2; crash:s0.0.1@11; "
+                                       "restart:s0.0.1@13")
+    crashes = [(f["start_s"], f["end_s"]) for f in d["faults"] if f["kind"] == "crash"]
+    assert crashes == [(2, 5), (7, 9), (11, 13)]
+    assert faults.restarted_process("s0.0.1", 1) == "s0.0.1+restart"
+    assert faults.restarted_process("s0.0.1", 3) == "s0.0.1+restart3"
+    assert [faults.node_of_process(n) for n in ("s0.0.1+restart", "s0.0.1+restart12", "s0.0.1", "c0.0.0")] == \
+        ["s0.0.1", "s0.0.1", "s0.0.1", "c0.0.0"]
 
 
 def test_replicas_of_one_shard_may_go_down_one_after_the_other():
