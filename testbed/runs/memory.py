@@ -43,17 +43,21 @@ class MemorySampler:
                 return
 
     def stop(self) -> None:
-        """Stop sampling and write the file (once; later calls do nothing)."""
+        """Stop sampling and write the file (once; later calls do nothing); a file that cannot be written is left
+        out, never raised (the run's own verdict stands)."""
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join()
         if not self._rows:
             return
-        with open(self.path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(("t_s", "process", "rss_bytes"))
-            w.writerows(self._rows)
+        try:
+            with open(self.path, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(("t_s", "process", "rss_bytes"))
+                w.writerows(self._rows)
+        except OSError:   # information, not a record the run needs (a full disk: the run's own failure says so)
+            self.path.unlink(missing_ok=True)
 
 
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -22,3 +22,23 @@ def test_a_folder_without_samples_is_one_line(tmp_path, capsys):
     assert memory.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "memory.csv does not exist" in err
+
+
+class _Proc:
+    name = "s0.0.1"
+
+    def poll(self):
+        return None
+
+    def rss_bytes(self):
+        return 20 * 2 ** 20
+
+
+def test_samples_that_cannot_be_written_are_left_out_never_raised(tmp_path):
+    """A full disk (here: a folder that does not exist) fails the run by its own error, not by memory.csv's."""
+    s = memory.MemorySampler(tmp_path / "gone", lambda: [_Proc()], t0=0.0, interval_s=0.05)
+    s.stop()
+    assert not (tmp_path / "gone").exists()
+    ok = memory.MemorySampler(tmp_path, lambda: [_Proc()], t0=0.0, interval_s=0.05)
+    ok.stop()
+    assert (tmp_path / memory.FILE).read_text().splitlines()[1].endswith(f",s0.0.1,{20 * 2 ** 20}")
