@@ -148,6 +148,18 @@ def test_a_shard_without_a_live_running_majority_for_a_while_is_a_note(tmp_path)
     assert 1.3 < row.no_majority_s < 1.7 and "s1.0.2 paused" in row.check_notes
 
 
+def _one_shard_run(tmp_path, mode: str, faults: str, base_port: int, name: str):
+    """A 9 s run of one shard in each of 3 regions (3 coordinators, the anomaly workload) under `faults`, memory
+    sampled every 0.5 s; it must be CONSISTENT with nothing lost."""
+    d = deploy.build_deployment(mode=mode, workload="append", regions=3, shards=1, clients_per_shard=1,
+                                concurrency=3, duration=9, warmup=1, cooldown=1, processes="node", faults=faults,
+                                base_port=base_port + 60 * MODES.index(mode))
+    res = LocalRunner(build_dir=BUILD, progress=False, memory_interval_s=0.5).run(d, name, out_root=tmp_path)
+    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
+    assert res.check["stats"]["durability"]["lost"] == 0
+    return res
+
+
 KEEP = 32   # events a replica keeps in memory in test_histories_stream_to_disk_through_a_restart
 
 
@@ -160,13 +172,7 @@ def test_histories_stream_to_disk_through_a_restart(tmp_path, monkeypatch, mode)
     CONSISTENT with nothing lost, and every replica's history is complete (its events as its dump counts them, no
     .part left behind by a process that ended)."""
     monkeypatch.setenv("TXN_HISTORY_KEEP", str(KEEP))
-    d = deploy.build_deployment(mode=mode, workload="append", regions=3, shards=1, clients_per_shard=1,
-                                concurrency=3, duration=9, warmup=1, cooldown=1, processes="node",
-                                faults="crash:s0.0.1@2+1; crash:s0.0.2@5+1",
-                                base_port=29000 + 60 * MODES.index(mode))
-    res = LocalRunner(build_dir=BUILD, progress=False, memory_interval_s=0.5).run(d, "streamed", out_root=tmp_path)
-    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
-    assert res.check["stats"]["durability"]["lost"] == 0
+    res = _one_shard_run(tmp_path, mode, "crash:s0.0.1@2+1; crash:s0.0.2@5+1", 29000, "streamed")
     servers = res.run_dir / "servers"
     assert not [p.name for p in servers.glob("*.part") if not p.name.startswith(("s0.0.1", "s0.0.2"))]
     for n in ("s0.0.0", "s0.0.1", "s0.0.2"):
@@ -195,13 +201,7 @@ def test_a_follower_restarted_is_crashed_and_restarted_again(tmp_path, mode):
     <node>+restart2), takes over a live replica's state again and, where its protocol votes, seals a newer epoch and
     votes again; the run is CONSISTENT with nothing lost, both restarts caught up, and memory.csv follows each of the
     three processes in turn."""
-    d = deploy.build_deployment(mode=mode, workload="append", regions=3, shards=1, clients_per_shard=1,
-                                concurrency=3, duration=9, warmup=1, cooldown=1, processes="node",
-                                faults="crash:s0.0.1@1.5+1; crash:s0.0.1@4+1",
-                                base_port=29400 + 60 * MODES.index(mode))
-    res = LocalRunner(build_dir=BUILD, progress=False, memory_interval_s=0.5).run(d, "twice", out_root=tmp_path)
-    assert res.ok and res.check["verdict"] == "CONSISTENT", (res.reason, res.check.get("violations", [])[:3])
-    assert res.check["stats"]["durability"]["lost"] == 0
+    res = _one_shard_run(tmp_path, mode, "crash:s0.0.1@1.5+1; crash:s0.0.1@4+1", 29400, "twice")
     evs = [json.loads(x) for x in (res.run_dir / "faults.jsonl").read_text().splitlines()]
     crash = [(e["event"], e["process"]) for e in evs if e.get("kind") == "crash"]
     assert crash == [("apply", "s0.0.1"), ("heal", "s0.0.1+restart"), ("caught_up", "s0.0.1+restart"),
