@@ -517,7 +517,7 @@ class Runner(ABC):
             self._wait_clients(servers, clients + ([] if probe else mixed), float(c["duration_s"]),
                                expected + self.margin_s, probe, stop, deploy)
         except RunError as e:
-            if probe:
+            if probe or isinstance(e, Interrupted):   # a stop asked for is a stop within seconds (teardown copies)
                 raise
             self._salvage(e, servers, clients, run_dir, stop)   # what every live process recorded, then raise e
         self._phase("clients")

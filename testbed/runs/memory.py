@@ -64,10 +64,11 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def proc_rss_bytes(pid: int) -> int | None:
-    """A local process's resident memory (/proc/PID/statm), or None once it is gone."""
+    """A local process's resident memory (/proc/PID/statm), or None once it is gone (its file unreadable, or all
+    zeros: a process that exited and is not yet reaped, a zombie, holds no memory)."""
     try:
         with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * PAGE
+            return int(f.read().split()[1]) * PAGE or None
     except (OSError, IndexError, ValueError):
         return None
 
@@ -79,7 +80,8 @@ def profile(run_dir) -> list[dict]:
     by: dict[str, list[tuple[float, int]]] = {}
     with open(Path(run_dir) / FILE, newline="") as f:
         for row in csv.DictReader(f):
-            by.setdefault(row["process"], []).append((float(row["t_s"]), int(row["rss_bytes"])))
+            if int(row["rss_bytes"]) > 0:   # (a zombie's zeros, sampled before this was known, are not its memory)
+                by.setdefault(row["process"], []).append((float(row["t_s"]), int(row["rss_bytes"])))
     out = []
     for name, xs in sorted(by.items()):
         first = xs[0][0]

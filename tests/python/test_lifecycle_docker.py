@@ -92,7 +92,10 @@ def test_signal_on_the_host_job_stops_everything(dep, sig, code):
     run = wait_clients_running(f"sig{int(sig)}", p=p)
     os.killpg(p.pid, sig)             # as the terminal does: the whole foreground process group
     rc, out, took = finish(p, within=30)
-    assert rc == code and took < 10, out
+    # within seconds: no salvage of the records (a stop asked for is not a failure to keep them through, which cost a
+    # SIGTERM per client process in its container before: 10.1 s once in CI), teardown and the copy of their files
+    assert rc == code and took < 15, out
+    assert "keeping what every live process recorded" not in out, out
     meta = meta_of(run)
     assert meta["status"] == "interrupted" and meta["reason"].startswith(f"interrupted by {sig.name}"), meta
     assert engines_left() == {}

@@ -42,3 +42,20 @@ def test_samples_that_cannot_be_written_are_left_out_never_raised(tmp_path):
     ok = memory.MemorySampler(tmp_path, lambda: [_Proc()], t0=0.0, interval_s=0.05)
     ok.stop()
     assert (tmp_path / memory.FILE).read_text().splitlines()[1].endswith(f",s0.0.1,{20 * 2 ** 20}")
+
+
+def test_a_process_that_exited_unreaped_holds_no_memory(tmp_path):
+    """A server that exits between the sampler's poll() and its read is a zombie until reaped: its statm reads all
+    zeros, which is no sample (CI caught an end of 0.0 MB for a restarted replica drained at the run's end); a zero
+    in an older memory.csv is not its end either."""
+    import os
+    import subprocess
+    p = subprocess.Popen(["sleep", "30"])
+    assert memory.proc_rss_bytes(p.pid) > 0
+    p.kill()
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)   # exited, not reaped
+    assert memory.proc_rss_bytes(p.pid) is None
+    p.wait()
+    assert memory.proc_rss_bytes(p.pid) is None
+    (tmp_path / memory.FILE).write_text("t_s,process,rss_bytes\n0,s0.0.1,1048576\n5,s0.0.1,2097152\n10,s0.0.1,0\n")
+    assert memory.profile(tmp_path)[0]["end_mb"] == 2.0
