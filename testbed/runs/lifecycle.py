@@ -190,8 +190,9 @@ class Proc(ABC):
     def describe_exit(self) -> str:
         """`<name> exited with code N ...; last lines of its log: ...`"""
 
-    def rss_bytes(self) -> int | None:
-        """Its resident memory now, where the backend can read it from outside (local: /proc), else None."""
+    def memory(self) -> tuple[int, int] | None:
+        """Its resident memory now and the private part of it, in bytes, where the backend can read them from
+        outside (local: /proc), else None."""
         return None
 
     def lost_how(self) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from testbed.core.interrupts import die_with_parent
 from testbed.runs.lifecycle import Proc, Runner, client_out, engine_target, exit_description
-from testbed.runs.memory import proc_rss_bytes
+from testbed.runs.memory import proc_memory
 from testbed.core.runtypes import RunError
 from testbed.core.paths import REPO
 
@@ -50,8 +50,8 @@ class LocalProc(Proc):
     def poll(self):
         return self.p.poll()
 
-    def rss_bytes(self) -> int | None:
-        return proc_rss_bytes(self.p.pid) if self.p.poll() is None else None
+    def memory(self) -> tuple[int, int] | None:
+        return proc_memory(self.p.pid) if self.p.poll() is None else None
 
     def signal(self, sig) -> None:
         try:

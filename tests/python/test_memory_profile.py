@@ -30,8 +30,8 @@ class _Proc:
     def poll(self):
         return None
 
-    def rss_bytes(self):
-        return 20 * 2 ** 20
+    def memory(self):
+        return 20 * 2 ** 20, 5 * 2 ** 20
 
 
 def test_samples_that_cannot_be_written_are_left_out_never_raised(tmp_path):
@@ -41,7 +41,7 @@ def test_samples_that_cannot_be_written_are_left_out_never_raised(tmp_path):
     assert not (tmp_path / "gone").exists()
     ok = memory.MemorySampler(tmp_path, lambda: [_Proc()], t0=0.0, interval_s=0.05)
     ok.stop()
-    assert (tmp_path / memory.FILE).read_text().splitlines()[1].endswith(f",s0.0.1,{20 * 2 ** 20}")
+    assert (tmp_path / memory.FILE).read_text().splitlines()[1].endswith(f",s0.0.1,{20 * 2 ** 20},{5 * 2 ** 20}")
 
 
 def test_a_process_that_exited_unreaped_holds_no_memory(tmp_path):
@@ -51,11 +51,26 @@ def test_a_process_that_exited_unreaped_holds_no_memory(tmp_path):
     import os
     import subprocess
     p = subprocess.Popen(["sleep", "30"])
-    assert memory.proc_rss_bytes(p.pid) > 0
+    rss, private = memory.proc_memory(p.pid)
+    assert rss > private > 0
     p.kill()
     os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)   # exited, not reaped
-    assert memory.proc_rss_bytes(p.pid) is None
+    assert memory.proc_memory(p.pid) is None
     p.wait()
-    assert memory.proc_rss_bytes(p.pid) is None
+    assert memory.proc_memory(p.pid) is None
     (tmp_path / memory.FILE).write_text("t_s,process,rss_bytes\n0,s0.0.1,1048576\n5,s0.0.1,2097152\n10,s0.0.1,0\n")
     assert memory.profile(tmp_path)[0]["end_mb"] == 2.0
+
+
+def test_the_private_part_is_profiled_beside_the_resident_set(tmp_path):
+    """The code and libraries a process shares with their files are most of its resident set and fault in as new
+    paths run; its private part (heap, stacks) is what its state costs: both profiled where the file has both."""
+    mb = 2 ** 20
+    rows = ["t_s,process,rss_bytes,private_bytes"] + [f"{t},s0.0.1,{(20 + t / 50) * mb:.0f},{6 * mb}"
+                                                       for t in range(0, 101, 5)]
+    (tmp_path / memory.FILE).write_text("\n".join(rows) + "\n")
+    (got,) = memory.profile(tmp_path)
+    assert got["growth_pct"] > 0 and (got["private_start_mb"], got["private_end_mb"], got["private_growth_pct"]) == \
+        (6.0, 6.0, 0.0)
+    (tmp_path / memory.FILE).write_text("t_s,process,rss_bytes\n0,s0.0.1,1048576\n40,s0.0.1,1048576\n")
+    assert "private_start_mb" not in memory.profile(tmp_path)[0]
