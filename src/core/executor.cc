@@ -50,7 +50,23 @@ void ShardExecutor::execute(uint64_t txn_id, const Piece& p, const Vars& in, Var
 bool ShardExecutor::snapshot(recovery::Snapshot* out) const {
   out->set_shard(shard_);
   if (!store_->encode(out->mutable_store())) return false;
-  if (written_ > 0 && !read_written(out)) return false;
+  if (written_ > 0) {   // its first events: their lines' bytes in its file, fetched by the peer afterwards
+    file_->out.flush();
+    const std::streamoff end = file_->out.tellp();
+    if (!file_->out || end < static_cast<std::streamoff>(file_->header_bytes)) return false;
+    uint64_t skipped = 0;   // (mutant) the events of the file's first line, which read_written then leaves out
+    if (kSnapshotSkipsWritten) {
+      std::ifstream in(file_->path + ".part");
+      std::string line, txn, ids;
+      while (std::getline(in, line) && (line[0] == '#' || (std::istringstream(line) >> txn >> ids, ids == "="))) {
+      }
+      std::istringstream one(line);
+      skipped = parse_lines(one, [](const ExecEvent&) {});
+    }
+    out->set_written_events(written_ - skipped);
+    out->set_written_begin(file_->header_bytes);
+    out->set_written_end(static_cast<uint64_t>(end));
+  }
   out->mutable_history()->Reserve(static_cast<int>(history_.size()));
   for (const ExecEvent& e : history_) {
     recovery::Done* d = out->add_history();
@@ -77,16 +93,10 @@ bool ShardExecutor::install(const recovery::Snapshot& s) {
   std::unique_ptr<ShardStore> st = w_.load(shard_);
   if (!st->decode(s.store())) return false;
   store_ = std::move(st);
-  if (s.written_events() > 0) {
-    if (file_) {   // straight to its own file, as its source's lines
-      file_->out << s.written();
-      file_->lines += static_cast<size_t>(std::count(s.written().begin(), s.written().end(), '\n'));
-      written_ = s.written_events();
-    } else {       // (a simulated replica keeps it all in memory)
-      std::istringstream in(s.written());
-      if (parse_lines(in, [this](const ExecEvent& e) { history_.push_back(e); }) != s.written_events()) return false;
-    }
-  }
+  // its source's written events come afterwards (take_written): counted now, so that the events that follow in
+  // memory are numbered as at the source
+  written_ = awaiting_ = s.written_events();
+  fetched_.clear();
   for (const recovery::Deps& d : s.deps()) declare_deps(d.txn(), {d.deps().begin(), d.deps().end()});
   for (const recovery::Done& d : s.history()) {
     history_.push_back(ExecEvent{d.txn(), d.piece(), d.deferred(),
@@ -304,7 +314,9 @@ bool ShardExecutor::stream_to(std::shared_ptr<HistoryFile> f, size_t keep) {
   written_ = 0;
   declared_at_.clear();
   if (!file_->out) return false;
-  file_->out << "# txn-history v1 node=" << file_->node << " shard=" << shard_ << "\n";
+  const std::string header = "# txn-history v1 node=" + file_->node + " shard=" + std::to_string(shard_) + "\n";
+  file_->out << header;
+  file_->header_bytes = header.size();
   spill();
   return static_cast<bool>(file_->out);
 }
@@ -313,6 +325,7 @@ bool ShardExecutor::stream_to(std::shared_ptr<HistoryFile> f, size_t keep) {
 // and forgotten); a declaration made 2 x keep_ events ago and still here (its transaction executed before,
 // or never here) gets a line of its own.
 void ShardExecutor::spill() {
+  if (awaiting_ > 0) return;   // its source's written events are to be its file's first lines
   if (history_.size() > keep_) {
     size_t n = history_.size() - keep_;
     while (n < history_.size() && history_[n].txn == history_[n - 1].txn) ++n;   // a transaction's run stays whole
@@ -333,6 +346,10 @@ void ShardExecutor::spill() {
 bool ShardExecutor::finish_history(std::string* err) {
   if (!file_) {
     *err = "no history file";
+    return false;
+  }
+  if (awaiting_ > 0) {
+    *err = "its history's first " + std::to_string(awaiting_) + " events, still to come from its source, are missing";
     return false;
   }
   const bool spilled = written_ > 0;
@@ -358,34 +375,63 @@ bool ShardExecutor::finish_history(std::string* err) {
   return true;
 }
 
-// The events written to the file so far (a restarted peer's snapshot: its first ones), as lines "<txn> <pieces> [d]
-// [k=...] [p=...]": this replica's own tokens (its votes, the replicas its decisions counted) left out, and the
-// declaration lines ("<txn> = ...") too.
-bool ShardExecutor::read_written(recovery::Snapshot* out) const {
+// The file's lines in bytes [offset, end), about max_bytes of them (a restarted peer's snapshot's first events, a
+// chunk at a time), as "<txn> <pieces> [d] [k=...] [p=...]": this replica's own tokens (its votes, the replicas its
+// decisions counted) left out, and the declaration lines ("<txn> = ...") too. The file only grows (a snapshot's
+// bytes stay as they are) until a restarted replica takes over another state (stream_to starts it anew), after
+// which its server answers no Fetch of the earlier state's followers.
+bool ShardExecutor::read_written(uint64_t offset, uint64_t end, size_t max_bytes, std::string* text, uint64_t* next,
+                                 uint64_t* events) const {
+  text->clear();
+  *events = 0;
+  if (!file_ || offset < file_->header_bytes || offset > end) return false;
   file_->out.flush();
-  std::ifstream in(file_->path + ".part");
-  std::string line, tok, text;
-  if (!std::getline(in, line)) return false;   // the header
-  size_t lines = 0;
-  uint64_t skipped = 0;
-  while (lines < file_->lines && std::getline(in, line)) {
-    ++lines;
+  std::ifstream in(file_->path + ".part", std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset) - 1);
+  if (!in || in.get() != '\n') return false;   // not the start of a line
+  uint64_t at = offset;
+  std::string line, tok;
+  bool first = offset == file_->header_bytes;   // (the mutant's)
+  while (at < end && text->size() < max_bytes) {
+    if (!std::getline(in, line) || in.eof()) return false;   // the file is shorter, or its last line unfinished
+    at += line.size() + 1;
+    if (at > end) return false;   // a line across `end`: not a snapshot's bytes
     std::istringstream f(line);
     std::string txn, ids;
     if (!(f >> txn >> ids)) return false;
     if (ids == "=") continue;
-    if (kSnapshotSkipsWritten && lines == 1) {
-      std::istringstream one(line);
-      skipped = parse_lines(one, [](const ExecEvent&) {});
-      continue;
-    }
-    text += txn + ' ' + ids;
+    if (kSnapshotSkipsWritten && std::exchange(first, false)) continue;   // (mutant) its first events' line
+    *text += txn + ' ' + ids;
     while (f >> tok)
-      if (tok == "d" || tok.rfind("k=", 0) == 0 || tok.rfind("p=", 0) == 0) text += ' ' + tok;
-    text += '\n';
+      if (tok == "d" || tok.rfind("k=", 0) == 0 || tok.rfind("p=", 0) == 0) *text += ' ' + tok;
+    *text += '\n';
   }
-  out->set_written(std::move(text));
-  out->set_written_events(written_ - skipped);
+  std::istringstream again(*text);
+  if (!text->empty()) *events = parse_lines(again, [](const ExecEvent&) {});
+  *next = at;
+  return true;
+}
+
+bool ShardExecutor::take_written(const std::string& text, uint64_t events) {
+  if (events > awaiting_) return false;
+  std::istringstream in(text);
+  if (file_) {   // straight to its own file, as its source's lines
+    if (parse_lines(in, [](const ExecEvent&) {}) != events) return false;
+    file_->out << text;
+    file_->lines += static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  } else {       // (a simulated replica keeps it all in memory)
+    if (parse_lines(in, [this](const ExecEvent& e) { fetched_.push_back(e); }) != events) return false;
+  }
+  awaiting_ -= events;
+  if (awaiting_ == 0) {
+    if (file_) {
+      spill();   // what it executed meanwhile, after them
+    } else {
+      history_.insert(history_.begin(), fetched_.begin(), fetched_.end());
+      written_ = 0;
+      fetched_.clear();
+    }
+  }
   return true;
 }
 

@@ -57,7 +57,8 @@ struct HistoryFile {
   HistoryFile(std::string path, std::string node) : path(std::move(path)), node(std::move(node)) {}
   std::string path, node;
   std::ofstream out;
-  size_t lines = 0;   // between the header and the trailer
+  size_t lines = 0;          // between the header and the trailer
+  uint64_t header_bytes = 0;   // the header line's: where the events' lines begin
 };
 
 class ShardExecutor {
@@ -144,12 +145,26 @@ class ShardExecutor {
   bool tapping() const { return tap_; }
   std::vector<recovery::Event> take_tapped() { return std::exchange(tapped_, {}); }
   // This replica's state as a restarted peer takes it over: the store (ShardStore::encode) and the history so far
-  // (every event, and the dependencies declared; its votes and quorums are its own and stay here). False: the
-  // workload's store cannot be encoded.
+  // (the events still in memory, and the dependencies declared; its votes and quorums are its own and stay here);
+  // the events already written to its file are named by their bytes there (written_begin, written_end), for the
+  // peer to fetch a chunk at a time (read_written), so that a snapshot is bounded whatever the run's length. False:
+  // the workload's store cannot be encoded, or the file cannot be read.
   bool snapshot(recovery::Snapshot* out) const;
   // Take over a peer's snapshot: its store and history replace this executor's (which must have executed nothing).
-  // False (nothing changed) when it is not a snapshot of this shard and workload.
+  // False (nothing changed) when it is not a snapshot of this shard and workload. Its written events are then
+  // still to come (take_written): until they all have, history_complete() is false and nothing more is written to
+  // this executor's own file (its first lines must be those), what it executes meanwhile staying in memory.
   bool install(const recovery::Snapshot& s);
+  // Lines of this replica's history file from byte `offset` (a snapshot's written_begin, or an earlier chunk's
+  // `next`) up to `end` (its written_end), about `max_bytes` of them at most: as "<txn> <pieces> [d] [k=...]
+  // [p=...]", this replica's own votes and decisions and its declaration lines left out, holding `events` events;
+  // `next`: where the following chunk starts. False: those bytes are not whole lines of its file.
+  bool read_written(uint64_t offset, uint64_t end, size_t max_bytes, std::string* text, uint64_t* next,
+                    uint64_t* events) const;
+  // A chunk of the installed snapshot's written events, in order (read_written's text and count). False: not lines
+  // of that many events, or more than the snapshot said.
+  bool take_written(const std::string& text, uint64_t events);
+  bool history_complete() const { return awaiting_ == 0; }
 
  private:
   const Workload& w_;
@@ -157,6 +172,8 @@ class ShardExecutor {
   std::unique_ptr<ShardStore> store_;
   std::deque<ExecEvent> history_;
   uint64_t written_ = 0;                    // events written to file_ (and gone from history_)
+  uint64_t awaiting_ = 0;                   // an installed snapshot's written events still to come (take_written)
+  std::deque<ExecEvent> fetched_;           // ... those come, where there is no file (added before history_ at the end)
   size_t keep_ = kKeepEvents;               // stream_to's
   std::shared_ptr<HistoryFile> file_;       // stream_to
   std::deque<std::pair<uint64_t, uint64_t>> declared_at_;   // streaming: (txn, events() then) per declaration
@@ -166,7 +183,6 @@ class ShardExecutor {
   // returning how many; `forget`: the declarations written are erased.
   size_t write_lines(std::ostream& o, size_t n, std::unordered_set<uint64_t>* once, bool forget);
   bool write_tokens(std::ostream& o, uint64_t txn, bool forget);   // " q=... v=... p=..." of txn; false: none
-  bool read_written(recovery::Snapshot* out) const;   // the events in the file so far (a snapshot's first ones)
 
  public:
   // History lines back into events (each to `to`), as write_lines wrote them; returns how many.

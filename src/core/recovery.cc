@@ -65,7 +65,8 @@ Envelope part_envelope(uint64_t attempt, uint64_t from, uint64_t total, bool idl
 CatchUpServer::CatchUpServer(std::unique_ptr<ReplicaNode> inner) : inner_(std::move(inner)) {}
 
 void CatchUpServer::on_message(Env& env, Envelope& m) {
-  if (m.has_recovery() && !m.recovery().has_part() && !m.recovery().has_sealed()) {   // Join, Ack, Leave, Seal
+  if (m.has_recovery() && !m.recovery().has_part() && !m.recovery().has_sealed() &&
+      !m.recovery().has_written()) {   // Join, Ack, Leave, Seal, Fetch
     serve(env, m.from(), m.recovery());
   } else {
     inner_->on_message(env, m);   // its protocol's, or a Part or Sealed for a restarted inner replica (a Learner)
@@ -104,8 +105,9 @@ void CatchUpServer::on_timer(Env& env, uint64_t id) {
 
 void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
   if (m.has_join()) {
-    if (auto* l = dynamic_cast<const Learner*>(inner_.get()); l != nullptr && !l->caught_up())
-      return;   // a restarted replica that holds no state yet has none to give: the joiner hears from another
+    if (auto* l = dynamic_cast<const Learner*>(inner_.get());
+        l != nullptr && (!l->caught_up() || !l->executor().history_complete()))
+      return;   // a restarted replica that holds no state (or history) yet has none to give: the joiner hears from another
     // Its state now, and from now on every event it executes (the tap), so that nothing falls between the two.
     if (!followers_.empty()) forward(env, false);   // what earlier followers are owed, before the tap is shared
     Envelope out = part_envelope(m.join().attempt(), executor().events(), executor().events(),
@@ -141,6 +143,25 @@ void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
     return;
   }
   auto f = followers_.find(from);
+  if (m.has_fetch()) {   // a chunk of the history its snapshot named: read from the file now, sent, freed
+    if (f == followers_.end() || f->second.attempt != m.fetch().attempt() || &executor() != served_)
+      return;   // not a follower of this state (any more): it asks again, and is answered with a new snapshot
+    f->second.heard_us = env.mono_us();
+    Envelope out;
+    recovery::Written* w = out.mutable_recovery()->mutable_written();
+    uint64_t next = 0, events = 0;
+    if (!executor().read_written(m.fetch().offset(), m.fetch().end(), kChunkBytes, w->mutable_text(), &next, &events))
+      throw BadMessage("recovery: a Fetch of bytes [" + std::to_string(m.fetch().offset()) + ", " +
+                       std::to_string(m.fetch().end()) + ") that are not whole lines of this replica's history file");
+    w->set_attempt(m.fetch().attempt());
+    w->set_offset(m.fetch().offset());
+    w->set_next(next);
+    w->set_events(events);
+    ++chunks_;
+    chunk_bytes_ += static_cast<int64_t>(w->text().size());
+    env.send(from, std::move(out));
+    return;
+  }
   if (m.has_ack()) {
     if (f != followers_.end() && f->second.attempt == m.ack().attempt()) f->second.heard_us = env.mono_us();
     return;
@@ -184,6 +205,8 @@ std::map<std::string, int64_t> CatchUpServer::counters() const {
     c["catch_up_events_served"] = events_sent_;
     c["catch_up_snapshot_bytes"] = snapshot_bytes_;
     c["catch_up_followers_forgotten"] = forgotten_;
+    c["catch_up_history_chunks_served"] = chunks_;
+    c["catch_up_history_bytes_served"] = chunk_bytes_;
   }
   if (seals_ > 0) c["seals_served"] = seals_;
   return c;
@@ -217,6 +240,7 @@ void Learner::join(Env& env) {
   offers_.clear();
   epochs_.clear();
   first_offer_us_ = -1;
+  fetch_sent_us_ = -1;
   heard_us_ = env.mono_us();
   if (voting_) {   // its state is about to be another's: its votes wait for a new seal
     voting_ = false;
@@ -247,7 +271,8 @@ void Learner::on_message(Env& env, Envelope& m) {
                      std::to_string(me_.shard));
   if (m.recovery().has_part()) return take_part(env, m.from(), m.recovery().part());
   if (m.recovery().has_sealed()) return take_sealed(env, m.from(), m.recovery().sealed());
-  throw BadMessage("recovery: a restarted replica takes Parts and Sealed answers only");
+  if (m.recovery().has_written()) return take_written(env, m.from(), m.recovery().written());
+  throw BadMessage("recovery: a restarted replica takes Parts, Written and Sealed answers only");
 }
 
 void Learner::take_part(Env& env, NodeId from, const recovery::Part& p) {
@@ -337,6 +362,9 @@ void Learner::choose(Env& env) {
     if (on_caught_up_) on_caught_up_(env, have_, caught_up_us_, from);
   }
   if (voter_) voter_->follow(first.has_record() ? first.record() : std::string());
+  fetch_at_ = first.snapshot().written_begin();
+  fetch_end_ = first.snapshot().written_events() > 0 ? first.snapshot().written_end() : fetch_at_;
+  if (fetch_at_ < fetch_end_) fetch(env);   // its source's written history, a chunk at a time
   for (size_t i = 1; i < parts.size(); ++i) take_part(env, from, parts[i]);
   give_back_at_us_ = env.mono_us() + CatchUpServer::kGiveBackUs;   // the snapshot, once its message is freed too
   if (voter_ && source_ == from) {
@@ -351,6 +379,32 @@ void Learner::choose(Env& env) {
     for (const auto& [_, x] : epochs_) e = std::max(e, x);
     seal(env, kReusesEpoch ? e : e + 1);
   }
+}
+
+void Learner::fetch(Env& env) {
+  Envelope m;
+  recovery::Fetch* f = m.mutable_recovery()->mutable_fetch();
+  f->set_attempt(attempt_);
+  f->set_offset(fetch_at_);
+  f->set_end(fetch_end_);
+  fetch_sent_us_ = env.mono_us();
+  ++fetches_;
+  env.send(source_, std::move(m));
+}
+
+// A chunk of its source's written history: to its own history file (or memory), then the next asked for.
+void Learner::take_written(Env& env, NodeId from, const recovery::Written& w) {
+  if (w.attempt() != attempt_ || from != source_ || fetch_sent_us_ < 0 || w.offset() != fetch_at_) {
+    ++stale_;   // an answer to an earlier Join or Fetch
+    return;
+  }
+  if (w.next() <= w.offset() || w.next() > fetch_end_ || !exec_->take_written(w.text(), w.events()) ||
+      (w.next() == fetch_end_ && !exec_->history_complete()))
+    throw BadMessage("recovery: a chunk of " + d_.node(from).name + "'s history that does not continue its snapshot");
+  fetched_bytes_ += static_cast<int64_t>(w.text().size());
+  fetch_at_ = w.next();
+  fetch_sent_us_ = -1;
+  if (fetch_at_ < fetch_end_) fetch(env);
 }
 
 // Asks every other replica to move to `epoch` and send its record.
@@ -423,6 +477,7 @@ void Learner::on_timer(Env& env, uint64_t id) {
     env.send(source_, std::move(m));
     if (voter_ && !voting_ && seal_sent_us_ >= 0 && now - seal_sent_us_ >= kSilentUs)
       seal(env, seal_epoch_ + 1);   // a peer did not answer its Seal: ask again, above it
+    if (fetch_sent_us_ >= 0 && now - fetch_sent_us_ >= kSilentUs) fetch(env);   // unanswered: asked again
   }
   env.set_timer(kTimer, kTickUs);
 }
@@ -435,6 +490,8 @@ std::map<std::string, int64_t> Learner::counters() const {
                                       {"catch_up_parts", parts_},
                                       {"catch_up_stale_parts", stale_},
                                       {"catch_up_sources", sources_},
+                                      {"history_fetched_bytes", fetched_bytes_},
+                                      {"history_fetches", fetches_},
                                       {"ignored_protocol_messages", ignored_}};
   if (voter_) {
     c["rejoin_seals"] = seals_;

@@ -3,7 +3,9 @@
 // A replica whose process died (killed by the nemesis, `kill -9`, `docker kill`, anything) may be started again with
 // nothing in memory (`txn-server --recover`): nothing tells it or its peers which replica that is or that it was
 // planned. It asks every other replica of its shard for their state (Join); the first to answer is its source: its
-// snapshot (the store, ShardStore::encode, and its history so far) is taken over, and from then on the source sends
+// snapshot (the store, ShardStore::encode, and its history so far: the events still in its memory, and where in its
+// history file the others are, which it then fetches a bounded chunk at a time) is taken over, and from then on the
+// source sends
 // every piece it executes, with the variables it ran with and the order key it ran by, and the restarted replica
 // executes them again in that order (execution is deterministic: the checker's replay relies on the same). So it
 // ends in its source's state with its source's history, event by event. A source that goes silent (no Part, not even
@@ -30,12 +32,14 @@ namespace txn {
 
 // Every replica as the engine builds it: the protocol's replica as it is, plus the catch-up it serves to restarted
 // peers of its shard (Join -> a Part with its snapshot, then a Part with what it executed after every message or
-// timer it handled, and a heartbeat Part every kBeatUs).
+// timer it handled, and a heartbeat Part every kBeatUs; Fetch -> Written, a chunk of the snapshot's history from its
+// file, at most kChunkBytes).
 class CatchUpServer final : public ReplicaNode {
  public:
   static constexpr TimeUs kBeatUs = 100'000;       // a heartbeat to each follower this often, while it has any
   static constexpr TimeUs kForgetUs = 3'000'000;   // a follower not heard from (Ack) this long is dropped
   static constexpr TimeUs kGiveBackUs = 1'000'000;   // a snapshot sent or taken: freed memory handed back after
+  static constexpr size_t kChunkBytes = 256 * 1024;  // a Fetch's answer: about this much of its history file's lines
   static constexpr uint64_t kTimer = 0x53'45'52'56'45ull;   // "SERVE": the only timer it sets
   explicit CatchUpServer(std::unique_ptr<ReplicaNode> inner);
   void start(Env& env) override { inner_->start(env); }
@@ -64,7 +68,8 @@ class CatchUpServer final : public ReplicaNode {
   bool beating_ = false;
   TimeUs sent_us_ = 0;
   TimeUs give_back_at_us_ = -1;   // a snapshot was sent: its memory handed back to the system then
-  int64_t joins_ = 0, parts_ = 0, events_sent_ = 0, snapshot_bytes_ = 0, forgotten_ = 0, seals_ = 0;
+  int64_t joins_ = 0, parts_ = 0, events_sent_ = 0, snapshot_bytes_ = 0, forgotten_ = 0, seals_ = 0, chunks_ = 0,
+          chunk_bytes_ = 0;
 };
 
 // A replica restarted empty. Its state: it takes over the state of a live replica of its shard (among those that
@@ -87,7 +92,9 @@ class Learner final : public ReplicaNode {
   void start(Env& env) override;
   void on_message(Env& env, Envelope& m) override;
   void on_timer(Env& env, uint64_t id) override;
-  bool idle() const override { return source_ != kNone && source_idle_ && have_ == source_total_; }
+  bool idle() const override {
+    return source_ != kNone && source_idle_ && have_ == source_total_ && exec_->history_complete();
+  }
   const ShardExecutor& executor() const override { return *exec_; }
   uint64_t epoch() const override { return voting_ ? seal_epoch_ : 0; }
   // A later restarted peer's Seal: once it votes, its Voter's record (and it moves to that epoch); before, none.
@@ -111,6 +118,8 @@ class Learner final : public ReplicaNode {
   void take_part(Env& env, NodeId from, const recovery::Part& p);
   void seal(Env& env, uint64_t epoch);
   void take_sealed(Env& env, NodeId from, const recovery::Sealed& s);
+  void fetch(Env& env);
+  void take_written(Env& env, NodeId from, const recovery::Written& w);
   std::vector<NodeId> peers() const;
   const Deployment& d_;
   const NodeInfo& me_;
@@ -129,6 +138,10 @@ class Learner final : public ReplicaNode {
   uint64_t seal_attempt_ = 0, seal_epoch_ = 0;
   TimeUs seal_sent_us_ = -1;
   std::map<NodeId, recovery::Sealed> sealed_;
+  // its source's history file's bytes still to fetch (the snapshot's written events): from fetch_at_ to fetch_end_
+  uint64_t fetch_at_ = 0, fetch_end_ = 0;
+  TimeUs fetch_sent_us_ = -1;
+  int64_t fetched_bytes_ = 0, fetches_ = 0;
   static constexpr size_t kHeldMax = 20'000;   // protocol messages kept for its Voter until it votes (more: dropped)
   std::vector<Envelope> held_;
   int64_t ignored_ = 0, parts_ = 0, stale_ = 0, sources_ = 0, snapshot_events_ = 0, seals_ = 0, voted_ = 0;
