@@ -52,7 +52,7 @@ def test_a_process_that_exited_unreaped_holds_no_memory(tmp_path):
     import subprocess
     p = subprocess.Popen(["sleep", "30"])
     rss, private = memory.proc_memory(p.pid)
-    assert rss > private > 0
+    assert rss >= private > 0   # (just forked, before its exec: one page, its own)
     p.kill()
     os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)   # exited, not reaped
     assert memory.proc_memory(p.pid) is None
