@@ -287,7 +287,7 @@ def e2e(name: str, build_dir: Path, out_root: Path, profile: str, duration: floa
         log: Path, attempt: int = 0, workload: str = "alternate") -> str:
     os.environ["EDGE_TXN_REPLAY"] = str(build_dir / "txn-replay")
     os.environ[protocols.BINARY_ENV] = str(build_dir / "txn-server")   # the registry of the build under test
-    # replicas write their histories as they go, keeping 256 events in memory (not 8,192): a 20 s run writes most
+    # replicas write their histories as they go, keeping 256 events in memory (not 1,024): a 20 s run writes most
     # of them before a follower restarts, so a catch-up takes its source's written lines (docs/checker.md)
     os.environ["TXN_HISTORY_KEEP"] = "256"
     try:

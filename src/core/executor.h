@@ -67,7 +67,7 @@ class ShardExecutor {
   // this many events came after it (what the protocol declares of it by then is on its line, as when the whole
   // history is written at the end); a declaration this late (a decision heard long after, a vote whose transaction
   // never executed here) gets a line of its own ("<txn> = q=... v=..."; docs/checker.md).
-  static constexpr size_t kKeepEvents = 8192;   // the default; stream_to's `keep` (tests make it small)
+  static constexpr size_t kKeepEvents = 1024;   // the default; stream_to's `keep` (tests make it small)
   ShardExecutor(const Workload& w, uint32_t shard);
   // Execute one piece of transaction `txn_id` and record it. A piece the
   // workload rejects (BadMessage, rethrown) is recorded too: the rejection is

@@ -7,6 +7,7 @@
 // tcmalloc's (gperftools), where the engine is linked with it: hand freed pages back to the system (nullptr
 // otherwise). glibc's malloc_trim does the same for its heap.
 extern "C" void MallocExtension_ReleaseFreeMemory(void) __attribute__((weak));
+extern "C" void MallocExtension_MarkThreadIdle(void) __attribute__((weak));
 
 namespace txn {
 
@@ -14,6 +15,9 @@ namespace {
 // A snapshot made or taken over is megabytes that are freed at once: given back, so that a replica that served or
 // took one does not keep them for the rest of the run (its resident memory stays what its state needs).
 void give_back_freed() {
+  // This thread's cache of freed small objects first (the event loop's, which made and freed them): back to the
+  // central lists, so that spans whose objects are all free become whole free pages the release can hand back.
+  if (MallocExtension_MarkThreadIdle) MallocExtension_MarkThreadIdle();
   if (MallocExtension_ReleaseFreeMemory) MallocExtension_ReleaseFreeMemory();
   else malloc_trim(0);
 }
@@ -160,6 +164,7 @@ void CatchUpServer::serve(Env& env, NodeId from, const recovery::Msg& m) {
     ++chunks_;
     chunk_bytes_ += static_cast<int64_t>(w->text().size());
     env.send(from, std::move(out));
+    give_back_at_us_ = env.mono_us() + kGiveBackUs;   // the chunk's pages, once the last one is written
     return;
   }
   if (m.has_ack()) {
@@ -405,6 +410,7 @@ void Learner::take_written(Env& env, NodeId from, const recovery::Written& w) {
   fetch_at_ = w.next();
   fetch_sent_us_ = -1;
   if (fetch_at_ < fetch_end_) fetch(env);
+  else give_back_at_us_ = env.mono_us() + CatchUpServer::kGiveBackUs;   // the chunks' pages, the last one freed too
 }
 
 // Asks every other replica to move to `epoch` and send its record.

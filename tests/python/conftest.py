@@ -195,8 +195,13 @@ def _swarm_membership():
         c.close()
 
 
+# Set by a test that runs a few tests in a pytest of its own: that session does not judge the machine's swarm, which
+# the enclosing suite's other workers may be changing meanwhile (the enclosing session judges it, at its end).
+NESTED_SUITE_ENV = "EDGE_TXN_NESTED_SUITE"
+
+
 def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):   # the controller (or a run without workers)
+    if not hasattr(session.config, "workerinput") and not os.environ.get(NESTED_SUITE_ENV):   # the controller
         session.config.stash[_SWARM_BEFORE] = _swarm_membership()
 
 

@@ -15,7 +15,7 @@ import pytest
 from testbed.runs import driverexec, selftest
 from testbed.sweeps import mainjob
 
-from conftest import REPO, signals_as_from_a_terminal
+from conftest import NESTED_SUITE_ENV, REPO, signals_as_from_a_terminal
 
 # ---------------------------------------------------------------- the stdin protocol only when the host asks for it
 
@@ -279,5 +279,6 @@ def test_the_signal_tests_pass_when_pytest_itself_runs_with_hup_and_int_ignored(
             sig.signal(s, sig.SIG_IGN)
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "tests/python/test_local_fake.py::test_a_signal_to_run_local_stops_the_run_and_leaves_no_process"],
-                       cwd=REPO, capture_output=True, text=True, timeout=240, preexec_fn=ignored)
+                       cwd=REPO, capture_output=True, text=True, timeout=240, preexec_fn=ignored,
+                       env={**os.environ, NESTED_SUITE_ENV: "1"})
     assert p.returncode == 0 and "3 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
