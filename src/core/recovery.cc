@@ -12,8 +12,9 @@ extern "C" void MallocExtension_MarkThreadIdle(void) __attribute__((weak));
 namespace txn {
 
 namespace {
-// A snapshot made or taken over is megabytes that are freed at once: given back, so that a replica that served or
-// took one does not keep them for the rest of the run (its resident memory stays what its state needs).
+// A snapshot made or taken over, and a history fetched in chunks, are megabytes that are freed at once: given back,
+// so that a replica that served or took one does not keep them for the rest of the run (its resident memory stays
+// what its state needs).
 void give_back_freed() {
   // This thread's cache of freed small objects first (the event loop's, which made and freed them): back to the
   // central lists, so that spans whose objects are all free become whole free pages the release can hand back.
