@@ -86,6 +86,7 @@ std::string process_facts(const Transport& t, uint64_t rejected, bool drain_time
   return "{\"dropped_messages\": " + std::to_string(d.to_servers) + ", \"dropped_to\": " + to + "}" +
          ", \"unreachable_peers\": " + given_up + "]" +
          ", \"junk_connections\": " + std::to_string(t.junk_connections()) +
+         ", \"queued_peak_bytes\": " + std::to_string(t.queued_peak_bytes()) +
          (t.junk_connections() ? ", \"junk_from\": \"" + t.junk_from() + "\"" : std::string()) +
          ", \"dropped_to_clients\": " + std::to_string(d.to_clients) +
          ", \"malformed_messages\": " + std::to_string(d.malformed) +

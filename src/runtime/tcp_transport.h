@@ -14,7 +14,9 @@
 //
 // Outbound, per destination process: messages wait in `pending`; one write is
 // in flight at a time and carries, as one frame, everything queued meanwhile
-// (and what the event loop sent in one round: enqueue() then flush()). A frame
+// (and what the event loop sent in one round: enqueue() then flush()). What waits
+// for a peer that cannot take it (not connected, its socket full) is serialized
+// at once into one buffer per peer (`parked`), to go first in the next frame. A frame
 // whose connection broke is written again on the next one (at most kMaxBreaks
 // times running, then dropped and counted); a destination not connected within
 // connect_timeout_s while messages wait for it is unreachable (Transport).
@@ -52,7 +54,11 @@ class TcpTransport final : public Transport {
 
   // The frame that carries `msgs` (tests and tools write frames with it too), stamped with the sender's steady
   // clock and its domain (clock_domain()) when they are given.
-  static std::string frame(const std::vector<Envelope>& msgs, TimeUs sent_steady_us = 0, uint64_t domain = 0);
+  // `entries`: messages already serialized as a Batch's entries, which go before `msgs`.
+  static std::string frame(const std::vector<Envelope>& msgs, TimeUs sent_steady_us = 0, uint64_t domain = 0,
+                           const std::string& entries = {});
+  // The most bytes that ever waited, serialized, for one peer that could not take them (facts: queued_peak_bytes).
+  uint64_t queued_peak_bytes() const override { return parked_peak_.load(std::memory_order_relaxed); }
   // The name of the Unix socket a process listens on beside TCP port `port`, in the abstract namespace (written
   // with a leading '@'; the address has a 0 byte there).
   static std::string unix_socket_name(uint16_t port) { return "edge-txn:" + std::to_string(port); }
@@ -68,6 +74,7 @@ class TcpTransport final : public Transport {
   void queue(Envelope&& m);
   void flush_dirty();
   void write(Peer& p);
+  void park(Peer& p);   // p.pending serialized onto p.parked
   // Writes bytes[off..] to p's socket, advancing off: true once all is written; false when the socket is full
   // (EPOLLOUT is watched) or the connection broke (broke() has run).
   bool send_all(Peer& p, const std::string& bytes, size_t& off);
@@ -98,6 +105,7 @@ class TcpTransport final : public Transport {
   std::shared_ptr<bool> alive_;   // false once destroyed: work still posted (a resolver's answer) does nothing
   std::vector<std::unique_ptr<Peer>> peers_;   // by endpoint node id, created lazily
   std::vector<Peer*> dirty_;                   // queued to since the last flush
+  std::atomic<uint64_t> parked_peak_{0};
   std::unordered_map<int, std::unique_ptr<InConn>> ins_;   // by fd
   uint64_t watch_timer_ = 0;
   bool stop_ = false;

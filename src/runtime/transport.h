@@ -109,6 +109,8 @@ class Transport {
   uint64_t writes() const { return writes_; }
   uint64_t written() const { return written_; }
   Drops drops() const;
+  // The most bytes that waited at once for one peer that could not take them (0 where not counted).
+  virtual uint64_t queued_peak_bytes() const { return 0; }
 
   // A batch whose connection broke this many times running is dropped.
   static constexpr int kMaxBreaks = 3;

@@ -587,6 +587,39 @@ TEST(TcpTransport, FramesSplitAnywhereArriveWhole) {
   EXPECT_TRUE(ib.logs.empty()) << ib.logs.front();
 }
 
+// What waits for a peer that is not there (crashed, not started yet) is held serialized, in one buffer per peer
+// (the bytes of its frame entries, not message objects: 6x smaller for Janus's messages), and arrives first, in
+// order, once the peer listens; the most that waited is counted (the process's facts: queued_peak_bytes).
+TEST(TcpTransport, WhatWaitsForAnAbsentPeerIsHeldSerializedAndArrivesFirstInOrder) {
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
+  Inbox ia, ib;
+  TcpTransport a(d, {0}, local_options(30), ia.deliver(), ia.log());
+  std::string err;
+  ASSERT_TRUE(a.listen(&err)) << err;
+  std::vector<Envelope> sent;
+  for (int round = 0; round < 20; ++round) {   // 20 rounds of the event loop, 10 messages each
+    for (int i = 0; i < 10; ++i) {
+      sent.push_back(numbered(0, 3, sent.size()));
+      a.enqueue(Envelope(sent.back()));
+    }
+    a.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string all = TcpTransport::frame(sent);   // unstamped: 4 bytes of length, then the entries
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (a.queued_peak_bytes() < all.size() - 4 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(a.queued_peak_bytes(), all.size() - 4) << "the 200 waiting messages' entries, each once";
+  TcpTransport b(d, {3}, local_options(), ib.deliver(), ib.log());
+  ASSERT_TRUE(b.listen(&err)) << err;
+  a.send(numbered(0, 3, 200));
+  ASSERT_TRUE(ib.wait([&] { return ib.got.size() == 201; }));
+  for (size_t i = 0; i < ib.got.size(); ++i) EXPECT_EQ(ib.got[i].probe_reply().seq(), i);
+  EXPECT_EQ(a.drops().to_servers, 0u);
+  EXPECT_TRUE(ia.logs.empty()) << ia.logs.front();
+}
+
 TEST(TcpTransport, AFrameThatIsNoBatchIsMalformedAndEndsItsConnection) {
   const TestPorts ports(2);
   Deployment d = two_regions(ports[0], ports[1]);
@@ -684,6 +717,38 @@ TEST(TcpTransport, RunsOnTheEventLoopsThread) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(node.seqs[i], static_cast<uint64_t>(i));
   EXPECT_EQ(deliver_thread, std::this_thread::get_id());
   EXPECT_GE(node.at.front() - t0, 4'000) << "5 ms one way";
+}
+
+// A peer that stops reading (paused: its connection alive, its socket full) gets, once it reads again, everything
+// in order: what the sender could not write meanwhile waited serialized (queued_peak_bytes), not as objects.
+TEST(TcpTransport, APeerThatStopsReadingGetsEverythingInOrderWhenItReadsAgain) {
+  const TestPorts ports(2);
+  Deployment d = two_regions(ports[0], ports[1]);
+  d.link.rtt_ms = {{2, 4}, {4, 2}};
+  EventLoop loop(d, 3);   // b's reactor: not run (b reads nothing) until the loop runs below
+  auto b = make_transport(d, 3, local_options(), [&](Envelope&& m, TimeUs due) { loop.post(std::move(m), due); },
+                          [](const std::string&) {}, &loop.reactor());
+  std::string err;
+  ASSERT_TRUE(b->listen(&err)) << err;
+  Inbox ia;
+  TcpTransport a(d, {0}, local_options(), ia.deliver(), ia.log());
+  ASSERT_TRUE(a.listen(&err)) << err;
+  constexpr int kN = 60'000;   // ~0.5 MB: more than the kernel's socket buffers hold
+  for (int i = 0; i < kN; ++i) {
+    a.send(numbered(0, 3, i));
+    if (i % 1000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (a.queued_peak_bytes() == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(a.queued_peak_bytes(), 0u) << "the socket never filled";
+  Recorder node;
+  const TimeUs t0 = steady_us();
+  loop.run(node, [&] { return node.seqs.size() == kN || steady_us() - t0 > 10'000'000; });
+  ASSERT_EQ(node.seqs.size(), static_cast<size_t>(kN));
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(node.seqs[i], static_cast<uint64_t>(i));
+  EXPECT_EQ(a.drops().to_servers, 0u);
+  EXPECT_TRUE(ia.logs.empty()) << ia.logs.front();
 }
 
 // Quiet waits (EventLoop::set_quiet_horizon_us): the least delay into a process is the least the link model gives
