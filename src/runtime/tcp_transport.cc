@@ -128,7 +128,7 @@ struct TcpTransport::Peer {
   size_t next_addr = 0;
   std::vector<Envelope> pending;   // queued, not yet in a frame
   // Queued while the peer could not take them (not connected, or its socket full), after `out` and before
-  // `pending`: serialized at once, as a frame's entries (frame_entry), in one buffer. A shard's 5 s of messages to a
+  // `pending`: serialized at once, as a frame's entries (write_entry), in one buffer. A shard's 5 s of messages to a
   // crashed follower are ~90 KB so, against ~0.55 MB as message objects (measured: 529 Janus messages), and one
   // buffer is freed whole where thousands of small objects stayed in the allocator's free lists.
   std::string parked;
