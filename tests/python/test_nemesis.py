@@ -232,7 +232,7 @@ def test_a_pause_after_a_restart_is_planned_and_pauses_the_new_process(tmp_path)
     nem = Nemesis(d, tmp_path, procs, seed=7, restart=lambda node: back)
     nem.publish(lambda text: None)
     nem.start()
-    time.sleep(0.6)
+    _until(lambda: len(back.signals) == 2)
     nem.stop()
     old = next(p for p in procs if p.name == "s1.0.2")
     assert [s for s, _ in old.signals] == [signal.SIGKILL]
@@ -260,7 +260,7 @@ def test_the_runner_kills_on_time_and_expects_the_death(tmp_path):
     t0 = nem.publish(lambda text: None)
     nem.start()
     ref, late = _lateness_at(t0, 0.2)
-    time.sleep(0.5)
+    _until(lambda: nem.crashed_processes())
     assert set(nem.crashed) == {"s1.0.2"}
     nem.stop()
     ref.join()
@@ -288,7 +288,7 @@ def test_the_runner_restarts_on_time_and_records_the_catch_up(tmp_path):
     t0 = nem.publish(lambda text: None)
     nem.start()
     ref, late = _lateness_at(t0, 0.4)
-    time.sleep(0.6)
+    _until(lambda: nem.restarted_nodes())
     assert nem.restarted_nodes() == {"s1.0.2"} and nem.crashed_processes() == {"s1.0.2"}
     (tmp_path / "logs").mkdir()
     wall = int((t0 + 0.45) * 1e6)
@@ -319,7 +319,7 @@ def test_a_failed_restart_is_recorded_and_the_node_stays_down(tmp_path):
     nem = Nemesis(d, tmp_path, procs, seed=7, restart=restart)
     nem.publish(lambda text: None)
     nem.start()
-    time.sleep(0.5)
+    _until(lambda: any(e.get("event") == "heal" for e in list(nem.events)))
     nem.stop()
     assert nem.restarted_nodes() == set()
     heal = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines() if '"heal"' in x]
@@ -383,8 +383,18 @@ def _lateness_at(t0: float, *ats: float) -> tuple[threading.Thread, list]:
 
 
 def _on_time(happened: float, t0: float, at: float, late: float) -> bool:
-    """Never early (5 ms: the clocks' granularity), and late by at most 40 ms beyond the reference thread."""
-    return at - 0.005 <= happened - t0 < at + late + 0.04
+    """Never early (5 ms: the clocks' granularity), and late by at most 150 ms beyond the reference thread: a bound
+    that a nemesis timing its steps from the wrong moment breaks, not one on the scheduler (two threads woken at the
+    same moment on a loaded 2-core machine: the nemesis 62 ms late while the reference was 1 ms, seen in CI). How
+    late the steps are is measured, not tested: faults.jsonl's planned_t_s beside t_s."""
+    return at - 0.005 <= happened - t0 < at + late + 0.15
+
+
+def _until(cond, within: float = 5.0) -> None:
+    """Wait until cond() holds (the nemesis's steps are due by then), at most `within` seconds."""
+    end = time.time() + within
+    while not cond() and time.time() < end:
+        time.sleep(0.01)
 
 
 def test_the_runner_pauses_on_time_and_records_everything(tmp_path):
@@ -400,7 +410,7 @@ def test_the_runner_pauses_on_time_and_records_everything(tmp_path):
     assert written == [f"{int(round(t0 * 1e6))}\n"]
     nem.start()
     ref, late = _lateness_at(t0, 0.2, 0.8)
-    time.sleep(1.1)
+    _until(lambda: len(next(p for p in procs if p.name == "shard1.0").signals) == 2)
     nem.stop()
     ref.join()
     shard = next(p for p in procs if p.name == "shard1.0")
@@ -429,9 +439,9 @@ def test_a_pause_still_on_at_the_end_is_healed_and_said(tmp_path):
     nem = Nemesis(d, tmp_path, procs)
     nem.publish(lambda text: None)
     nem.start()
-    time.sleep(0.3)
-    nem.stop()
     shard = next(p for p in procs if p.name == "shard0.0")
+    _until(lambda: shard.signals)
+    nem.stop()
     assert [s for s, _ in shard.signals] == [signal.SIGSTOP, signal.SIGCONT]
     heal = [json.loads(x) for x in (tmp_path / "faults.jsonl").read_text().splitlines()][-1]
     assert heal["event"] == "heal" and "early" in heal
