@@ -133,6 +133,10 @@ struct TcpTransport::Peer {
   // buffer is freed whole where thousands of small objects stayed in the allocator's free lists.
   std::string parked;
   uint64_t parked_msgs = 0;
+  void unpark() {   // what was parked went into a frame, or is lost: its buffer freed whole
+    std::string().swap(parked);
+    parked_msgs = 0;
+  }
   bool waiting() const { return !out.empty() || !parked.empty() || !pending.empty(); }
   size_t greet_off = 0;            // bytes of the deployment's token (token_) written on this connection
   std::string out;                 // the frame being written, kept until it is through
@@ -317,7 +321,13 @@ void TcpTransport::flush_dirty() {
 }
 
 namespace {
-// One message as a Batch's entry: field 1, length-delimited; its size cached (ByteSizeLong) before.
+// The size of one message as a Batch's entry (tag, length, message); caches the message's size for write_entry.
+size_t entry_size(const Envelope& m) {
+  const size_t n = m.ByteSizeLong();
+  return 1 + CodedOutputStream::VarintSize32(static_cast<uint32_t>(n)) + n;
+}
+
+// One message as a Batch's entry: field 1, length-delimited; its size cached (entry_size) before.
 uint8_t* write_entry(const Envelope& m, uint8_t* q) {
   *q++ = 0x0a;   // field 1, wire type 2
   q = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(m.GetCachedSize()), q);
@@ -328,10 +338,7 @@ uint8_t* write_entry(const Envelope& m, uint8_t* q) {
 void TcpTransport::park(Peer& p) {
   if (p.pending.empty()) return;
   size_t add = 0;
-  for (const auto& m : p.pending) {
-    const size_t n = m.ByteSizeLong();
-    add += 1 + CodedOutputStream::VarintSize32(static_cast<uint32_t>(n)) + n;
-  }
+  for (const auto& m : p.pending) add += entry_size(m);
   const size_t at = p.parked.size();
   p.parked.resize(at + add);
   auto* q = reinterpret_cast<uint8_t*>(p.parked.data()) + at;
@@ -347,10 +354,7 @@ std::string TcpTransport::frame(const std::vector<Envelope>& msgs, TimeUs sent_s
   // A Batch written field by field: each message as field 1 (length-delimited), so nothing is copied into a
   // Batch first (`entries`, already so, go first); then the stamp, fields 2 (varint) and 3 (fixed64), when given.
   size_t body = entries.size();
-  for (const auto& m : msgs) {
-    const size_t n = m.ByteSizeLong();
-    body += 1 + CodedOutputStream::VarintSize32(static_cast<uint32_t>(n)) + n;
-  }
+  for (const auto& m : msgs) body += entry_size(m);
   const bool stamped = sent_steady_us > 0 && domain != 0;
   if (stamped) body += 1 + CodedOutputStream::VarintSize64(static_cast<uint64_t>(sent_steady_us)) + 1 + 8;
   std::string f(4 + body, '\0');
@@ -380,8 +384,7 @@ void TcpTransport::write(Peer& p) {
   if (p.gone) {
     const uint64_t lost = p.pending.size() + p.parked_msgs;
     p.pending.clear();
-    std::string().swap(p.parked);
-    p.parked_msgs = 0;
+    p.unpark();
     count_drops(p.to, lost);
     return;
   }
@@ -401,8 +404,7 @@ void TcpTransport::write(Peer& p) {
       p.out_msgs = p.parked_msgs + p.pending.size();
       p.counted = false;
       p.pending.clear();
-      std::string().swap(p.parked);
-      p.parked_msgs = 0;
+      p.unpark();
     }
     if (!p.counted) {
       count_write(p.out_msgs);
@@ -596,8 +598,7 @@ void TcpTransport::give_up(Peer& p) {
   const uint64_t lost = p.pending.size() + p.parked_msgs + p.out_msgs;
   p.gone = true;
   p.pending.clear();
-  std::string().swap(p.parked);
-  p.parked_msgs = 0;
+  p.unpark();
   p.out.clear();
   p.out_msgs = 0;
   if (p.retry_timer) r_.cancel(p.retry_timer);
