@@ -65,6 +65,7 @@ void Network::send(NodeId from, NodeId to, Envelope msg) {
   msg.set_to(to);
   msg.set_sent_us(now_);
   if (o_.tap) o_.tap(from, to, msg);
+  if (o_.lose && o_.lose(from, to, msg)) return;
   TimeUs extra = 0;
   if (o_.extra_delay_us > 0) extra = std::uniform_int_distribution<TimeUs>(0, o_.extra_delay_us)(rng_);
   // The transport's own delay model (one-way delay, cross-region jitter), per-channel FIFO.

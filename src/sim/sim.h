@@ -30,6 +30,9 @@ struct Options {
   std::optional<LinkModel> actual_link;
   // Called for every message sent (tools that count traffic, e.g. txn-sim).
   std::function<void(NodeId from, NodeId to, const Envelope& msg)> tap;
+  // A message it returns true for is lost on the way (not counted in dropped(): the test counts what it loses): a
+  // peer that never answers one kind of message, as a crashed or restarted one does not (tests of who else is asked).
+  std::function<bool(NodeId from, NodeId to, const Envelope& msg)> lose;
   // Called for every message and timer as it is handed to a simulated node, at its virtual time (tools that count
   // when the nodes run, e.g. txn-sim's wake-ups).
   std::function<void(NodeId node, TimeUs at, bool timer)> on_event;

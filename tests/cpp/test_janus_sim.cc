@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <set>
 
 #include "protocols/janus/janus.h"
 #include "sim_cluster.h"
@@ -157,6 +158,34 @@ TEST(JanusSim, TpccComponentsAndInquiries) {
   std::cout << "fast " << k.at("fast_commits") << " slow " << k.at("slow_commits") << " inquiries "
             << k.at("inquiries") << " largest component " << k.at("largest_scc_max") << "\n";
   EXPECT_GE(k.at("largest_scc_max"), 1);
+}
+
+// Inquires to any live replica (issue 64): every Inquire to a shard's replica 0 is lost on the way, as to a replica 0
+// crashed, paused or restarted, while replica 0 goes on ordering and coordinating. Each is answered by another
+// replica of the shard once `inquire_timeout_ms` has passed, and the run completes and passes every check. With the
+// Inquire sent to replica 0 alone (before), the first walk that needed one waited for good and the run did not end.
+TEST(JanusSim, AnInquireReplicaZeroDoesNotAnswerIsAnsweredByAnotherReplica) {
+  Deployment d = contended("tpcc");
+  d.workload.district = "uniform";
+  d.protocols["janus"]["inquire_timeout_ms"] = 100;
+  std::set<NodeId> replica0;
+  for (uint32_t s = 0; s < d.n_shards(); ++s) replica0.insert(d.replica_id(s, 0));
+  uint64_t lost = 0;
+  sim::Options o = sim_options(5, 6'000);
+  o.lose = [&](NodeId, NodeId to, const Envelope& m) {
+    const bool gone = m.has_janus() && m.janus().has_inquire() && replica0.count(to);
+    lost += gone;
+    return gone;
+  };
+  SimCluster c(d, std::move(o), true);
+  txn::test::run_and_check(c);
+  const auto k = txn::test::sum_counters(c.replicas);
+  std::cout << lost << " Inquires to a replica 0 lost, " << k.at("inquiries") << " sent, "
+            << (k.count("inquiries_again") ? k.at("inquiries_again") : 0) << " sent again to the other replicas\n";
+  EXPECT_GT(lost, 0u);
+  ASSERT_TRUE(k.count("inquiries_again"));
+  EXPECT_GT(k.at("inquiries_again"), 0);
+  EXPECT_LE(k.at("inquiries_again"), static_cast<int64_t>(lost));   // only what went unanswered is sent again
 }
 
 namespace {

@@ -31,6 +31,7 @@ struct Options {
   bool fast_path;  // commit on identical PreAccept replies; false: always take the Accept round
   TimeUs preaccept_timeout_us;  // then a shard is decided on a majority's PreAccept replies (slow path)
   bool suspect_on_timeout;      // a replica that let a round time out is not waited for until it is heard from
+  TimeUs inquire_timeout_us;    // an Inquire unanswered by then is sent to the shard's other replicas
 };
 
 // A Janus replica plays two roles, each a class of its own (src/core/role.h): every replica is a Site (it orders
@@ -70,6 +71,8 @@ class Site : public RoleContext {
   void on_inquire(Env& env, NodeId from, const ::janus::Inquire& m);
   void on_inquire_reply(Env& env, const ::janus::InquireReply& m);
   void on_send_output(Env& env, const ::janus::SendOutput& m);
+  void on_timer(Env& env, uint64_t id);
+  static constexpr uint64_t kInquireTimer = 2;
   bool idle() const { return locals_.empty(); }
   const ShardExecutor& executor() const { return exec_; }
   void add_counters(std::map<std::string, int64_t>& c) const;
@@ -137,9 +140,18 @@ class Site : public RoleContext {
   std::set<TxnId> committed_;                          // committed local transactions not executed here
   std::unordered_map<TxnId, Vars> vars_;               // values known per transaction (may precede it)
   std::unordered_map<TxnId, std::vector<NodeId>> inquirers_;  // waiting for a transaction's commit here
+  // Inquires sent to a shard's replica 0 and not answered yet: when the shard's other replicas are asked too (any
+  // live replica answers; replica.cc, "Inquires"). Erased at the answer or at the deadline.
+  struct Asked {
+    TimeUs deadline = 0;
+    uint32_t shard = 0;
+  };
+  std::unordered_map<TxnId, Asked> asked_;
+  DeadlineTimer inquire_timer_{kInquireTimer};
+  const Options& opts_;
   uint64_t version_ = 1;  // bumped whenever the graph gains a commit or a component (what a walk sees)
   uint64_t epoch_ = 0;    // raised by a restarted peer's Seal: its replies carry it
-  int64_t n_inquiries_ = 0, largest_scc_ = 0, n_walk_visits_ = 0, n_again_ = 0, n_forgotten_ = 0;
+  int64_t n_inquiries_ = 0, n_inquiries_again_ = 0, largest_scc_ = 0, n_walk_visits_ = 0, n_again_ = 0, n_forgotten_ = 0;
   // Forgotten transactions (replica.cc, "What a replica forgets"): decided, and every member of their component that
   // touches this shard executed here. No vertex: each is a cut wherever met. What fill_dep says of one is kept: its
   // shards and its component, as `1 + index` in shard_sets_ (a byte per transaction of the deployment: an IdMap
@@ -266,10 +278,11 @@ class Replica : public TwoRoleReplica<Options, Site, Coordinator> {
   }
   void on_timer(Env& env, uint64_t id) override {
     coord_.on_timer(env, id);
+    site_.on_timer(env, id);
     self_q_.drain(env, [&](Envelope& m) { route(env, m); });
   }
   // fast_commits / slow_commits (coordinator), preaccept_timeouts (transactions decided on a majority's replies
-  // after the timeout), inquiries (sent), largest_scc_max
+  // after the timeout), inquiries (sent), inquiries_again (sent again to a shard's other replicas), largest_scc_max
   // (the largest component decided here; summed as a maximum over the run), walk_visits (transactions looked at
   // by the walks that decide components: the graph work, which must not grow per commit with the run).
 

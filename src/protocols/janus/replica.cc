@@ -60,8 +60,14 @@
 // here (its component was decided then). An ancestor that does not touch this
 // shard and is not committed here is asked about with an Inquire to a replica
 // of a shard it touches (this region's if any), which answers once it has the
-// transaction's final dependencies. (Replica 0 of that shard is asked: a
-// follower may be down, replica 0 is not.)
+// transaction's final dependencies.
+//
+// Inquires. The Inquire goes to replica 0 of that shard; one not answered
+// within `inquire_timeout_ms` goes to the shard's other replicas too, and the
+// first answer counts (each is the transaction's committed dependencies, the
+// same at every replica). So any live replica of the shard answers: a replica
+// down, paused or restarted (a restarted one executes its source's order and
+// answers no Inquire) delays the walk by the timeout, never for good.
 #include <algorithm>
 #include <stdexcept>
 
@@ -93,8 +99,8 @@ void merge(std::map<TxnId, ::janus::Dep>& u, const std::vector<::janus::Dep>& de
 
 }  // namespace
 
-Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options&, SelfQueue& q)
-    : RoleContext(d, self, w, q), exec_(w, me_.shard) {}
+Site::Site(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
+    : RoleContext(d, self, w, q), exec_(w, me_.shard), opts_(o) {}
 
 Coordinator::Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q)
     : RoleContext(d, self, w, q), opts_(o) {}
@@ -109,6 +115,7 @@ void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
 
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
   c["inquiries"] = n_inquiries_;
+  if (n_inquiries_again_) c["inquiries_again"] = n_inquiries_again_;
   c["largest_scc_max"] = largest_scc_;
   c["walk_visits"] = n_walk_visits_;
   c["forgotten"] = n_forgotten_;
@@ -682,6 +689,7 @@ void Site::answer_inquiries(Env& env, TxnId id) {
 }
 
 void Site::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
+  asked_.erase(m.txn_id());
   if (forgotten(m.txn_id())) return;   // its component was learned meanwhile
   Vertex& v0 = vertex(m.txn_id());
   if (v0.local) throw BadMessage("InquireReply about txn " + str(m.txn_id()) + ", which touches this shard");
@@ -698,6 +706,24 @@ void Site::on_inquire_reply(Env& env, const ::janus::InquireReply& m) {
   if (m.scc_size() > 0) set_scc(std::make_shared<const std::vector<TxnId>>(m.scc().begin(), m.scc().end()));
   ++version_;
   try_execute(env);
+}
+
+// An Inquire unanswered by its deadline: the shard's other replicas are asked too, unless the transaction's
+// dependencies or component were learned meanwhile (another message, another answer).
+void Site::on_timer(Env& env, uint64_t id) {
+  if (id != kInquireTimer) return;
+  for (TxnId t : inquire_timer_.fire(env, asked_, [](const Asked& a) { return a.deadline; })) {
+    const uint32_t shard = asked_.at(t).shard;
+    asked_.erase(t);
+    const auto g = graph_.find(t);
+    if (forgotten(t) || g == graph_.end() || g->second.scc || g->second.status == Status::Committed) continue;
+    ++n_inquiries_again_;
+    for (uint32_t r = 1; r < d_.replicas; ++r) {
+      Envelope e;
+      e.mutable_janus()->mutable_inquire()->set_txn_id(t);
+      post(env, d_.replica_id(shard, r), std::move(e));
+    }
+  }
 }
 
 // ---- replica: execution -----------------------------------------------------------------
@@ -738,10 +764,13 @@ void Site::decide_sccs(Env& env, const std::vector<TxnId>& roots) {
       uint32_t target = v.shards.front();
       for (uint32_t s : v.shards)
         if (d_.region_of_shard(s) == me_.region) { target = s; break; }
-      // to that shard's replica 0: a follower may be down, and replica 0 is never (its failover is not built)
+      // to that shard's replica 0, and to its others if it has not answered by the deadline (on_timer)
       Envelope e;
       e.mutable_janus()->mutable_inquire()->set_txn_id(p);
       post(env, d_.replica_id(target, 0), std::move(e));
+      const TimeUs deadline = env.mono_us() + opts_.inquire_timeout_us;
+      asked_[p] = Asked{deadline, target};
+      inquire_timer_.arm(env, deadline);
     }
     return Kind::Open;
   };
@@ -932,6 +961,7 @@ Options::Options(const Deployment& d) {
   fast_path = o.flag("fast_path");
   preaccept_timeout_us = static_cast<TimeUs>(o.integer("preaccept_timeout_ms")) * 1000;
   suspect_on_timeout = o.flag("suspect_on_timeout");
+  inquire_timeout_us = static_cast<TimeUs>(o.integer("inquire_timeout_ms")) * 1000;
 }
 
 ProtocolSpec spec() {
@@ -955,6 +985,10 @@ ProtocolSpec spec() {
                        "a replica that let a PreAccept round time out is not waited for by later rounds until the "
                        "coordinator hears from it: they are decided on a majority's replies by the Accept round at "
                        "once (ours, as the timeout is: the authors' code waits for every reply)"),
+      OptionSpec::integer("inquire_timeout_ms", 500, 1, 600000,
+                          "an Inquire that the asked shard's replica 0 has not answered by then is sent to the "
+                          "shard's other replicas too; the first answer counts (ours: the authors' code has no "
+                          "timer around Inquire; 500 ms as preaccept_timeout_ms)"),
   };
   p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
     return std::make_unique<Replica>(d, id, w);
