@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <set>
 
 #include "core/faults.h"
 #include "protocols/tapir/tapir.h"
@@ -412,6 +413,36 @@ TEST(TapirSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {
   TxnRequest good = find_txn(*c.w, 0, false, rng);
   c.net->send(client, handler, submit(good, 8));
   ASSERT_TRUE(c.net->run_until([&] { return pc->replies.count(8) == 1; }, 1'000'000));
+}
+
+// Reads from any live replica (issue 64): every Read to a shard's replica 0 is lost on the way, as to a replica 0
+// crashed, paused or restarted, while replica 0 goes on voting and coordinating. Each shard is read from another
+// replica once `read_timeout_ms` has passed, and the run completes and passes every check (Prepare validates at
+// every replica what any one read). With the Read sent to replica 0 alone (before), no transaction that read a
+// shard got past its Read round and the run did not end.
+TEST(TapirSim, AReadReplicaZeroDoesNotAnswerIsReadFromAnotherReplica) {
+  Deployment d = txn::test::small_deployment("tapir", "tpca");
+  d.protocols["tapir"]["read_timeout_ms"] = 50;
+  std::set<NodeId> replica0;
+  for (uint32_t s = 0; s < d.n_shards(); ++s) replica0.insert(d.replica_id(s, 0));
+  uint64_t lost = 0;
+  sim::Options o = sim_options(5, 2'000);
+  o.lose = [&](NodeId, NodeId to, const Envelope& m) {
+    const bool gone = m.has_tapir() && m.tapir().has_read() && replica0.count(to);
+    lost += gone;
+    return gone;
+  };
+  SimCluster c(d, std::move(o), true);
+  txn::test::run_and_check(c);
+  const auto k = txn::test::sum_counters(c.replicas);
+  const auto n = txn::test::count_records(c);
+  const int64_t again = k.count("reads_again") ? k.at("reads_again") : 0;
+  std::cout << lost << " Reads to a replica 0 lost, " << again << " shards read from the other replicas, "
+            << n.irt + n.crt << " committed\n";
+  EXPECT_GT(lost, 0u);
+  EXPECT_GT(again, 0);
+  EXPECT_LE(again, static_cast<int64_t>(lost));   // only what went unanswered is asked again
+  EXPECT_GT(n.irt + n.crt, 100u);
 }
 
 namespace {

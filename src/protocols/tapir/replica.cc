@@ -6,7 +6,11 @@
 // evaluate the shard's pieces as a trial on its store, undone after (ShardExecutor::evaluate):
 // their outputs, and per read key the version read, which is the last
 // transaction applied there that wrote the key. A shard whose pieces need
-// another shard's value is read once that value is known (rounds).
+// another shard's value is read once that value is known (rounds). A Read
+// unanswered within `read_timeout_ms` goes to the shard's other replicas, and
+// the first answer counts (any replica's is safe: Prepare validates the
+// versions read at every replica); the replica that let it time out is not
+// asked first again until the coordinator hears from it (src/core/suspects.h).
 //
 // Prepare (consensus operation at every replica of every touched shard): a
 // replica answers ABSTAIN when a conflicting transaction holds one of the keys
@@ -69,6 +73,8 @@ void Coordinator::add_counters(std::map<std::string, int64_t>& c) const {
             {"aborts_crt", n_abort_crt_}, {"aborts_stale", n_stale_}, {"aborts_conflict", n_conflict_},
             {"prepare_timeouts", n_timeouts_}, {"prepare_unwaited", n_unwaited_}});
   if (n_asked_again_) c["prepares_asked_again"] = n_asked_again_;
+  if (n_reads_again_) c["reads_again"] = n_reads_again_;
+  if (n_read_replies_late_) c["read_replies_late"] = n_read_replies_late_;
 }
 
 void Site::add_counters(std::map<std::string, int64_t>& c) const {
@@ -82,7 +88,7 @@ void Replica::route(Env& env, Envelope& m) {
   auto& t = *m.mutable_tapir();
   switch (t.body_case()) {
     case ::tapir::Msg::kRead: return site_.on_read(env, m.from(), t.read());
-    case ::tapir::Msg::kReadReply: return coord_.on_read_reply(env, t.read_reply());
+    case ::tapir::Msg::kReadReply: return coord_.on_read_reply(env, m.from(), t.read_reply());
     case ::tapir::Msg::kPrepare: return site_.on_prepare(env, m.from(), *t.mutable_prepare());
     case ::tapir::Msg::kPrepareReply: return coord_.on_prepare_reply(env, t.prepare_reply());
     case ::tapir::Msg::kFinalize: return site_.on_finalize(env, m.from(), t.finalize());
@@ -121,17 +127,53 @@ void Coordinator::send_reads(Env& env, Coord& c) {
   for (uint32_t s : c.shards) {
     if (c.read_sent.count(s) || needs_other_shard(c.txn, s, c.vars)) continue;
     c.read_sent.insert(s);
-    Envelope e;
-    auto* r = e.mutable_tapir()->mutable_read();
-    *r->mutable_txn() = c.txn;
-    *r->mutable_vars() = c.vars;
-    post(env, d_.replica_id(s, 0), std::move(e));
+    uint32_t first = 0;   // replica 0 unless it let a Read time out and has not been heard from since
+    while (first + 1 < d_.replicas && read_suspects_.suspected(d_.replica_id(s, first))) ++first;
+    c.read_from[s] = first;
+    read(env, c, d_.replica_id(s, first));
+    c.read_deadline = env.mono_us() + opts_.read_timeout_us;
+    read_timer_.arm(env, c.read_deadline);
   }
 }
 
-void Coordinator::on_read_reply(Env& env, const ::tapir::ReadReply& m) {
+void Coordinator::read(Env& env, const Coord& c, NodeId to) {
+  Envelope e;
+  auto* r = e.mutable_tapir()->mutable_read();
+  *r->mutable_txn() = c.txn;
+  *r->mutable_vars() = c.vars;
+  post(env, to, std::move(e));
+}
+
+// The Read rounds whose timeout passed: each shard not read yet is asked of its other replicas (the first answer
+// counts), and the replica asked first is read-suspected until heard from.
+void Coordinator::reads_timed_out(Env& env) {
+  const auto due = read_timer_.fire(env, coords_, [](const Coord& c) {
+    return c.phase == Phase::Reading ? c.read_deadline : TimeUs{0};
+  });
+  for (TxnId txn : due) {
+    Coord& c = coords_.at(txn);
+    c.read_deadline = 0;
+    for (uint32_t s : c.read_sent) {
+      if (c.read_done.count(s) || !c.read_again.insert(s).second) continue;
+      ++n_reads_again_;
+      const uint32_t first = c.read_from.at(s);
+      read_suspects_.suspect(d_.replica_id(s, first));
+      for (uint32_t r = 0; r < d_.replicas; ++r)
+        if (r != first) read(env, c, d_.replica_id(s, r));
+    }
+  }
+}
+
+void Coordinator::on_read_reply(Env& env, NodeId from, const ::tapir::ReadReply& m) {
+  if (m.shard() >= d_.n_shards()) throw BadMessage("ReadReply from shard " + str(m.shard()) + " out of range");
+  read_suspects_.heard(from);
   auto it = coords_.find(m.txn_id());
-  if (it == coords_.end()) throw BadMessage("ReadReply for unknown txn " + str(m.txn_id()));
+  // A Read goes to several replicas once the first asked has let it time out: their later answers find the shard
+  // read, or the transaction finished (and its Coord erased). Anything else is not a reply to a Read sent.
+  if (it == coords_.end() || (it->second.read_again.count(m.shard()) && it->second.read_done.count(m.shard()))) {
+    ++n_read_replies_late_;
+    return;
+  }
   Coord& c = it->second;
   if (!c.read_sent.count(m.shard()) || !c.read_done.insert(m.shard()).second)
     throw BadMessage("ReadReply for txn " + str(m.txn_id()) + " from shard " + str(m.shard()) + " unexpected");
@@ -236,6 +278,7 @@ void Coordinator::decide_shard(Env& env, Coord& c, uint32_t shard) {
 // The Prepare rounds whose timeout passed: each shard still undecided is decided on the results in (if they are a
 // majority's; else it waits on, as IR's client resends). The timer is armed for the next deadline.
 void Coordinator::on_timer(Env& env, uint64_t id) {
+  if (id == kReadTimer) return reads_timed_out(env);
   if (id != kPrepareTimer) return;
   bool suspected = false;
   const auto due = prepare_timer_.fire(env, coords_, [](const Coord& c) {
@@ -297,7 +340,9 @@ void Coordinator::again_if_short(Env& env, Coord& c) {
 }
 
 void Coordinator::heard(uint32_t shard, uint32_t replica) {
-  if (suspects_.size() > 0 && replica < d_.replicas) suspects_.heard(d_.replica_id(shard, replica));
+  if (replica >= d_.replicas) return;
+  if (suspects_.size() > 0) suspects_.heard(d_.replica_id(shard, replica));
+  if (read_suspects_.size() > 0) read_suspects_.heard(d_.replica_id(shard, replica));
 }
 
 void Coordinator::on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m) {
@@ -634,6 +679,7 @@ Options::Options(const Deployment& d) {
   fast_path = o.flag("fast_path");
   prepare_timeout_us = static_cast<TimeUs>(o.integer("prepare_timeout_ms")) * 1000;
   suspect_on_timeout = o.flag("suspect_on_timeout");
+  read_timeout_us = static_cast<TimeUs>(o.integer("read_timeout_ms")) * 1000;
 }
 
 ProtocolSpec spec() {
@@ -656,6 +702,10 @@ ProtocolSpec spec() {
                        "a replica that let a Prepare round time out is not waited for by later rounds until the "
                        "coordinator hears from it: they are decided on a majority's results at once (off: the "
                        "authors' IRClient waits out the timeout in every round)"),
+      OptionSpec::integer("read_timeout_ms", 250, 1, 60000,
+                          "a Read the asked replica has not answered by then goes to the shard's other replicas, and "
+                          "the first answer counts; the replica that let it time out is asked first again once heard "
+                          "from (250 ms is the TAPIR authors' read timeout; their client does not fail over: ours)"),
   };
   p.make_replica = [](const Deployment& d, NodeId id, const Workload& w) -> std::unique_ptr<ReplicaNode> {
     return std::make_unique<Replica>(d, id, w);

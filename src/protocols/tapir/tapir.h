@@ -29,6 +29,7 @@ struct Options {
   bool fast_path;  // decide a shard on 3 identical Prepare results; false: always finalize
   TimeUs prepare_timeout_us;  // then a shard is decided on the results of a majority (IR's consensus timeout)
   bool suspect_on_timeout;    // a replica that let a Prepare time out is not waited for until it is heard from
+  TimeUs read_timeout_us;     // a Read unanswered by then goes to the shard's other replicas
 };
 
 // The conflict keys of `t`'s pieces at `shard`: those they write, and those they only read.
@@ -118,12 +119,13 @@ class Coordinator : public RoleContext {
  public:
   Coordinator(const Deployment& d, NodeId self, const Workload& w, const Options& o, SelfQueue& q);
   void on_submit(Env& env, NodeId from, ClientSubmit& m);
-  void on_read_reply(Env& env, const ::tapir::ReadReply& m);
+  void on_read_reply(Env& env, NodeId from, const ::tapir::ReadReply& m);
   void on_prepare_reply(Env& env, const ::tapir::PrepareReply& m);
   void on_finalize_reply(Env& env, const ::tapir::FinalizeReply& m);
   void on_timer(Env& env, uint64_t id);
   bool idle() const { return coords_.empty(); }
   static constexpr uint64_t kPrepareTimer = 1;
+  static constexpr uint64_t kReadTimer = 2;
   void add_counters(std::map<std::string, int64_t>& c) const;
 
  private:
@@ -137,6 +139,9 @@ class Coordinator : public RoleContext {
     std::vector<uint32_t> shards;
     Phase phase = Phase::Reading;
     std::set<uint32_t> read_sent, read_done;
+    std::map<uint32_t, uint32_t> read_from;   // shard -> the replica its Read went to first
+    std::set<uint32_t> read_again;   // shards whose Read went to their other replicas (the first had not answered)
+    TimeUs read_deadline = 0;        // Reading: when the shards not read yet are asked of their other replicas
     std::map<uint32_t, std::map<std::string, uint64_t>> versions;  // shard -> read versions
     Vars vars;
     std::map<uint32_t, std::map<uint32_t, ::tapir::Result>> results;  // shard -> replica -> result
@@ -150,6 +155,8 @@ class Coordinator : public RoleContext {
   };
   static void set_phase(Coord& c, Phase to);
   void send_reads(Env& env, Coord& c);
+  void read(Env& env, const Coord& c, NodeId to);
+  void reads_timed_out(Env& env);
   void decide_shard(Env& env, Coord& c, uint32_t shard);
   void maybe_finish(Env& env, Coord& c);
   bool fast(const Coord& c, uint32_t shard) const;   // the shard was decided on the fast path (3 OKs)
@@ -160,6 +167,11 @@ class Coordinator : public RoleContext {
   const Options& opts_;
   std::unordered_map<TxnId, Coord> coords_;
   DeadlineTimer prepare_timer_{kPrepareTimer};   // one timer for every Prepare round in flight
+  DeadlineTimer read_timer_{kReadTimer};         // and one for every Read round
+  // Replicas that let a Read time out: a shard's Read goes to its first replica not among them (replica 0 when
+  // none is), until heard from (any reply).
+  Suspects read_suspects_;
+  int64_t n_reads_again_ = 0, n_read_replies_late_ = 0;
   int64_t n_fast_ = 0, n_slow_ = 0, n_abort_irt_ = 0, n_abort_crt_ = 0, n_stale_ = 0, n_conflict_ = 0;
   Suspects suspects_;   // replicas that let a Prepare round time out, until heard from (suspect_on_timeout)
   void heard(uint32_t shard, uint32_t replica);
