@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <random>
+#include <set>
 
 #include <map>
 #include <string>
@@ -28,6 +29,19 @@ inline void silence(Deployment& d, NodeId node, TimeUs for_us) {
   f.to_nodes = {d.node(node).name};
   f.to_ids = {node};
   d.faults.links.push_back(f);
+}
+
+// A sim::Options::lose that loses every message `kind` picks on its way to a replica 0 of `d` (as to a replica 0
+// crashed, paused or restarted, for that kind alone), counting them in `*lost`.
+inline std::function<bool(NodeId, NodeId, const Envelope&)> lose_to_replica0(
+    const Deployment& d, std::function<bool(const Envelope&)> kind, uint64_t* lost) {
+  std::set<NodeId> replica0;
+  for (uint32_t s = 0; s < d.n_shards(); ++s) replica0.insert(d.replica_id(s, 0));
+  return [replica0, kind = std::move(kind), lost](NodeId, NodeId to, const Envelope& m) {
+    const bool gone = replica0.count(to) && kind(m);
+    *lost += gone;
+    return gone;
+  };
 }
 
 // The first transaction the workload generates for `home` that is (not) a CRT and passes `extra`.

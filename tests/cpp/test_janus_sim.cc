@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
-#include <set>
 
 #include "protocols/janus/janus.h"
 #include "sim_cluster.h"
@@ -168,15 +167,9 @@ TEST(JanusSim, AnInquireReplicaZeroDoesNotAnswerIsAnsweredByAnotherReplica) {
   Deployment d = contended("tpcc");
   d.workload.district = "uniform";
   d.protocols["janus"]["inquire_timeout_ms"] = 100;
-  std::set<NodeId> replica0;
-  for (uint32_t s = 0; s < d.n_shards(); ++s) replica0.insert(d.replica_id(s, 0));
   uint64_t lost = 0;
   sim::Options o = sim_options(5, 6'000);
-  o.lose = [&](NodeId, NodeId to, const Envelope& m) {
-    const bool gone = m.has_janus() && m.janus().has_inquire() && replica0.count(to);
-    lost += gone;
-    return gone;
-  };
+  o.lose = txn::test::lose_to_replica0(d, [](const Envelope& m) { return m.has_janus() && m.janus().has_inquire(); }, &lost);
   SimCluster c(d, std::move(o), true);
   txn::test::run_and_check(c);
   const auto k = txn::test::sum_counters(c.replicas);

@@ -152,7 +152,9 @@ TEST_P(RestartSim, ARestartedReplicaVotesAgainWhereItsProtocolSaysHow) {
   for (const auto& [_, log] : c.txn_logs)
     for (const auto& e : log)
       for (const auto& st : e.stored()) rests += st.shard() == 0 && (st.replicas() >> 1 & 1u);
-  if (find_protocol(mode).reports_copies) EXPECT_GT(rests, 0u) << mode << ": no commit rests on its copy";
+  if (find_protocol(mode).reports_copies) {
+    EXPECT_GT(rests, 0u) << mode << ": no commit rests on its copy";
+  }
   // where decisions declare the votes they counted (Janus, TAPIR): replica 0's name replica 1 among them, for
   // transactions it voted for after its restart, and some on the fast path (every replica's vote, no Accept or
   // Finalize round): the fast path is back

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <set>
 
 #include "core/faults.h"
 #include "protocols/tapir/tapir.h"
@@ -423,15 +422,9 @@ TEST(TapirSim, MalformedMessagesAreRejectedAndTheNodeKeepsWorking) {
 TEST(TapirSim, AReadReplicaZeroDoesNotAnswerIsReadFromAnotherReplica) {
   Deployment d = txn::test::small_deployment("tapir", "tpca");
   d.protocols["tapir"]["read_timeout_ms"] = 50;
-  std::set<NodeId> replica0;
-  for (uint32_t s = 0; s < d.n_shards(); ++s) replica0.insert(d.replica_id(s, 0));
   uint64_t lost = 0;
   sim::Options o = sim_options(5, 2'000);
-  o.lose = [&](NodeId, NodeId to, const Envelope& m) {
-    const bool gone = m.has_tapir() && m.tapir().has_read() && replica0.count(to);
-    lost += gone;
-    return gone;
-  };
+  o.lose = txn::test::lose_to_replica0(d, [](const Envelope& m) { return m.has_tapir() && m.tapir().has_read(); }, &lost);
   SimCluster c(d, std::move(o), true);
   txn::test::run_and_check(c);
   const auto k = txn::test::sum_counters(c.replicas);
