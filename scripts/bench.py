@@ -18,6 +18,7 @@ protocol, starts to set the numbers (docs/efficiency.md).
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -206,6 +207,9 @@ def main() -> int:
             print(f"bench: --option {o!r}: expected MODE.NAME=VALUE", file=sys.stderr)
             return 2
         a.options.setdefault(mode, {})[name] = options.option_value(value)
+    server = Path(a.build_dir) / "txn-server"
+    if server.exists():   # the protocols and options of the binaries compared (another commit's may differ)
+        os.environ[protocols.BINARY_ENV] = str(server)
     built = protocols.load().names()
     modes = [m for m in a.protocols.split(",") if m] or built
     unknown = [m for m in modes + list(a.options) if m not in built]

@@ -70,3 +70,33 @@ def test_bench_prints_the_host_and_each_protocols_limit(monkeypatch, capsys):
     # 6 wake-ups at a timer's 40 us + the floor's 50 us
     assert "dast host limit: about 3,448 committed txn per CPU s" in out and "each at a timer" in out
     assert "the engine reached 1,500" in out
+
+
+SERVER = PROBE.parent / "txn-server"
+
+
+@pytest.mark.skipif(not SERVER.is_file(), reason="build/txn-server not built (run `make build`)")
+def test_bench_of_another_build_writes_the_options_that_build_knows(tmp_path, monkeypatch):
+    """`--build-dir` of another commit's build: its runs' deployments carry the protocol options of its txn-server,
+    not of this tree's build (an option added since made the other build refuse every run)."""
+    bench = load_bench()
+    doc = json.loads(subprocess.run([str(SERVER), "--list-modes", "--json"], capture_output=True, text=True,
+                                    timeout=30).stdout)
+    janus = next(p for p in doc["protocols"] if p["name"] == "janus")
+    gone = janus["options"].pop()["name"]   # an option the other build does not have
+    (tmp_path / "registry.json").write_text(json.dumps(doc))
+    fake = tmp_path / "txn-server"
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'registry.json'}\n")
+    fake.chmod(0o755)
+    monkeypatch.delenv(bench.protocols.BINARY_ENV, raising=False)   # restored (unset) after the test
+    seen = {}
+
+    def run_one(mode, a):
+        d = bench.build_deployment(mode=mode, duration=5, warmup=1, cooldown=1)
+        seen[mode] = dict(d["protocols"][mode])
+        return dict(mode=mode, failed="not run")
+    monkeypatch.setattr(bench, "run_one", run_one)
+    monkeypatch.setattr(bench, "host_wake_cost", lambda build_dir: {})
+    monkeypatch.setattr("sys.argv", ["bench.py", "--protocols", "janus", "--build-dir", str(tmp_path)])
+    bench.main()
+    assert seen["janus"] and gone not in seen["janus"], (gone, seen)
